@@ -1,0 +1,18 @@
+// Package limiter admits requests to an upstream under one of two policies.
+//
+// Fixed admits at most Workers requests at once; the rest wait in a FIFO
+// queue of at most QueueSize waiters for at most QueueTimeout. It is a
+// servlet container's thread pool with its accept queue made explicit.
+//
+// Unbounded admits every request, like virtual threads or an async server.
+// With a Bulkhead it admits at most that many at once, and a request waits at
+// most BulkheadWait for a place before it is rejected.
+//
+// Either policy can be combined with a memory bulkhead (MaxInFlightBytes):
+// each request reserves the bytes it may hold, and a request whose
+// reservation does not fit is rejected at once.
+//
+// A Limiter hands out permits; every successful Acquire must be matched by
+// exactly one Release with the same byte count. The uncontended path takes no
+// timer and allocates nothing.
+package limiter
