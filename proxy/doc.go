@@ -1,0 +1,13 @@
+// Package proxy forwards HTTP requests to one upstream through an Admitter
+// and reports what happened to each request as an Outcome.
+//
+// The proxy is a fasthttp server in front of a fasthttp.HostClient. It
+// removes hop-by-hop headers in both directions, appends X-Forwarded-For,
+// sets X-Forwarded-Proto and X-Forwarded-Host, keeps Host, forwards the
+// request target byte for byte and never retries. Request bodies above 8 KiB
+// and response bodies above 64 KiB stream through instead of being buffered.
+//
+// Every request ends with exactly one Outcome, delivered to the Observer
+// after the response has been handed to the client connection. An admitted
+// request holds its permit until then, on every path.
+package proxy

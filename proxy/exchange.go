@@ -1,0 +1,441 @@
+package proxy
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"net"
+	"runtime/debug"
+	"strconv"
+	"time"
+
+	"github.com/valyala/fasthttp"
+
+	"github.com/loomgate/loomgate/limiter"
+)
+
+// What the proxy says in its own responses: short, plain and free of
+// internal error text, which could leak addresses or versions.
+const (
+	textPlain          = "text/plain; charset=utf-8"
+	msgBodyTooLarge    = "request body too large\n"
+	msgHeadersTooLarge = "request headers too large\n"
+	msgMalformed       = "malformed request\n"
+	msgReadTimeout     = "request read timed out\n"
+	msgQueueFull       = "overloaded: queue full\n"
+	msgQueueTimeout    = "overloaded: queue wait timed out\n"
+	msgBulkheadFull    = "overloaded: bulkhead full\n"
+	msgMemoryFull      = "overloaded: in-flight memory limit reached\n"
+	msgClientClosed    = "client closed request\n"
+	msgUpstreamError   = "bad gateway: upstream unavailable\n"
+	msgUpstreamTimeout = "gateway timeout: upstream too slow\n"
+	msgInternal        = "internal error\n"
+)
+
+// clientCheckAfter is the age from which a request's client is checked
+// before its response is written.
+const clientCheckAfter = 10 * time.Millisecond
+
+var (
+	// errBodyTooLarge ends a chunked upload that passes MaxBodyBytes.
+	errBodyTooLarge = errors.New("proxy: request body too large")
+	// errClientBody marks a failure to read the client's body, so that it
+	// is not blamed on the upstream.
+	errClientBody = errors.New("proxy: reading request body")
+)
+
+// exchange is the proxy's state for one request, pooled. From forward or
+// respond on, fasthttp owns it as the response body stream: its Read feeds
+// the response and its CloseWithError ends the request.
+type exchange struct {
+	p *Proxy
+
+	start, admittedAt, servedAt time.Time
+	rejectedAt                  time.Time
+	asked, admitted             bool
+	bytes                       int64
+	outcome                     Outcome
+	// handedOff is set once fasthttp owns the exchange.
+	handedOff bool
+
+	client  clientContext
+	resp    fasthttp.Response // the upstream's
+	reqBody requestBody
+	body    io.Reader // what Read serves: &buffered or the upstream's stream
+	// streaming is set when body is the upstream's stream, so that its
+	// end marks the upstream's last byte and its failure is the upstream's.
+	streaming bool
+	readErr   error
+	buffered  bytes.Reader
+
+	// Scratch space reused across requests.
+	buf, target, method, scratch []byte
+	names                        [][]byte
+}
+
+func (e *exchange) begin(ctx *fasthttp.RequestCtx) {
+	e.start = time.Now()
+	e.client.reset(ctx.Conn())
+	e.method = append(e.method[:0], ctx.Method()...)
+	e.target = append(e.target[:0], ctx.Request.Header.RequestURI()...)
+	e.outcome = Outcome{Kind: OK, Remote: ctx.RemoteAddr()}
+}
+
+// forward sends the request upstream and arranges for the response.
+func (e *exchange) forward(ctx *fasthttp.RequestCtx) {
+	p := e.p
+	req := &ctx.Request
+	e.prepareRequest(ctx)
+
+	resp := &e.resp
+	// Without this fasthttp invents "Content-Type: text/plain" for responses
+	// that have none, and the client would see a header the service never sent.
+	resp.Header.SetNoDefaultContentType(true)
+	err := p.client.DoDeadline(req, resp, e.admittedAt.Add(p.timeout))
+	if err != nil {
+		e.upstreamFailed(ctx, err)
+		return
+	}
+	e.outcome.UpstreamStatus = resp.StatusCode()
+
+	length := resp.Header.ContentLength()
+	stream := resp.BodyStream()
+	switch {
+	case stream == nil:
+		e.servedAt = time.Now()
+		e.buffered.Reset(nil)
+		e.body = &e.buffered
+	case length >= 0 && length <= ResponseBufferBytes:
+		e.buf, err = readBody(stream, e.buf[:0], length)
+		// Close before checking err: a stream read to its end returns the
+		// connection to the pool, one that failed closes it.
+		_ = resp.CloseBodyStream()
+		if err != nil {
+			e.upstreamFailed(ctx, err)
+			return
+		}
+		e.servedAt = time.Now()
+		e.buffered.Reset(e.buf)
+		e.body = &e.buffered
+	default:
+		e.body = stream
+		e.streaming = true
+		if length < 0 {
+			length = -1 // chunked to the client, whatever the upstream did
+		}
+	}
+
+	out := &ctx.Response.Header
+	resp.Header.CopyTo(out)
+	e.names = removeHopHeaders(out, e.names)
+	// The upstream closing its connection says nothing about the client's.
+	out.ResetConnectionClose()
+	out.SetNoDefaultContentType(true)
+	e.addServerTiming(ctx)
+	// A client that gave up is worth knowing about (the work was wasted),
+	// but fasthttp's write to a closed socket often succeeds into the
+	// kernel's buffer, so ask the socket. Clients do not give up within
+	// milliseconds, and the check costs a syscall and two allocations, so
+	// quick requests skip it.
+	if time.Since(e.start) >= clientCheckAfter && peerGone(ctx.Conn()) {
+		e.outcome.Kind = ClientClosed
+	}
+	e.handOff(ctx, length, resp.StatusCode())
+}
+
+// prepareRequest turns the client's request into the upstream's, in place.
+func (e *exchange) prepareRequest(ctx *fasthttp.RequestCtx) {
+	h := &ctx.Request.Header
+	// The client's "Connection: close" is about its own connection; left
+	// in, it would make fasthttp close a pooled upstream connection.
+	h.ResetConnectionClose()
+	e.names = removeHopHeaders(h, e.names)
+	// fasthttp already answered "100 Continue"; the upstream must not be
+	// asked to answer it again.
+	h.DelBytes(headerExpect)
+	e.scratch = setForwarded(h, ctx.RemoteAddr(), e.scratch)
+	if len(h.Host()) == 0 {
+		h.SetHost(e.p.host)
+	}
+	if declared := h.ContentLength(); declared > RequestPrefetchBytes || declared == -1 {
+		// The rest of this body is still on the client's connection. Wrap it
+		// to enforce the limit on chunked bodies and to tell a client that
+		// stops sending from an upstream that stops reading.
+		e.reqBody = requestBody{r: ctx.Request.BodyStream(), max: e.p.maxBody}
+		ctx.Request.SetBodyStream(&e.reqBody, declared)
+	}
+}
+
+// readBody reads a stream of known small length into buf, to its end, so
+// that fasthttp sees the end and can reuse the connection.
+func readBody(r io.Reader, buf []byte, length int) ([]byte, error) {
+	if cap(buf) < length {
+		buf = make([]byte, 0, length)
+	}
+	for {
+		if len(buf) == cap(buf) {
+			// One more byte than declared would be a protocol error;
+			// growing lets io.EOF arrive or the excess show.
+			buf = append(buf, 0)[:len(buf)]
+		}
+		n, err := r.Read(buf[len(buf):cap(buf)])
+		buf = buf[:len(buf)+n]
+		if err == io.EOF {
+			if len(buf) != length {
+				return buf, io.ErrUnexpectedEOF
+			}
+			return buf, nil
+		}
+		if err != nil {
+			return buf, err
+		}
+		if len(buf) > length {
+			return buf, errors.New("proxy: response body longer than Content-Length")
+		}
+	}
+}
+
+// rejected answers a request the Admitter did not admit.
+func (e *exchange) rejected(ctx *fasthttp.RequestCtx, err error) {
+	e.rejectedAt = time.Now()
+	switch {
+	case errors.Is(err, limiter.ErrQueueFull):
+		e.respond(ctx, fasthttp.StatusServiceUnavailable, RejectedQueueFull, msgQueueFull)
+	case errors.Is(err, limiter.ErrQueueTimeout):
+		e.respond(ctx, fasthttp.StatusServiceUnavailable, RejectedQueueTimeout, msgQueueTimeout)
+	case errors.Is(err, limiter.ErrBulkheadFull):
+		e.respond(ctx, fasthttp.StatusServiceUnavailable, RejectedBulkhead, msgBulkheadFull)
+	case errors.Is(err, limiter.ErrMemoryFull):
+		e.respond(ctx, fasthttp.StatusServiceUnavailable, RejectedMemory, msgMemoryFull)
+	case errors.Is(err, context.Canceled):
+		// Nobody is left to read an answer; close rather than write one.
+		ctx.SetConnectionClose()
+		e.respond(ctx, fasthttp.StatusServiceUnavailable, ClientClosed, msgClientClosed)
+	default:
+		e.p.log.Error("admitter failed", "err", err)
+		e.respond(ctx, fasthttp.StatusInternalServerError, InternalError, msgInternal)
+	}
+}
+
+// upstreamFailed answers an admitted request whose upstream did not deliver
+// a response. Nothing has been sent to the client yet.
+func (e *exchange) upstreamFailed(ctx *fasthttp.RequestCtx, err error) {
+	e.servedAt = time.Now()
+	switch {
+	case errors.Is(err, errBodyTooLarge):
+		// The upstream saw part of a body and then a broken stream; that
+		// connection is gone, the client gets the real reason.
+		ctx.SetConnectionClose()
+		e.respond(ctx, fasthttp.StatusRequestEntityTooLarge, BadRequest, msgBodyTooLarge)
+	case errors.Is(err, errClientBody):
+		ctx.SetConnectionClose()
+		e.respond(ctx, fasthttp.StatusBadRequest, ClientClosed, msgClientClosed)
+	case isTimeout(err):
+		e.respond(ctx, fasthttp.StatusGatewayTimeout, UpstreamTimeout, msgUpstreamTimeout)
+	default:
+		e.p.log.Debug("upstream failed", "err", err)
+		e.respond(ctx, fasthttp.StatusBadGateway, UpstreamError, msgUpstreamError)
+	}
+}
+
+// isTimeout reports whether err is fasthttp's or the network's timeout. It
+// is a function of its own so that the error variable errors.As needs
+// escapes only on this rare path, not in every caller's frame.
+func isTimeout(err error) bool {
+	var netErr net.Error
+	return errors.Is(err, fasthttp.ErrTimeout) || errors.As(err, &netErr) && netErr.Timeout()
+}
+
+// respond answers with the proxy's own short plain-text response.
+func (e *exchange) respond(ctx *fasthttp.RequestCtx, status int, kind Kind, msg string) {
+	_ = e.resp.CloseBodyStream()
+	e.outcome.Kind = kind
+	out := &ctx.Response
+	out.Header.SetContentType(textPlain)
+	if status == fasthttp.StatusServiceUnavailable && kind != ClientClosed {
+		e.scratch = strconv.AppendInt(e.scratch[:0], e.retryAfterSeconds(kind), 10)
+		out.Header.SetCanonical(headerRetryAfter, e.scratch)
+	}
+	e.addServerTiming(ctx)
+	e.buf = append(e.buf[:0], msg...)
+	e.buffered.Reset(e.buf)
+	e.body = &e.buffered
+	e.handOff(ctx, len(e.buf), status)
+}
+
+func (e *exchange) retryAfterSeconds(kind Kind) int64 {
+	if e.p.retryAfter == nil {
+		return 1
+	}
+	d := e.p.retryAfter(kind)
+	s := int64((d + time.Second - 1) / time.Second)
+	return max(s, 1)
+}
+
+// addServerTiming writes "queue;dur=<ms>, upstream;dur=<ms>" (W3C Server
+// Timing). For a streamed body the upstream's time is measured to its
+// headers, the last moment before the header must be sent; the Outcome has
+// the time to its last byte.
+func (e *exchange) addServerTiming(ctx *fasthttp.RequestCtx) {
+	if !e.p.timing {
+		return
+	}
+	now := time.Now()
+	var queue, upstream time.Duration
+	if e.asked && !e.admitted {
+		queue = e.rejectedAt.Sub(e.start)
+	}
+	if e.admitted {
+		queue = e.admittedAt.Sub(e.start)
+		end := e.servedAt
+		if end.IsZero() {
+			end = now
+		}
+		upstream = end.Sub(e.admittedAt)
+	}
+	b := append(e.scratch[:0], "queue;dur="...)
+	b = appendMillis(b, queue)
+	b = append(b, ", upstream;dur="...)
+	b = appendMillis(b, upstream)
+	e.scratch = b
+	// Added, not set: the upstream's own Server-Timing entries stay.
+	ctx.Response.Header.AddBytesKV(headerServerTiming, b)
+}
+
+func appendMillis(b []byte, d time.Duration) []byte {
+	return strconv.AppendFloat(b, float64(d)/float64(time.Millisecond), 'f', 3, 64)
+}
+
+// handOff gives the exchange to fasthttp as the response body. It must be
+// the handler's last act: from here fasthttp may close the exchange, and
+// closing returns it to the pool.
+func (e *exchange) handOff(ctx *fasthttp.RequestCtx, length, status int) {
+	ctx.Response.SetStatusCode(status)
+	e.outcome.Status = status
+	e.handedOff = true
+	ctx.Response.SetBodyStream(e, length)
+}
+
+// Read serves the response body.
+func (e *exchange) Read(b []byte) (int, error) {
+	n, err := e.body.Read(b)
+	if e.streaming && err != nil {
+		if err == io.EOF {
+			e.servedAt = time.Now()
+		} else {
+			e.readErr = err
+		}
+	}
+	return n, err
+}
+
+// CloseWithError is called by fasthttp once, after the response was written
+// (writeErr nil) or failed to write, or when fasthttp discards it.
+func (e *exchange) CloseWithError(writeErr error) error {
+	now := time.Now()
+	if e.streaming {
+		_ = e.resp.CloseBodyStream()
+		if e.servedAt.IsZero() {
+			e.servedAt = now
+		}
+	}
+	o := &e.outcome
+	switch {
+	case e.readErr != nil && isTimeout(e.readErr):
+		o.Kind = UpstreamTimeout
+	case e.readErr != nil:
+		o.Kind = UpstreamError
+	case writeErr != nil && o.Kind == OK:
+		o.Kind = ClientClosed
+	}
+	if o.Kind == ClientClosed {
+		o.Status = StatusClientClosed
+	}
+	e.finish(now)
+	return nil
+}
+
+// finish completes the Outcome, releases what the request held, reports it
+// and returns the exchange to its pool.
+func (e *exchange) finish(now time.Time) {
+	o := &e.outcome
+	o.Total = now.Sub(e.start)
+	o.Bytes = e.bytes
+	o.Admission, o.Admitted = e.asked, e.admitted
+	if e.admitted {
+		o.Queue = e.admittedAt.Sub(e.start)
+		o.Service = e.servedAt.Sub(e.admittedAt)
+		e.p.admit.Release(e.bytes)
+	} else if e.asked {
+		// Rejected: the whole wait was queueing, up to the rejection.
+		o.Queue = e.rejectedAt.Sub(e.start)
+	}
+	o.Method, o.Target = e.method, e.target
+	e.p.observe(o)
+
+	e.client.reset(nil)
+	e.resp.Reset()
+	e.reqBody = requestBody{}
+	e.body, e.readErr = nil, nil
+	e.buffered.Reset(nil)
+	e.outcome = Outcome{}
+	e.start, e.admittedAt, e.servedAt = time.Time{}, time.Time{}, time.Time{}
+	e.asked, e.admitted, e.streaming, e.handedOff, e.bytes = false, false, false, false, 0
+	e.rejectedAt = time.Time{}
+	// Keep scratch buffers, but not a large body's: a pool full of 64 KiB
+	// buffers would be memory held for nothing.
+	if cap(e.buf) > 16<<10 {
+		e.buf = nil
+	}
+	e.p.exchanges.Put(e)
+}
+
+// recoverPanic turns a panic in the handler into a 500 and an Outcome, so
+// a bug costs one request rather than the process.
+func (e *exchange) recoverPanic(ctx *fasthttp.RequestCtx) {
+	r := recover()
+	if r == nil {
+		return
+	}
+	e.p.log.Error("panic serving request", "panic", r, "stack", string(debug.Stack()))
+	if e.handedOff {
+		return // the response and its completion are already arranged
+	}
+	if e.admitted && e.servedAt.IsZero() {
+		e.servedAt = time.Now()
+	}
+	ctx.Response.Reset()
+	e.respond(ctx, fasthttp.StatusInternalServerError, InternalError, msgInternal)
+}
+
+// requestBody is the part of a request body still on the client's
+// connection, on its way to the upstream.
+type requestBody struct {
+	r      io.Reader
+	n, max int64
+	err    error // sticky
+}
+
+func (b *requestBody) Read(p []byte) (int, error) {
+	if b.err != nil {
+		return 0, b.err
+	}
+	n, err := b.r.Read(p)
+	b.n += int64(n)
+	if b.n > b.max {
+		// No bytes with the error: fasthttp's chunked writer sends whatever
+		// a Read returns and only looks at the error when there is none.
+		b.err = errBodyTooLarge
+		return 0, b.err
+	}
+	if err != nil && err != io.EOF {
+		// Deliver what arrived; the failure comes with the next Read.
+		b.err = errors.Join(errClientBody, err)
+		if n == 0 {
+			return 0, b.err
+		}
+		return n, nil
+	}
+	return n, err
+}

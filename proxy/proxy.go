@@ -1,0 +1,287 @@
+package proxy
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math"
+	"net"
+	"net/url"
+	"sync"
+	"time"
+
+	"github.com/valyala/fasthttp"
+)
+
+// Admitter decides when a request may go to the upstream. Acquire blocks
+// until the request is admitted, rejected (limiter's Err values) or ctx ends
+// because the client left; every nil return is matched by one Release with
+// the same bytes.
+type Admitter interface {
+	Acquire(ctx context.Context, bytes int64) error
+	Release(bytes int64)
+}
+
+// Sizes that bound what one request can hold in the proxy's memory.
+const (
+	// MaxHeaderBytes bounds a request's line and headers; beyond it the
+	// answer is 431. Tomcat's maxHttpHeaderSize has the same default.
+	MaxHeaderBytes = 8 << 10
+	// RequestPrefetchBytes is how much of a request body fasthttp reads
+	// before the handler runs; the rest streams to the upstream.
+	RequestPrefetchBytes = 8 << 10
+	// ResponseBufferBytes is the largest response body read whole before it
+	// is sent on: the upstream's time is then exact in Server-Timing, and a
+	// failure mid-body still gets a clean 502. Larger bodies stream.
+	ResponseBufferBytes = 64 << 10
+)
+
+// Config describes a Proxy.
+type Config struct {
+	// Upstream is the service's address as http://host:port. Required.
+	Upstream string
+	// Admitter admits requests. Required.
+	Admitter Admitter
+	// Observer receives each request's Outcome. If nil, outcomes are dropped.
+	Observer Observer
+	// UpstreamTimeout bounds an admitted request from admission to the
+	// upstream's last response byte, and the writing of its response. If
+	// zero, 60s.
+	UpstreamTimeout time.Duration
+	// MaxBodyBytes is the largest request body accepted; a larger one is
+	// answered 413 without reaching the upstream. If zero, 16 MiB.
+	MaxBodyBytes int64
+	// MaxConns caps connections to the upstream. Set it to the admission
+	// limit: a smaller pool would be a second, unmeasured queue. If zero,
+	// connections are not capped.
+	MaxConns int
+	// ServerTiming adds the Server-Timing header to every response.
+	ServerTiming bool
+	// RetryAfter returns the delay a rejected client is told to wait, for
+	// the Retry-After header; it is rounded up to whole seconds, at least 1.
+	// If nil, 1 second.
+	RetryAfter func(Kind) time.Duration
+	// Reserve returns the bytes a request reserves from the Admitter, given
+	// its declared body length (-1 when unknown). If nil, 0.
+	Reserve func(contentLength int) int64
+	// Logger receives the process log. If nil, slog.Default().
+	Logger *slog.Logger
+}
+
+// Proxy forwards requests to one upstream. Create it with New.
+type Proxy struct {
+	admit      Admitter
+	observer   Observer
+	timeout    time.Duration
+	maxBody    int64
+	timing     bool
+	retryAfter func(Kind) time.Duration
+	reserve    func(int) int64
+	log        *slog.Logger
+
+	client *fasthttp.HostClient
+	server *fasthttp.Server
+	host   string // upstream host:port, for requests that arrive without Host
+
+	exchanges sync.Pool
+}
+
+// New validates cfg and returns a Proxy.
+func New(cfg Config) (*Proxy, error) {
+	u, err := url.Parse(cfg.Upstream)
+	switch {
+	case err != nil:
+		return nil, fmt.Errorf("proxy: upstream %q: %w", cfg.Upstream, err)
+	case u.Scheme != "http" || u.Host == "":
+		return nil, fmt.Errorf("proxy: upstream %q: want http://host:port", cfg.Upstream)
+	case cfg.Admitter == nil:
+		return nil, errors.New("proxy: no Admitter")
+	case cfg.UpstreamTimeout < 0, cfg.MaxBodyBytes < 0, cfg.MaxConns < 0:
+		return nil, errors.New("proxy: negative UpstreamTimeout, MaxBodyBytes or MaxConns")
+	}
+	addr := u.Host
+	if u.Port() == "" {
+		addr = net.JoinHostPort(u.Hostname(), "80")
+	}
+	p := &Proxy{
+		admit:      cfg.Admitter,
+		observer:   cfg.Observer,
+		timeout:    cfg.UpstreamTimeout,
+		maxBody:    cfg.MaxBodyBytes,
+		timing:     cfg.ServerTiming,
+		retryAfter: cfg.RetryAfter,
+		reserve:    cfg.Reserve,
+		log:        cfg.Logger,
+		host:       u.Host,
+	}
+	if p.timeout == 0 {
+		p.timeout = 60 * time.Second
+	}
+	if p.maxBody == 0 {
+		p.maxBody = 16 << 20
+	}
+	if p.log == nil {
+		p.log = slog.Default()
+	}
+	maxConns := cfg.MaxConns
+	if maxConns == 0 {
+		maxConns = math.MaxInt32
+	}
+	p.client = &fasthttp.HostClient{
+		Addr:                     addr,
+		NoDefaultUserAgentHeader: true,
+		DisablePathNormalizing:   true,
+		MaxConns:                 maxConns,
+		// The pool is sized to the admission limit and a connection is back
+		// before its permit, so nothing should wait here; if something ever
+		// does, the wait is bounded and lands in service time.
+		MaxConnWaitTimeout: p.timeout,
+		// A proxy must not replay a request the client sent once: fasthttp
+		// retries idempotent requests five times by default.
+		MaxIdemponentCallAttempts: 1,
+		RetryIfErr:                func(*fasthttp.Request, int, error) (bool, bool) { return false, false },
+		StreamResponseBody:        true,
+		ReadBufferSize:            MaxHeaderBytes,
+	}
+	p.server = &fasthttp.Server{
+		Handler:               p.handle,
+		ErrorHandler:          p.handleMalformed,
+		ExpectHandler:         p.handleExpect,
+		NoDefaultServerHeader: true,
+		NoDefaultDate:         true,
+		NoDefaultContentType:  true,
+		ReadBufferSize:        MaxHeaderBytes,
+		// With StreamRequestBody, fasthttp reads at most 8 KiB of a body
+		// before the handler and streams the rest; the body limit is
+		// enforced by the handler, which knows what to count.
+		StreamRequestBody:            true,
+		MaxRequestBodySize:           int(min(p.maxBody, math.MaxInt32)),
+		DisablePreParseMultipartForm: true,
+		CloseOnShutdown:              true,
+		IdleTimeout:                  90 * time.Second,
+		// A client that will not read its response must not hold a permit
+		// forever.
+		WriteTimeout: p.timeout,
+		Logger:       fasthttpLogger{p.log},
+	}
+	p.exchanges.New = func() any { return &exchange{p: p} }
+	return p, nil
+}
+
+// Serve accepts connections on ln until Shutdown.
+func (p *Proxy) Serve(ln net.Listener) error {
+	return p.server.Serve(ln)
+}
+
+// Shutdown stops accepting connections and waits until every request in
+// progress, queued or admitted, has its response, or ctx ends.
+func (p *Proxy) Shutdown(ctx context.Context) error {
+	return p.server.ShutdownWithContext(ctx)
+}
+
+// Handler returns the request handler, for serving with a fasthttp server
+// of the caller's; Serve is the usual way.
+func (p *Proxy) Handler() fasthttp.RequestHandler {
+	return p.handle
+}
+
+// handle serves one request. Every path ends in e.respond or e.forward,
+// which hand the exchange to fasthttp as the response body; fasthttp closes
+// it once the response is written, and that close releases the permit and
+// reports the Outcome.
+func (p *Proxy) handle(ctx *fasthttp.RequestCtx) {
+	e := p.exchanges.Get().(*exchange)
+	e.begin(ctx)
+	defer e.recoverPanic(ctx)
+
+	req := &ctx.Request
+	declared := req.Header.ContentLength()
+	if int64(declared) > p.maxBody {
+		// The rest of the body is still coming; closing is cheaper than
+		// reading it to keep the connection.
+		ctx.SetConnectionClose()
+		e.respond(ctx, fasthttp.StatusRequestEntityTooLarge, BadRequest, msgBodyTooLarge)
+		return
+	}
+	if p.reserve != nil {
+		e.bytes = p.reserve(max(declared, -1))
+	}
+	e.asked = true
+	if err := p.admit.Acquire(&e.client, e.bytes); err != nil {
+		e.rejected(ctx, err)
+		return
+	}
+	e.admittedAt = time.Now()
+	e.admitted = true
+	// The poller, if the wait started one, has done its job.
+	e.client.reset(nil)
+	e.forward(ctx)
+}
+
+// handleExpect answers "Expect: 100-continue" before the body is sent, so a
+// client about to upload too much learns it without uploading.
+func (p *Proxy) handleExpect(ctx *fasthttp.RequestCtx) int {
+	if int64(ctx.Request.Header.ContentLength()) > p.maxBody {
+		p.observeUnhandled(ctx, fasthttp.StatusRequestEntityTooLarge)
+		return fasthttp.StatusRequestEntityTooLarge
+	}
+	return fasthttp.StatusContinue
+}
+
+// handleMalformed answers requests fasthttp could not read; the handler never
+// sees them.
+func (p *Proxy) handleMalformed(ctx *fasthttp.RequestCtx, err error) {
+	status, msg := fasthttp.StatusBadRequest, msgMalformed
+	var small *fasthttp.ErrSmallBuffer
+	var netErr net.Error
+	switch {
+	case errors.As(err, &small):
+		status, msg = fasthttp.StatusRequestHeaderFieldsTooLarge, msgHeadersTooLarge
+	case errors.Is(err, fasthttp.ErrBodyTooLarge):
+		status, msg = fasthttp.StatusRequestEntityTooLarge, msgBodyTooLarge
+	case errors.As(err, &netErr) && netErr.Timeout():
+		status, msg = fasthttp.StatusRequestTimeout, msgReadTimeout
+	}
+	ctx.Response.Reset()
+	ctx.Response.SetStatusCode(status)
+	ctx.Response.Header.SetContentType(textPlain)
+	ctx.Response.SetBodyString(msg)
+	p.log.Debug("malformed request", "remote", ctx.RemoteAddr().String(), "status", status, "err", err)
+	p.observeUnhandled(ctx, status)
+}
+
+// observeUnhandled reports a request answered before the handler ran.
+func (p *Proxy) observeUnhandled(ctx *fasthttp.RequestCtx, status int) {
+	e := p.exchanges.Get().(*exchange)
+	e.begin(ctx)
+	e.outcome = Outcome{Kind: BadRequest, Status: status}
+	e.finish(time.Now())
+}
+
+func (p *Proxy) observe(o *Outcome) {
+	if p.observer == nil {
+		return
+	}
+	defer func() {
+		// An observer's bug must cost a measurement, not the process.
+		if r := recover(); r != nil {
+			p.log.Error("observer panicked", "panic", r)
+		}
+	}()
+	p.observer.Observe(o)
+}
+
+// fasthttpLogger routes fasthttp's own messages (mostly connections that
+// broke) to the debug level: each is also an Outcome or a closed idle
+// connection, and at info they would flood the log under load.
+type fasthttpLogger struct{ log *slog.Logger }
+
+func (l fasthttpLogger) Printf(format string, args ...any) {
+	if l.log.Enabled(context.Background(), slog.LevelDebug) {
+		l.log.Debug(fmt.Sprintf(format, args...), "source", "fasthttp")
+	}
+}
+
+var _ io.Reader = (*exchange)(nil)
