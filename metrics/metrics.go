@@ -1,0 +1,192 @@
+package metrics
+
+import (
+	"errors"
+	"fmt"
+	"runtime"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+)
+
+// Outcomes are the values of loomgate_requests_total's outcome label.
+var Outcomes = []string{
+	"ok", "upstream_error", "upstream_timeout",
+	"rejected_queue_full", "rejected_queue_timeout", "rejected_bulkhead", "rejected_memory",
+	"client_closed", "bad_request", "internal_error",
+}
+
+// Buckets are the classic histogram buckets, in seconds, from 100µs to 60s:
+// wide enough for a cache hit and for a request that waited out the default
+// queue timeout. A native histogram is kept beside them for Prometheus
+// servers that scrape it.
+var Buckets = []float64{
+	0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05,
+	0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60,
+}
+
+// State is a snapshot of admission, read at each scrape.
+type State struct {
+	InFlight, Queued, Bytes int64
+}
+
+// Config describes the sidecar being measured.
+type Config struct {
+	// Registerer receives every collector. Required; the process's
+	// metrics need not live in a global registry.
+	Registerer prometheus.Registerer
+	// Mode is "fixed" or "unbounded", for loomgate_mode_info.
+	Mode string
+	// Limit and QueueLimit are the enforced bounds, 0 when there is none.
+	Limit, QueueLimit int
+	// MaxInFlightBytes is the memory bulkhead, 0 when there is none.
+	MaxInFlightBytes int64
+	// Version is the build's version, for loomgate_build_info.
+	Version string
+	// State returns current admission state. Required.
+	State func() State
+	// Peaks returns the highest in-flight, queued and bytes since its
+	// previous call. Required.
+	Peaks func() (inFlight, queued, bytes int64)
+}
+
+// Sample is one finished request.
+type Sample struct {
+	// Outcome is one of Outcomes.
+	Outcome string
+	// UpstreamStatus is the upstream's status code, 0 if it did not answer.
+	UpstreamStatus int
+	// Admission is set when the request reached admission, admitted or
+	// not; only those have a queue wait to record.
+	Admission bool
+	// Admitted is set when the request went to the upstream; only those
+	// have a service time.
+	Admitted              bool
+	Queue, Service, Total time.Duration
+}
+
+// Metrics records Samples and exports them with the admission state.
+type Metrics struct {
+	requests        map[string]prometheus.Counter
+	upstreamClasses [5]prometheus.Counter
+	queueWait       prometheus.Histogram
+	service         prometheus.Histogram
+	total           prometheus.Histogram
+}
+
+// New registers loomgate's collectors, the Go runtime's and the process's
+// with cfg.Registerer.
+func New(cfg Config) (*Metrics, error) {
+	if cfg.Registerer == nil || cfg.State == nil || cfg.Peaks == nil {
+		return nil, errors.New("metrics: Registerer, State and Peaks are required")
+	}
+	m := &Metrics{requests: make(map[string]prometheus.Counter, len(Outcomes))}
+
+	requests := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "loomgate_requests_total",
+		Help: "Requests finished, by outcome.",
+	}, []string{"outcome"})
+	// Every series exists from the start, so rate() and alerts work before
+	// the first rejection ever happens.
+	for _, o := range Outcomes {
+		m.requests[o] = requests.WithLabelValues(o)
+	}
+	upstream := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "loomgate_upstream_responses_total",
+		Help: "Responses received from the upstream, by status class.",
+	}, []string{"code_class"})
+	for i := range m.upstreamClasses {
+		m.upstreamClasses[i] = upstream.WithLabelValues(fmt.Sprintf("%dxx", i+1))
+	}
+	histogram := func(name, help string) prometheus.Histogram {
+		return prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:                            name,
+			Help:                            help,
+			Buckets:                         Buckets,
+			NativeHistogramBucketFactor:     1.1,
+			NativeHistogramMaxBucketNumber:  160,
+			NativeHistogramMinResetDuration: time.Hour,
+		})
+	}
+	m.queueWait = histogram("loomgate_queue_wait_seconds", "Time from the request being read to its admission or rejection.")
+	m.service = histogram("loomgate_service_seconds", "Time from admission to the upstream's last response byte.")
+	m.total = histogram("loomgate_request_seconds", "Time from the request being read to its response being written.")
+
+	gauge := func(name, help string, f func(State) int64) prometheus.Collector {
+		return prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name, Help: help},
+			func() float64 { return float64(f(cfg.State())) })
+	}
+	constant := func(name, help string, v float64, labels prometheus.Labels) prometheus.Collector {
+		g := prometheus.NewGauge(prometheus.GaugeOpts{Name: name, Help: help, ConstLabels: labels})
+		g.Set(v)
+		return g
+	}
+	cs := []prometheus.Collector{
+		requests, upstream, m.queueWait, m.service, m.total,
+		gauge("loomgate_in_flight", "Requests admitted and not finished.", func(s State) int64 { return s.InFlight }),
+		gauge("loomgate_queued", "Requests waiting for admission.", func(s State) int64 { return s.Queued }),
+		gauge("loomgate_in_flight_bytes", "Bytes reserved by admitted and waiting requests.", func(s State) int64 { return s.Bytes }),
+		constant("loomgate_limit", "Enforced concurrency limit, 0 when there is none.", float64(cfg.Limit), nil),
+		constant("loomgate_queue_limit", "Most requests allowed to wait, 0 when the queue is bounded by time alone or absent.", float64(cfg.QueueLimit), nil),
+		constant("loomgate_max_in_flight_bytes", "Memory bulkhead in bytes, 0 when there is none.", float64(cfg.MaxInFlightBytes), nil),
+		constant("loomgate_mode_info", "The admission mode in force.", 1, prometheus.Labels{"mode": cfg.Mode}),
+		constant("loomgate_build_info", "The running build.", 1, prometheus.Labels{"version": cfg.Version, "goversion": runtime.Version()}),
+		newPeakCollector(cfg.Peaks),
+		collectors.NewGoCollector(),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+	}
+	for _, c := range cs {
+		if err := cfg.Registerer.Register(c); err != nil {
+			return nil, fmt.Errorf("metrics: %w", err)
+		}
+	}
+	return m, nil
+}
+
+// Record adds one finished request. It does not allocate.
+func (m *Metrics) Record(s Sample) {
+	if c, ok := m.requests[s.Outcome]; ok {
+		c.Inc()
+	}
+	if class := s.UpstreamStatus / 100; class >= 1 && class <= 5 {
+		m.upstreamClasses[class-1].Inc()
+	}
+	if s.Admission {
+		m.queueWait.Observe(s.Queue.Seconds())
+	}
+	if s.Admitted {
+		m.service.Observe(s.Service.Seconds())
+	}
+	m.total.Observe(s.Total.Seconds())
+}
+
+// peakCollector exports the high-water marks since the previous scrape. A
+// gauge scraped every 15 s misses a burst that fills the queue for 2 s; its
+// peak does not.
+type peakCollector struct {
+	peaks                      func() (inFlight, queued, bytes int64)
+	inFlight, queued, bytesMax *prometheus.Desc
+}
+
+func newPeakCollector(peaks func() (int64, int64, int64)) *peakCollector {
+	return &peakCollector{
+		peaks:    peaks,
+		inFlight: prometheus.NewDesc("loomgate_in_flight_max", "Highest loomgate_in_flight since the previous scrape.", nil, nil),
+		queued:   prometheus.NewDesc("loomgate_queued_max", "Highest loomgate_queued since the previous scrape.", nil, nil),
+		bytesMax: prometheus.NewDesc("loomgate_in_flight_bytes_max", "Highest loomgate_in_flight_bytes since the previous scrape.", nil, nil),
+	}
+}
+
+func (c *peakCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- c.inFlight
+	ch <- c.queued
+	ch <- c.bytesMax
+}
+
+func (c *peakCollector) Collect(ch chan<- prometheus.Metric) {
+	inFlight, queued, bytes := c.peaks()
+	ch <- prometheus.MustNewConstMetric(c.inFlight, prometheus.GaugeValue, float64(inFlight))
+	ch <- prometheus.MustNewConstMetric(c.queued, prometheus.GaugeValue, float64(queued))
+	ch <- prometheus.MustNewConstMetric(c.bytesMax, prometheus.GaugeValue, float64(bytes))
+}

@@ -1,0 +1,188 @@
+package metrics
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+)
+
+type fakeState struct {
+	state                    State
+	peakIn, peakQ, peakBytes int64
+	peaksCalls               int
+}
+
+func (f *fakeState) State() State { return f.state }
+func (f *fakeState) Peaks() (int64, int64, int64) {
+	f.peaksCalls++
+	return f.peakIn, f.peakQ, f.peakBytes
+}
+
+func newTestMetrics(t testing.TB) (*Metrics, *prometheus.Registry, *fakeState) {
+	t.Helper()
+	reg := prometheus.NewRegistry()
+	fs := &fakeState{}
+	m, err := New(Config{
+		Registerer: reg, Mode: "fixed", Limit: 4, QueueLimit: 10, Version: "test",
+		State: fs.State, Peaks: fs.Peaks,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m, reg, fs
+}
+
+func TestNewRequiresItsInputs(t *testing.T) {
+	if _, err := New(Config{}); err == nil {
+		t.Error("New(Config{}) = nil error; want one naming what is required")
+	}
+}
+
+func TestRecord(t *testing.T) {
+	m, reg, _ := newTestMetrics(t)
+	m.Record(Sample{Outcome: "ok", UpstreamStatus: 200, Admission: true, Admitted: true, Queue: 2 * time.Millisecond, Service: 100 * time.Millisecond, Total: 103 * time.Millisecond})
+	m.Record(Sample{Outcome: "ok", UpstreamStatus: 503, Admission: true, Admitted: true, Service: 5 * time.Millisecond, Total: 6 * time.Millisecond})
+	m.Record(Sample{Outcome: "rejected_queue_timeout", Admission: true, Queue: 30 * time.Second, Total: 30 * time.Second})
+	m.Record(Sample{Outcome: "bad_request"})
+
+	want := `
+# HELP loomgate_requests_total Requests finished, by outcome.
+# TYPE loomgate_requests_total counter
+loomgate_requests_total{outcome="bad_request"} 1
+loomgate_requests_total{outcome="client_closed"} 0
+loomgate_requests_total{outcome="internal_error"} 0
+loomgate_requests_total{outcome="ok"} 2
+loomgate_requests_total{outcome="rejected_bulkhead"} 0
+loomgate_requests_total{outcome="rejected_memory"} 0
+loomgate_requests_total{outcome="rejected_queue_full"} 0
+loomgate_requests_total{outcome="rejected_queue_timeout"} 1
+loomgate_requests_total{outcome="upstream_error"} 0
+loomgate_requests_total{outcome="upstream_timeout"} 0
+# HELP loomgate_upstream_responses_total Responses received from the upstream, by status class.
+# TYPE loomgate_upstream_responses_total counter
+loomgate_upstream_responses_total{code_class="1xx"} 0
+loomgate_upstream_responses_total{code_class="2xx"} 1
+loomgate_upstream_responses_total{code_class="3xx"} 0
+loomgate_upstream_responses_total{code_class="4xx"} 0
+loomgate_upstream_responses_total{code_class="5xx"} 1
+`
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "loomgate_requests_total", "loomgate_upstream_responses_total"); err != nil {
+		t.Error(err)
+	}
+	for _, tt := range []struct {
+		name  string
+		count uint64
+		sum   float64
+	}{
+		{"loomgate_queue_wait_seconds", 3, 30.002},
+		{"loomgate_service_seconds", 2, 0.105},
+		{"loomgate_request_seconds", 4, 30.109},
+	} {
+		count, sum := histogram(t, reg, tt.name)
+		if count != tt.count || fmt.Sprintf("%.3f", sum) != fmt.Sprintf("%.3f", tt.sum) {
+			t.Errorf("%s count %d sum %.3f; want %d and %.3f", tt.name, count, sum, tt.count, tt.sum)
+		}
+	}
+}
+
+func histogram(t *testing.T, reg *prometheus.Registry, name string) (uint64, float64) {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == name {
+			h := mf.GetMetric()[0].GetHistogram()
+			return h.GetSampleCount(), h.GetSampleSum()
+		}
+	}
+	t.Fatalf("no %s", name)
+	return 0, 0
+}
+
+func TestGaugesAndLint(t *testing.T) {
+	_, reg, fs := newTestMetrics(t)
+	fs.state = State{InFlight: 3, Queued: 7, Bytes: 4096}
+	fs.peakIn, fs.peakQ, fs.peakBytes = 4, 9, 8192
+	want := `
+# HELP loomgate_in_flight Requests admitted and not finished.
+# TYPE loomgate_in_flight gauge
+loomgate_in_flight 3
+# HELP loomgate_queued Requests waiting for admission.
+# TYPE loomgate_queued gauge
+loomgate_queued 7
+# HELP loomgate_in_flight_bytes Bytes reserved by admitted and waiting requests.
+# TYPE loomgate_in_flight_bytes gauge
+loomgate_in_flight_bytes 4096
+# HELP loomgate_in_flight_max Highest loomgate_in_flight since the previous scrape.
+# TYPE loomgate_in_flight_max gauge
+loomgate_in_flight_max 4
+# HELP loomgate_queued_max Highest loomgate_queued since the previous scrape.
+# TYPE loomgate_queued_max gauge
+loomgate_queued_max 9
+# HELP loomgate_in_flight_bytes_max Highest loomgate_in_flight_bytes since the previous scrape.
+# TYPE loomgate_in_flight_bytes_max gauge
+loomgate_in_flight_bytes_max 8192
+# HELP loomgate_limit Enforced concurrency limit, 0 when there is none.
+# TYPE loomgate_limit gauge
+loomgate_limit 4
+# HELP loomgate_queue_limit Most requests allowed to wait, 0 when the queue is bounded by time alone or absent.
+# TYPE loomgate_queue_limit gauge
+loomgate_queue_limit 10
+# HELP loomgate_mode_info The admission mode in force.
+# TYPE loomgate_mode_info gauge
+loomgate_mode_info{mode="fixed"} 1
+`
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want),
+		"loomgate_in_flight", "loomgate_queued", "loomgate_in_flight_bytes", "loomgate_in_flight_max",
+		"loomgate_queued_max", "loomgate_in_flight_bytes_max", "loomgate_limit", "loomgate_queue_limit", "loomgate_mode_info"); err != nil {
+		t.Error(err)
+	}
+	if fs.peaksCalls != 1 {
+		t.Errorf("one scrape called Peaks %d times; want 1 (each call restarts the period)", fs.peaksCalls)
+	}
+	problems, err := testutil.GatherAndLint(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range problems {
+		t.Errorf("lint: %s: %s", p.Metric, p.Text)
+	}
+}
+
+func TestRecordDoesNotAllocate(t *testing.T) {
+	m, _, _ := newTestMetrics(t)
+	s := Sample{Outcome: "ok", UpstreamStatus: 200, Admission: true, Admitted: true, Queue: time.Millisecond, Service: time.Millisecond, Total: 2 * time.Millisecond}
+	if n := testing.AllocsPerRun(1000, func() { m.Record(s) }); n != 0 {
+		t.Errorf("Record allocates %v times per call; want 0", n)
+	}
+}
+
+func BenchmarkRecord(b *testing.B) {
+	m, _, _ := newTestMetrics(b)
+	s := Sample{Outcome: "ok", UpstreamStatus: 200, Admission: true, Admitted: true, Queue: time.Millisecond, Service: 40 * time.Millisecond, Total: 42 * time.Millisecond}
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			m.Record(s)
+		}
+	})
+}
+
+func ExampleMetrics_Record() {
+	reg := prometheus.NewRegistry()
+	m, _ := New(Config{
+		Registerer: reg, Mode: "unbounded", Version: "dev",
+		State: func() State { return State{} },
+		Peaks: func() (int64, int64, int64) { return 0, 0, 0 },
+	})
+	m.Record(Sample{Outcome: "ok", UpstreamStatus: 200, Admission: true, Admitted: true, Service: 120 * time.Millisecond, Total: 121 * time.Millisecond})
+	n, _ := testutil.GatherAndCount(reg, "loomgate_service_seconds")
+	fmt.Println("service histograms:", n)
+	// Output: service histograms: 1
+}
