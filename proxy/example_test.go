@@ -1,0 +1,47 @@
+package proxy_test
+
+import (
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+
+	"github.com/loomgate/loomgate/limiter"
+	"github.com/loomgate/loomgate/proxy"
+)
+
+type printer struct{ done chan struct{} }
+
+func (p printer) Observe(o *proxy.Outcome) {
+	fmt.Println(o.Kind, o.Status, o.UpstreamStatus, o.Admitted)
+	close(p.done)
+}
+
+func Example() {
+	service := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.WriteString(w, "hello from the service")
+	}))
+	defer service.Close()
+
+	lim, _ := limiter.New(limiter.Config{Mode: limiter.Fixed, Workers: 10})
+	obs := printer{done: make(chan struct{})}
+	p, err := proxy.New(proxy.Config{Upstream: service.URL, Admitter: lim, Observer: obs, MaxConns: 10})
+	if err != nil {
+		panic(err)
+	}
+	ln, _ := net.Listen("tcp", "127.0.0.1:0")
+	go p.Serve(ln)
+
+	resp, err := http.Get("http://" + ln.Addr().String() + "/")
+	if err != nil {
+		panic(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	<-obs.done
+	fmt.Println(string(body))
+	// Output:
+	// ok 200 200 true
+	// hello from the service
+}
