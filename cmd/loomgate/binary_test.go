@@ -1,0 +1,251 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+var (
+	binOnce sync.Once
+	binDir  string
+	binPath string
+	binErr  error
+)
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if binDir != "" {
+		os.RemoveAll(binDir)
+	}
+	os.Exit(code)
+}
+
+// loomgateBinary builds the command once per test run, for tests of what
+// only a real process shows: exit codes, signals, stderr.
+func loomgateBinary(t testing.TB) string {
+	t.Helper()
+	binOnce.Do(func() {
+		binDir, binErr = os.MkdirTemp("", "loomgate-bin")
+		if binErr != nil {
+			return
+		}
+		binPath = filepath.Join(binDir, "loomgate")
+		out, err := exec.Command("go", "build", "-o", binPath, ".").CombinedOutput()
+		if err != nil {
+			binErr = fmt.Errorf("go build: %v\n%s", err, out)
+		}
+	})
+	if binErr != nil {
+		t.Fatal(binErr)
+	}
+	return binPath
+}
+
+// TestBadVariableExits2 runs the built binary with each kind of bad input
+// and checks it refuses to start, naming the variable.
+func TestBadVariableExits2(t *testing.T) {
+	bin := loomgateBinary(t)
+	tests := []struct {
+		env  []string
+		name string // the variable stderr must name
+	}{
+		{[]string{"LOOMGATE_MODE=turbo"}, "LOOMGATE_MODE"},
+		{[]string{"LOOMGATE_MODE=fixed", "LOOMGATE_WORKERS=0"}, "LOOMGATE_WORKERS"},
+		{[]string{"LOOMGATE_MODE=fixed", "LOOMGATE_WORKERS=-3"}, "LOOMGATE_WORKERS"},
+		{[]string{"LOOMGATE_MODE=fixed", "LOOMGATE_QUEUE_SIZE=-1"}, "LOOMGATE_QUEUE_SIZE"},
+		{[]string{"LOOMGATE_BULKHEAD=-5"}, "LOOMGATE_BULKHEAD"},
+		{[]string{"LOOMGATE_MAX_INFLIGHT_BYTES=-1"}, "LOOMGATE_MAX_INFLIGHT_BYTES"},
+		{[]string{"LOOMGATE_MAX_BODY_BYTES=12 parsecs"}, "LOOMGATE_MAX_BODY_BYTES"},
+		{[]string{"LOOMGATE_MODE=fixed", "LOOMGATE_QUEUE_TIMEOUT=100"}, "LOOMGATE_QUEUE_TIMEOUT"},
+		{[]string{"LOOMGATE_UPSTREAM_TIMEOUT=5"}, "LOOMGATE_UPSTREAM_TIMEOUT"},
+		{[]string{"LOOMGATE_UPSTREAM=https://service:8443"}, "LOOMGATE_UPSTREAM"},
+		{[]string{"LOOMGATE_UPSTREAM=127.0.0.1:8081"}, "LOOMGATE_UPSTREAM"},
+		{[]string{"LOOMGATE_UPSTREAM=http://service:8081/api"}, "LOOMGATE_UPSTREAM"},
+		{[]string{"LOOMGATE_MODE=fixed", "LOOMGATE_BULKHEAD=10"}, "LOOMGATE_BULKHEAD"},
+		{[]string{"LOOMGATE_WORKERS=10"}, "LOOMGATE_WORKERS"},
+		{[]string{"LOOMGATE_BULKHEAD_WAIT=1s"}, "LOOMGATE_BULKHEAD_WAIT"},
+		{[]string{"LOOMGATE_ACCESS_LOG=yaml"}, "LOOMGATE_ACCESS_LOG"},
+		{[]string{"LOOMGATE_SERVER_TIMING=perhaps"}, "LOOMGATE_SERVER_TIMING"},
+		{[]string{"LOOMGATE_LISTEN=127.0.0.1:9090", "LOOMGATE_ADMIN_LISTEN=127.0.0.1:9090"}, "LOOMGATE_ADMIN_LISTEN"},
+		{[]string{"LOOMGATE_WORKRS=10"}, "LOOMGATE_WORKRS"},
+	}
+	for _, tt := range tests {
+		t.Run(strings.Join(tt.env, " "), func(t *testing.T) {
+			// A bound on the run: a case the parser wrongly accepts would
+			// otherwise serve until the test binary's own timeout.
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			cmd := exec.CommandContext(ctx, bin)
+			// Listeners that would work, so that only the bad variable fails.
+			cmd.Env = append([]string{"LOOMGATE_LISTEN=127.0.0.1:0", "LOOMGATE_ADMIN_LISTEN=127.0.0.1:0"}, tt.env...)
+			var stderr bytes.Buffer
+			cmd.Stderr = &stderr
+			err := cmd.Run()
+			var exit *exec.ExitError
+			if !errors.As(err, &exit) || exit.ExitCode() != 2 {
+				t.Fatalf("exit = %v; want status 2", err)
+			}
+			if !strings.Contains(stderr.String(), tt.name+"=") {
+				t.Errorf("stderr = %q; want it to name %s", stderr.String(), tt.name)
+			}
+		})
+	}
+}
+
+func TestAllProblemsAtOnce(t *testing.T) {
+	cmd := exec.Command(loomgateBinary(t))
+	cmd.Env = []string{"LOOMGATE_MODE=fixed", "LOOMGATE_WORKERS=none", "LOOMGATE_QUEUE_TIMEOUT=5", "LOOMGATE_UPSTREAM=ftp://x"}
+	out, _ := cmd.CombinedOutput()
+	for _, name := range []string{"LOOMGATE_WORKERS", "LOOMGATE_QUEUE_TIMEOUT", "LOOMGATE_UPSTREAM"} {
+		if !strings.Contains(string(out), name+"=") {
+			t.Errorf("output lacks %s:\n%s", name, out)
+		}
+	}
+}
+
+func TestHelpListsEveryVariable(t *testing.T) {
+	out, err := exec.Command(loomgateBinary(t), "-h").Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, v := range configVars() {
+		if !strings.Contains(string(out), v.Name+" (default ") {
+			t.Errorf("-h does not list %s with its default", v.Name)
+		}
+	}
+}
+
+// freePort returns a loopback address nothing listens on.
+func freePort(t testing.TB) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+// TestDrainOnSIGTERM sends SIGTERM while requests are both in flight and
+// queued: readiness fails, and every one of them still gets its 200.
+func TestDrainOnSIGTERM(t *testing.T) {
+	upURL, _ := slowUpstream(t, 400*time.Millisecond)
+	traffic, admin := freePort(t), freePort(t)
+	cmd := exec.Command(loomgateBinary(t))
+	cmd.Env = []string{
+		"LOOMGATE_LISTEN=" + traffic, "LOOMGATE_ADMIN_LISTEN=" + admin, "LOOMGATE_UPSTREAM=" + upURL,
+		"LOOMGATE_MODE=fixed", "LOOMGATE_WORKERS=2", "LOOMGATE_DRAIN_TIMEOUT=20s",
+	}
+	stderr := &syncBuffer{}
+	cmd.Stderr = stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer cmd.Process.Kill()
+	waitUntil(t, func() bool {
+		resp, err := http.Get("http://" + admin + "/readyz")
+		if err == nil {
+			resp.Body.Close()
+		}
+		return err == nil && resp.StatusCode == 200
+	})
+
+	// 6 requests on 2 workers: 2 in flight, 4 queued, about 1.2 s of work.
+	const n = 6
+	results := make(chan error, n)
+	for range n {
+		go func() {
+			c, err := net.Dial("tcp", traffic)
+			if err != nil {
+				results <- err
+				return
+			}
+			defer c.Close()
+			io.WriteString(c, "GET /drain HTTP/1.1\r\nHost: x\r\n\r\n")
+			c.SetReadDeadline(time.Now().Add(20 * time.Second))
+			resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+			if err == nil && resp.StatusCode != 200 {
+				err = fmt.Errorf("status %d", resp.StatusCode)
+			}
+			results <- err
+		}()
+	}
+	waitUntil(t, func() bool { return strings.Count(metricsText(t, admin), "\nloomgate_queued 4") == 1 })
+
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, func() bool {
+		resp, err := http.Get("http://" + admin + "/readyz")
+		if err != nil {
+			return true // already past the drain
+		}
+		resp.Body.Close()
+		return resp.StatusCode == 503
+	})
+	for range n {
+		if err := <-results; err != nil {
+			t.Errorf("request admitted or queued before SIGTERM: %v; want 200", err)
+		}
+	}
+	waitErr := make(chan error, 1)
+	go func() { waitErr <- cmd.Wait() }()
+	select {
+	case err := <-waitErr:
+		if err != nil {
+			t.Errorf("exit = %v; want 0 after draining\n%s", err, stderr)
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatalf("still running 15s after SIGTERM\n%s", stderr)
+	}
+	if _, err := net.DialTimeout("tcp", traffic, time.Second); err == nil {
+		t.Error("traffic listener still accepts after exit")
+	}
+	if !strings.Contains(stderr.String(), "drained") {
+		t.Errorf("log lacks the drain:\n%s", stderr)
+	}
+}
+
+func metricsText(t testing.TB, admin string) string {
+	t.Helper()
+	resp, err := http.Get("http://" + admin + "/metrics")
+	if err != nil {
+		return ""
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return string(b)
+}
+
+// syncBuffer is a bytes.Buffer safe to write from a process's pipe copier
+// while a test reads it.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}

@@ -1,0 +1,321 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"log/slog"
+	"math"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	dto "github.com/prometheus/client_model/go"
+)
+
+// testSidecar is a sidecar running in this process on loopback.
+type testSidecar struct {
+	*sidecar
+	URL, AdminURL string
+}
+
+// startSidecar runs a sidecar configured from env (LOOMGATE_ names; the
+// listeners are always on 127.0.0.1:0).
+func startSidecar(t testing.TB, env map[string]string) *testSidecar {
+	t.Helper()
+	environ := []string{"LOOMGATE_LISTEN=127.0.0.1:0", "LOOMGATE_ADMIN_LISTEN=127.0.0.1:1"}
+	for k, v := range env {
+		environ = append(environ, k+"="+v)
+	}
+	cfg, err := parseConfig(environ)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := newSidecar(cfg, slog.New(slog.NewTextHandler(io.Discard, nil)), io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	adminLn, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.serve(ln, adminLn)
+	t.Cleanup(func() { s.shutdown(5 * time.Second) })
+	return &testSidecar{sidecar: s, URL: "http://" + ln.Addr().String(), AdminURL: "http://" + adminLn.Addr().String()}
+}
+
+// slowUpstream answers every request after delay and records the most
+// requests it held at once.
+func slowUpstream(t testing.TB, delay time.Duration) (url string, most *atomic.Int64) {
+	t.Helper()
+	var now atomic.Int64
+	most = new(atomic.Int64)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		n := now.Add(1)
+		for m := most.Load(); n > m && !most.CompareAndSwap(m, n); m = most.Load() {
+		}
+		time.Sleep(delay)
+		now.Add(-1)
+		io.WriteString(w, "ok")
+	})}
+	go srv.Serve(ln)
+	t.Cleanup(func() { srv.Close() })
+	return "http://" + ln.Addr().String(), most
+}
+
+// histogram returns a histogram's count and sum from the sidecar's registry.
+func (s *testSidecar) histogram(t testing.TB, name string) (count uint64, sum float64) {
+	t.Helper()
+	mfs, err := s.registry.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == name {
+			h := mf.GetMetric()[0].GetHistogram()
+			return h.GetSampleCount(), h.GetSampleSum()
+		}
+	}
+	t.Fatalf("no metric %s", name)
+	return 0, 0
+}
+
+func (s *testSidecar) counter(t testing.TB, name string, labels ...string) float64 {
+	t.Helper()
+	mfs, err := s.registry.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			if labelsMatch(m, labels) {
+				if m.GetCounter() != nil {
+					return m.GetCounter().GetValue()
+				}
+				return m.GetGauge().GetValue()
+			}
+		}
+	}
+	t.Fatalf("no series %s%v", name, labels)
+	return 0
+}
+
+func labelsMatch(m *dto.Metric, kv []string) bool {
+	for i := 0; i+1 < len(kv); i += 2 {
+		found := false
+		for _, l := range m.GetLabel() {
+			if l.GetName() == kv[i] && l.GetValue() == kv[i+1] {
+				found = true
+			}
+		}
+		if !found {
+			return false
+		}
+	}
+	return true
+}
+
+// TestFixedPoolPinsThroughput is the physics the whole product rests on:
+// a fixed pool of 4 in front of a 100 ms service serves 4 / 0.1 s = 40 rps
+// whatever the offered load, and the rest of each request's time is queue.
+func TestFixedPoolPinsThroughput(t *testing.T) {
+	if testing.Short() {
+		t.Skip("3 s load test")
+	}
+	const (
+		workers = 4
+		service = 100 * time.Millisecond
+		clients = 40
+		warmup  = 500 * time.Millisecond
+		window  = 3 * time.Second
+	)
+	upURL, most := slowUpstream(t, service)
+	s := startSidecar(t, map[string]string{
+		"LOOMGATE_MODE": "fixed", "LOOMGATE_WORKERS": fmt.Sprint(workers), "LOOMGATE_UPSTREAM": upURL,
+	})
+	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: clients}, Timeout: 30 * time.Second}
+	var (
+		mu                 sync.Mutex
+		sent, inWindow     int
+		latencySum         time.Duration
+		completed, failure int
+	)
+	// Completions count from the warm-up's end: at the very start the
+	// pipeline is empty and the first 100 ms completes nothing.
+	from := time.Now().Add(warmup)
+	end := from.Add(window)
+	var wg sync.WaitGroup
+	for range clients {
+		wg.Go(func() {
+			for time.Now().Before(end) {
+				mu.Lock()
+				sent++
+				mu.Unlock()
+				t0 := time.Now()
+				resp, err := client.Get(s.URL + "/work")
+				if err == nil {
+					io.Copy(io.Discard, resp.Body)
+					resp.Body.Close()
+				}
+				done := time.Now()
+				mu.Lock()
+				if err != nil || resp.StatusCode != 200 {
+					failure++
+				} else {
+					completed++
+					latencySum += done.Sub(t0)
+					if done.After(from) && done.Before(end) {
+						inWindow++
+					}
+				}
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+
+	if failure > 0 {
+		t.Errorf("%d requests failed; want none (the queue holds them all)", failure)
+	}
+	rps := float64(inWindow) / window.Seconds()
+	want := workers / service.Seconds()
+	if math.Abs(rps-want)/want > 0.10 {
+		t.Errorf("throughput = %.1f rps; want %.0f ± 10%% (workers / service time)", rps, want)
+	}
+	if m := most.Load(); m > workers {
+		t.Errorf("upstream held %d requests at once; want at most %d", m, workers)
+	}
+
+	qCount, qSum := s.histogram(t, "loomgate_queue_wait_seconds")
+	sCount, sSum := s.histogram(t, "loomgate_service_seconds")
+	tCount, _ := s.histogram(t, "loomgate_request_seconds")
+	if int(qCount) != sent || int(sCount) != sent || int(tCount) != sent {
+		t.Errorf("histogram counts queue %d, service %d, total %d; want each = %d requests sent", qCount, sCount, tCount, sent)
+	}
+	meanQueue := qSum / float64(qCount)
+	meanService := sSum / float64(sCount)
+	clientMean := latencySum.Seconds() / float64(completed)
+	seen := clientMean - meanService
+	if math.Abs(meanQueue-seen)/seen > 0.10 {
+		t.Errorf("proxy's mean queue wait = %.3fs; clients saw %.3fs minus service %.3fs = %.3fs; want within 10%%",
+			meanQueue, clientMean, meanService, seen)
+	}
+	if ok := s.counter(t, "loomgate_requests_total", "outcome", "ok"); int(ok) != sent {
+		t.Errorf(`loomgate_requests_total{outcome="ok"} = %v; want %d`, ok, sent)
+	}
+	t.Logf("%d sent, %.1f rps, mean queue %.3fs, service %.3fs, client latency %.3fs", sent, rps, meanQueue, meanService, clientMean)
+	if st := s.limiter.Stats(); st.InFlight != 0 || st.Queued != 0 {
+		t.Errorf("after the load limiter = %+v; want idle", st)
+	}
+}
+
+func TestMetricsEndpoint(t *testing.T) {
+	upURL, _ := slowUpstream(t, 0)
+	s := startSidecar(t, map[string]string{
+		"LOOMGATE_MODE": "fixed", "LOOMGATE_WORKERS": "3", "LOOMGATE_QUEUE_SIZE": "7", "LOOMGATE_UPSTREAM": upURL,
+	})
+	for range 5 {
+		resp, err := http.Get(s.URL + "/")
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+	}
+	// Read first: every scrape restarts the high-water marks.
+	if got := s.counter(t, "loomgate_in_flight_max"); got < 1 {
+		t.Errorf("loomgate_in_flight_max after 5 requests = %v; want at least 1", got)
+	}
+	// The Outcome arrives just after the response bytes; let it land.
+	waitUntil(t, func() bool { return s.counter(t, "loomgate_requests_total", "outcome", "ok") == 5 })
+
+	problems, err := testutil.GatherAndLint(s.registry)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range problems {
+		t.Errorf("lint: %s: %s", p.Metric, p.Text)
+	}
+	for _, tt := range []struct {
+		name   string
+		labels []string
+		want   float64
+	}{
+		{"loomgate_requests_total", []string{"outcome", "ok"}, 5},
+		{"loomgate_requests_total", []string{"outcome", "rejected_queue_full"}, 0},
+		{"loomgate_upstream_responses_total", []string{"code_class", "2xx"}, 5},
+		{"loomgate_upstream_responses_total", []string{"code_class", "5xx"}, 0},
+		{"loomgate_limit", nil, 3},
+		{"loomgate_queue_limit", nil, 7},
+		{"loomgate_in_flight", nil, 0},
+		{"loomgate_queued", nil, 0},
+		{"loomgate_mode_info", []string{"mode", "fixed"}, 1},
+		{"loomgate_build_info", []string{"version", version}, 1},
+	} {
+		if got := s.counter(t, tt.name, tt.labels...); got != tt.want {
+			t.Errorf("%s%v = %v; want %v", tt.name, tt.labels, got, tt.want)
+		}
+	}
+	// Served over HTTP too, with the runtime's collectors.
+	resp, err := http.Get(s.AdminURL + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	for _, want := range []string{"loomgate_queue_wait_seconds_bucket{le=\"0.0001\"}", "go_goroutines", "process_resident_memory_bytes"} {
+		if !strings.Contains(string(body), want) {
+			t.Errorf("/metrics lacks %s", want)
+		}
+	}
+}
+
+func TestHealthAndReadiness(t *testing.T) {
+	upURL, _ := slowUpstream(t, 0)
+	s := startSidecar(t, map[string]string{"LOOMGATE_UPSTREAM": upURL})
+	for path, want := range map[string]int{"/healthz": 200, "/readyz": 200, "/debug/pprof/": 404} {
+		resp, err := http.Get(s.AdminURL + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != want {
+			t.Errorf("GET %s = %d; want %d", path, resp.StatusCode, want)
+		}
+	}
+	s.ready.Store(false)
+	resp, err := http.Get(s.AdminURL + "/readyz")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 503 {
+		t.Errorf("GET /readyz while draining = %d; want 503", resp.StatusCode)
+	}
+}
+
+func waitUntil(t testing.TB, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatal("condition not met within 10s")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
