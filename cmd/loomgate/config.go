@@ -137,7 +137,8 @@ func parseConfig(environ []string) (config, error) {
 
 	check("Listen", validListen(cfg.Listen), "not a listen address")
 	check("AdminListen", validListen(cfg.AdminListen), "not a listen address")
-	check("AdminListen", cfg.AdminListen != cfg.Listen, "the same as LOOMGATE_LISTEN; the admin listener must stay reachable when traffic is saturated")
+	check("AdminListen", cfg.AdminListen != cfg.Listen || strings.HasSuffix(cfg.Listen, ":0"),
+		"the same as LOOMGATE_LISTEN; the admin listener must stay reachable when traffic is saturated")
 	check("Upstream", validUpstream(cfg.Upstream) == nil, fmt.Sprint(validUpstream(cfg.Upstream)))
 	check("Mode", cfg.Mode == "fixed" || cfg.Mode == "unbounded", "unknown mode")
 	check("Workers", cfg.Workers >= 1 && cfg.Workers <= 1_000_000, "out of range")

@@ -2,11 +2,55 @@ package main
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"io"
 )
 
+// The demo is the crossover scenario, cut to three levels and short
+// windows so that it finishes in about a minute on two cores.
+const (
+	demoLevels = "50,200,1000"
+	demoWarmup = "2s"
+	demoWindow = "4s"
+	demoOut    = "loomgate-report"
+)
+
+// runDemo is `loomgate demo`: a stub, a sidecar in each mode and the bench,
+// in this process; the table and what it shows on stdout, the report in
+// ./loomgate-report/.
 func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	fmt.Fprintln(stderr, "loomgate demo: coming with the load rig; see the README for a two-terminal example")
-	return 2
+	fs := flag.NewFlagSet("loomgate demo", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	out := fs.String("out", demoOut, "directory for results.csv, results.json and report.html")
+	levels := fs.String("c", demoLevels, "concurrency levels, comma-separated")
+	warmup := fs.String("warmup", demoWarmup, "warm-up before each window")
+	window := fs.String("window", demoWindow, "measurement window of each level")
+	fs.Usage = func() {
+		fmt.Fprint(stderr, `Usage: loomgate demo [flags]
+
+Runs the crossover experiment in this process: a stub that answers after
+200 ms, loomgate in front of it as a fixed pool of 200 and as unbounded
+admission, and closed-loop load at each level. Prints the table and what it
+shows, and writes the report. For the other experiments: loomgate bench
+--scenario list.
+
+Flags:
+`)
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		if err == flag.ErrHelp {
+			return 0
+		}
+		return 2
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "loomgate demo: unexpected argument %q (loomgate demo -h)\n", fs.Arg(0))
+		return 2
+	}
+	fmt.Fprintln(stderr, "loomgate demo: fixed 200 against unbounded in front of a 200 ms upstream; about a minute")
+	return benchCommand(ctx, []string{
+		"--scenario", "crossover", "-c", *levels, "--warmup", *warmup, "--window", *window, "--out", *out,
+	}, scenarioLauncher, stdout, stderr)
 }

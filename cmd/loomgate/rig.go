@@ -2,16 +2,347 @@ package main
 
 import (
 	"context"
+	"errors"
+	"flag"
 	"fmt"
 	"io"
+	"log"
+	"net"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/loomgate/loomgate/bench"
+	"github.com/loomgate/loomgate/stub"
 )
 
+// scenarioLauncher starts a stub and a sidecar in this process for each run
+// of a scenario. Scenarios need it; without it, bench runs only against a
+// URL.
+var scenarioLauncher bench.Launcher
+
+// stubDrainTimeout is how long the stub lets requests in flight finish once
+// asked to stop.
+const stubDrainTimeout = 10 * time.Second
+
+// runStub runs the experiment upstream until ctx ends.
 func runStub(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	fmt.Fprintln(stderr, "loomgate stub: not in this build yet")
-	return 2
+	return stubCommand(ctx, args, os.LookupEnv, stdout, stderr)
 }
 
+// stubFlag is a flag of `loomgate stub` and the STUB_* variable that sets
+// its default.
+type stubFlag struct {
+	name, env string
+}
+
+func stubCommand(ctx context.Context, args []string, lookupEnv func(string) (string, bool), stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("loomgate stub", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	listen := fs.String("listen", ":8081", "address to serve on (STUB_LISTEN)")
+	pool := fs.Int("pool", 0, "serve every request through a hidden FIFO pool of this many workers, 0 = none (STUB_POOL)")
+	dbPool := fs.Int("db-pool", 10, "connections /db requests share (STUB_DB_POOL)")
+	fs.Usage = func() {
+		fmt.Fprint(stderr, `Usage: loomgate stub [flags]
+
+An upstream for experiments. Each request runs on its own goroutine unless
+--pool is set.
+
+  /wait?ms=N        block N ms
+  /cpu?iters=N      N rounds of CPU work (about 3 ns each)
+  /db?ms=N          hold one of --db-pool connections N ms, waiting FIFO
+  /mem?kb=N&ms=M    allocate and touch N KiB, hold it M ms
+  /pinned?ms=N      N ms inside one global critical section
+  /mixed            15 + 180 + 5 ms in sequence
+  /metrics          Prometheus: process memory, in flight, pools
+
+Every flag's default can also be set by the STUB_* variable named after it.
+
+Flags:
+`)
+		fs.PrintDefaults()
+	}
+
+	// Variables are applied first, as defaults, so that flags win.
+	for _, f := range []stubFlag{{"listen", "STUB_LISTEN"}, {"pool", "STUB_POOL"}, {"db-pool", "STUB_DB_POOL"}} {
+		v, ok := lookupEnv(f.env)
+		if !ok {
+			continue
+		}
+		// Only the numeric flags can refuse a value.
+		if err := fs.Set(f.name, v); err != nil {
+			fmt.Fprintf(stderr, "loomgate stub: %s=%q: want a whole number, as --%s takes\n", f.env, v, f.name)
+			return 2
+		}
+	}
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		return 2
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "loomgate stub: unexpected argument %q; it takes only flags (loomgate stub -h)\n", fs.Arg(0))
+		return 2
+	}
+	var bad []string
+	if *pool < 0 {
+		bad = append(bad, fmt.Sprintf("--pool %d: want 0 (no hidden pool) or more workers", *pool))
+	}
+	if *dbPool < 1 {
+		bad = append(bad, fmt.Sprintf("--db-pool %d: want at least 1 connection", *dbPool))
+	}
+	if len(bad) > 0 {
+		for _, b := range bad {
+			fmt.Fprintln(stderr, "loomgate stub:", b)
+		}
+		return 2
+	}
+
+	s, err := stub.New(stub.Config{
+		DBPool:   *dbPool,
+		Pool:     *pool,
+		ErrorLog: log.New(stderr, "loomgate stub: ", log.LstdFlags),
+	})
+	if err != nil {
+		fmt.Fprintf(stderr, "loomgate stub: %v\n", err)
+		return 2
+	}
+	ln, err := net.Listen("tcp", *listen)
+	if err != nil {
+		fmt.Fprintf(stderr, "loomgate stub: --listen %s: %v\n", *listen, err)
+		return 1
+	}
+	hidden := "no hidden pool"
+	if *pool > 0 {
+		hidden = fmt.Sprintf("hidden pool of %d", *pool)
+	}
+	fmt.Fprintf(stderr, "loomgate stub: listening on %s (db pool %d, %s)\n", ln.Addr(), *dbPool, hidden)
+
+	served := make(chan error, 1)
+	go func() { served <- s.Serve(ln) }()
+	select {
+	case err := <-served:
+		fmt.Fprintf(stderr, "loomgate stub: %v\n", err)
+		return 1
+	case <-ctx.Done():
+	}
+	shutdownCtx, cancel := context.WithTimeout(context.Background(), stubDrainTimeout)
+	defer cancel()
+	if err := s.Shutdown(shutdownCtx); err != nil {
+		fmt.Fprintf(stderr, "loomgate stub: stopped with requests still in flight after %s\n", stubDrainTimeout)
+		return 1
+	}
+	<-served
+	fmt.Fprintln(stderr, "loomgate stub: stopped")
+	return 0
+}
+
+// Defaults of `loomgate bench --url`; scenarios bring their own.
+const (
+	benchLevels  = "10,50,100"
+	benchWarmup  = 2 * time.Second
+	benchWindow  = 10 * time.Second
+	benchTimeout = 30 * time.Second
+)
+
+// runBench drives a URL, or runs a scenario, and prints the results.
 func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	fmt.Fprintln(stderr, "loomgate bench: not in this build yet")
-	return 2
+	return benchCommand(ctx, args, scenarioLauncher, stdout, stderr)
+}
+
+func benchCommand(ctx context.Context, args []string, launcher bench.Launcher, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("loomgate bench", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	target := fs.String("url", "", "URL every virtual user GETs: your service, or your sidecar in front of it")
+	admin := fs.String("admin", "", "a loomgate sidecar's admin URL, e.g. http://127.0.0.1:9090, to read its queue and service time")
+	levelsFlag := fs.String("c", "", "concurrency levels, comma-separated, one separate run each (default "+benchLevels+", or the scenario's)")
+	warmup := fs.Duration("warmup", 0, "warm-up before each window (default "+benchWarmup.String()+", or the scenario's)")
+	window := fs.Duration("window", 0, "measurement window of each level (default "+benchWindow.String()+", or the scenario's)")
+	timeout := fs.Duration("timeout", benchTimeout, "longest a request may take before it counts as a timeout")
+	out := fs.String("out", "", "directory to write results.csv, results.json and report.html into")
+	scenarioName := fs.String("scenario", "", "run a scenario in this process instead of --url: "+strings.Join(bench.ScenarioNames(), ", ")+"; list describes them")
+	fs.Usage = func() {
+		fmt.Fprint(stderr, `Usage: loomgate bench --url URL [flags]
+       loomgate bench --scenario NAME [flags]
+
+Closed-loop load: C virtual users, each on its own keep-alive connection, no
+think time; one separate run per level, a warm-up, then a window in which
+only completed requests count. Progress goes to stderr, a markdown table and
+a few sentences to stdout. Every row is checked against X = C / R and, when
+the limit is known, X <= N / S; rows more than 10% off are flagged.
+
+Flags:
+`)
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		return 2
+	}
+	fail := func(format string, a ...any) int {
+		fmt.Fprintf(stderr, "loomgate bench: "+format+"\n", a...)
+		return 2
+	}
+	if fs.NArg() > 0 {
+		return fail("unexpected argument %q; flags come as --name value (loomgate bench -h)", fs.Arg(0))
+	}
+
+	var levels []int
+	if *levelsFlag != "" {
+		var err error
+		if levels, err = parseLevels(*levelsFlag); err != nil {
+			return fail("-c %q: %v", *levelsFlag, err)
+		}
+	}
+	for _, d := range []struct {
+		name string
+		v    time.Duration
+	}{{"--warmup", *warmup}, {"--window", *window}, {"--timeout", *timeout}} {
+		if d.v < 0 {
+			return fail("%s %s: want a duration that is not negative, e.g. 5s", d.name, d.v)
+		}
+	}
+
+	switch {
+	case *scenarioName == "list":
+		for _, sc := range bench.Scenarios() {
+			fmt.Fprintf(stdout, "%-10s %s\n           path %s, levels %s, arms: %s\n",
+				sc.Name, sc.Description, sc.Path, joinInts(sc.Levels), armLabels(sc.Arms))
+		}
+		return 0
+	case *scenarioName != "" && *target != "":
+		return fail("--url and --scenario are exclusive: a scenario starts its own stub and sidecar")
+	case *scenarioName != "" && *admin != "":
+		return fail("--admin goes with --url: a scenario reads the sidecar it starts")
+	case *scenarioName != "":
+		sc, ok := bench.LookupScenario(*scenarioName)
+		if !ok {
+			return fail("--scenario %q: want one of %s, or list", *scenarioName, strings.Join(bench.ScenarioNames(), ", "))
+		}
+		if launcher == nil {
+			fmt.Fprintf(stderr, "loomgate bench: --scenario %s needs the in-process launcher (stub and sidecar in this process), which this build lacks; run loomgate stub and loomgate proxy yourself and use --url and --admin\n", sc.Name)
+			return 1
+		}
+		results, err := bench.RunScenario(ctx, sc, launcher, bench.ScenarioOptions{
+			Levels: levels, Warmup: *warmup, Window: *window, Timeout: *timeout, Progress: stderr,
+		})
+		rep := bench.Report{Title: "loomgate bench: " + sc.Name, Description: sc.Description, Generated: time.Now(), Results: results}
+		return finish(rep, err, *out, stdout, stderr)
+	case *target == "":
+		return fail("give --url URL (your service, or its sidecar) or --scenario NAME (%s)", strings.Join(bench.ScenarioNames(), ", "))
+	}
+
+	if err := checkURL(*target); err != nil {
+		return fail("--url %q: %v", *target, err)
+	}
+	if *admin != "" {
+		if err := checkURL(*admin); err != nil {
+			return fail("--admin %q: %v", *admin, err)
+		}
+	}
+	if levels == nil {
+		levels, _ = parseLevels(benchLevels)
+	}
+	if *warmup == 0 {
+		*warmup = benchWarmup
+	}
+	if *window == 0 {
+		*window = benchWindow
+	}
+	var results []bench.Result
+	var err error
+	for i, c := range levels {
+		var res bench.Result
+		res, err = bench.Run(ctx, bench.Config{
+			URL: *target, AdminURL: *admin, Concurrency: c,
+			Warmup: *warmup, Window: *window, Timeout: *timeout,
+			Progress: stderr, Label: fmt.Sprintf("[%d/%d] c%d", i+1, len(levels), c),
+		})
+		if err != nil {
+			break
+		}
+		results = append(results, res)
+	}
+	if errors.Is(err, bench.ErrConfig) {
+		return fail("%v", err)
+	}
+	rep := bench.Report{Title: "loomgate bench: " + *target, Generated: time.Now(), Results: results}
+	return finish(rep, err, *out, stdout, stderr)
+}
+
+// finish prints what was measured, even when a run failed or was
+// interrupted part way, writes the files, and returns the exit status.
+func finish(rep bench.Report, runErr error, out string, stdout, stderr io.Writer) int {
+	code := 0
+	if runErr != nil {
+		code = 1
+		if errors.Is(runErr, context.Canceled) {
+			fmt.Fprintln(stderr, "loomgate bench: interrupted")
+		} else {
+			fmt.Fprintf(stderr, "loomgate bench: %v\n", runErr)
+		}
+	}
+	if len(rep.Results) == 0 {
+		return max(code, 1)
+	}
+	if err := bench.WriteMarkdown(stdout, rep.Results); err != nil {
+		fmt.Fprintf(stderr, "loomgate bench: %v\n", err)
+		return 1
+	}
+	fmt.Fprintln(stdout)
+	for _, s := range bench.Narrative(rep.Results) {
+		fmt.Fprintf(stdout, "- %s\n", s)
+	}
+	if out != "" {
+		if err := rep.WriteDir(out); err != nil {
+			fmt.Fprintf(stderr, "loomgate bench: --out %s: %v\n", out, err)
+			return 1
+		}
+		fmt.Fprintf(stderr, "loomgate bench: wrote %s, %s and %s\n",
+			filepath.Join(out, bench.FileCSV), filepath.Join(out, bench.FileJSON), filepath.Join(out, bench.FileHTML))
+	}
+	return code
+}
+
+// parseLevels reads "50,100,200".
+func parseLevels(s string) ([]int, error) {
+	var levels []int
+	for part := range strings.SplitSeq(s, ",") {
+		c, err := strconv.Atoi(strings.TrimSpace(part))
+		if err != nil || c < 1 {
+			return nil, fmt.Errorf("%q is not a level; want whole numbers of at least 1, comma-separated, e.g. 50,100,200", part)
+		}
+		levels = append(levels, c)
+	}
+	return levels, nil
+}
+
+func checkURL(raw string) error {
+	u, err := url.Parse(raw)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return errors.New("want an http:// or https:// URL with a host, e.g. http://127.0.0.1:8080/wait?ms=200")
+	}
+	return nil
+}
+
+func joinInts(v []int) string {
+	s := make([]string, len(v))
+	for i, n := range v {
+		s[i] = strconv.Itoa(n)
+	}
+	return strings.Join(s, ",")
+}
+
+func armLabels(arms []bench.Arm) string {
+	s := make([]string, len(arms))
+	for i, a := range arms {
+		s[i] = a.Label
+	}
+	return strings.Join(s, "; ")
 }

@@ -27,7 +27,7 @@ type testSidecar struct {
 // listeners are always on 127.0.0.1:0).
 func startSidecar(t testing.TB, env map[string]string) *testSidecar {
 	t.Helper()
-	environ := []string{"LOOMGATE_LISTEN=127.0.0.1:0", "LOOMGATE_ADMIN_LISTEN=127.0.0.1:1"}
+	environ := []string{"LOOMGATE_LISTEN=127.0.0.1:0", "LOOMGATE_ADMIN_LISTEN=127.0.0.1:0"}
 	for k, v := range env {
 		environ = append(environ, k+"="+v)
 	}

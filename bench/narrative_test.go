@@ -1,0 +1,106 @@
+package bench
+
+import (
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestNarrativeCrossover(t *testing.T) {
+	got := Narrative(crossover())
+	want := []string{
+		"fixed 200 pins throughput at 982 rps from c200 on (200 / 0.203 s = 985 rps); from there only latency grows, p50 203 ms at c200 to 1.01 s at c1000.",
+		"unbounded reaches 4860 rps at c1000 with p50 204 ms, still climbing at the highest level.",
+		"fixed 200 and unbounded diverge from c500 on: at c1000 unbounded serves 4.9× the throughput of fixed 200 (4860 vs 984 rps), with p50 204 ms against 1.01 s.",
+		"Resident memory: under fixed 200 memory grows from 60 MiB at c100 to 95 MiB at c1000; under unbounded memory grows from 60 MiB at c100 to 400 MiB at c1000. At c1000 unbounded needs 4.2× the memory of fixed 200: budget memory for peak in flight, or put a bulkhead in front.",
+		"Under fixed 200 at c1000 requests wait 811 ms in the sidecar's queue for 203 ms of service: the queue is where latency grows, and the sidecar's queue-time metric shows it.",
+		"Physics check: all 8 rows within 10% of C/R and of limit/service.",
+	}
+	if len(got) != len(want) {
+		t.Fatalf("Narrative = %d sentences:\n%s\nwant %d", len(got), strings.Join(got, "\n"), len(want))
+	}
+	for i := range want {
+		if got[i] != want[i] {
+			t.Errorf("sentence %d =\n%s\nwant\n%s", i, got[i], want[i])
+		}
+	}
+}
+
+// synthetic builds a series of rows for an arm from (c, rps, p50, service)
+// tuples, checked against cap.
+func synthetic(scenario, arm string, cap Capacity, rows ...[4]float64) []Result {
+	var out []Result
+	for _, r := range rows {
+		p50 := time.Duration(r[2] * float64(time.Millisecond))
+		res := Result{Scenario: scenario, Arm: arm, Concurrency: int(r[0]), RPS: r[1], Requests: int64(r[1] * 5),
+			Window: 5 * time.Second, Mean: p50, P50: p50, P99: p50 * 11 / 10}
+		if r[3] > 0 {
+			res.Sidecar = &SidecarStats{Loomgate: true, Service: time.Duration(r[3] * float64(time.Millisecond))}
+		}
+		res.Physics = res.physics(cap).Check()
+		out = append(out, res)
+	}
+	return out
+}
+
+func TestNarrativeFindsTheCeilingAndWhy(t *testing.T) {
+	pool := Capacity{Limit: 10, Hold: 200 * time.Millisecond}
+	results := synthetic("pool", "unbounded, pool 10", pool,
+		[4]float64{50, 49.8, 1004, 1004}, [4]float64{100, 50, 2000, 2000}, [4]float64{200, 49.6, 4032, 4032})
+	results = append(results, synthetic("pool", "unbounded, pool 100", Capacity{Limit: 100, Hold: 200 * time.Millisecond},
+		[4]float64{50, 249, 201, 201}, [4]float64{100, 495, 202, 202}, [4]float64{200, 497, 402, 402})...)
+	got := strings.Join(Narrative(results), "\n")
+	for _, want := range []string{
+		"unbounded, pool 10 pins throughput at 50 rps from c50 on (10 / 0.2 s = 50 rps); from there only latency grows, p50 1.00 s at c50 to 4.03 s at c200.",
+		"unbounded, pool 100 pins throughput at 496 rps from c100 on (100 / 0.2 s = 500 rps)",
+		"unbounded, pool 10 and unbounded, pool 100 differ at every level: at c200 unbounded, pool 100 serves 10.0× the throughput of unbounded, pool 10 (497 vs 50 rps)",
+		"Under unbounded, pool 10 the sidecar admits at once (queue 0 ms at c200) but service time grows from 1.00 s at c50 to 4.03 s: requests wait inside the upstream",
+	} {
+		if !strings.Contains(got, want) {
+			t.Errorf("Narrative lacks\n%s\nin\n%s", want, got)
+		}
+	}
+}
+
+func TestNarrativeSameCeiling(t *testing.T) {
+	results := synthetic("cpu", "fixed 200", Capacity{}, [4]float64{8, 1700, 4.7, 0}, [4]float64{128, 1790, 71, 0})
+	results = append(results, synthetic("cpu", "unbounded", Capacity{}, [4]float64{8, 1710, 4.7, 0}, [4]float64{128, 1760, 72, 0})...)
+	got := strings.Join(Narrative(results), "\n")
+	want := "fixed 200 and unbounded stay within 10% of each other at every level (1790 and 1760 rps at c128): the admission policy is not what limits throughput here."
+	if !strings.Contains(got, want) {
+		t.Errorf("Narrative lacks\n%s\nin\n%s", want, got)
+	}
+}
+
+func TestNarrativeReportsFlaggedRows(t *testing.T) {
+	results := synthetic("", "target", Capacity{}, [4]float64{4, 80, 50, 0}, [4]float64{100, 1000, 50, 0})
+	got := Narrative(results)
+	want := "Physics check: 1 of 2 rows are more than 10% off (target c100); see the notes under the table."
+	if got[len(got)-1] != want {
+		t.Errorf("last sentence = %q; want %q", got[len(got)-1], want)
+	}
+	if Narrative(nil)[0] != "Physics check: all 0 rows within 10% of C/R and of limit/service." {
+		t.Errorf("Narrative(nil) = %q", Narrative(nil))
+	}
+}
+
+func TestNarrativeLeavesOutMemoryNoise(t *testing.T) {
+	var results []Result
+	for _, r := range []struct {
+		arm string
+		c   int
+		mib int64
+	}{{"a", 50, 31}, {"a", 200, 43}, {"b", 50, 44}, {"b", 200, 45}} {
+		results = append(results, Result{Arm: r.arm, Concurrency: r.c, RPS: 100, Mean: time.Second,
+			Sidecar: &SidecarStats{MemoryBytes: r.mib << 20}})
+	}
+	for _, s := range Narrative(results) {
+		if strings.Contains(s, "memory") {
+			t.Errorf("Narrative reports memory that moved by less than half: %q", s)
+		}
+	}
+	results[3].Sidecar.MemoryBytes = 90 << 20
+	if got := strings.Join(Narrative(results), "\n"); !strings.Contains(got, "under b memory grows from 44 MiB at c50 to 90 MiB at c200") {
+		t.Errorf("Narrative lacks the doubling of b's memory:\n%s", got)
+	}
+}

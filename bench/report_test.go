@@ -1,0 +1,95 @@
+package bench
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestReportIsSelfContained(t *testing.T) {
+	results := crossover()
+	results[0].Arm = `<script>alert("x")</script>`
+	var buf bytes.Buffer
+	rep := Report{Title: "crossover", Description: "fixed 200 against unbounded", Results: results,
+		Generated: time.Date(2025, 3, 1, 12, 0, 0, 0, time.UTC)}
+	if err := rep.WriteHTML(&buf); err != nil {
+		t.Fatalf("WriteHTML = %v", err)
+	}
+	html := buf.String()
+
+	if n := strings.Count(html, "<svg"); n != 4 {
+		t.Errorf("report has %d inline <svg> charts; want 4 (throughput, latency, queue/service, memory)", n)
+	}
+	for _, banned := range []string{"<script", "<link", "<img", "<iframe", "@import", "url(", "src=", "<?xml"} {
+		if strings.Contains(strings.ToLower(html), banned) {
+			t.Errorf("report contains %q; want nothing that loads or runs", banned)
+		}
+	}
+	// The only URLs allowed are SVG's namespace names, which are never
+	// fetched, and the targets' own URLs shown as text.
+	for _, u := range regexp.MustCompile(`https?://[^\s"'<>)]+`).FindAllString(html, -1) {
+		switch {
+		case u == "http://www.w3.org/2000/svg", u == "http://www.w3.org/1999/xlink":
+		default:
+			t.Errorf("report references %s; want no URL but the SVG namespaces", u)
+		}
+	}
+	for _, want := range []string{
+		"<title>crossover</title>",
+		"Measured 2025-03-01 12:00 UTC",
+		"fixed 200 against unbounded",
+		"&lt;script&gt;alert(&#34;x&#34;)&lt;/script&gt;", // the label, escaped in the table
+		"Throughput against concurrency",
+		"Where the time goes",
+		"font-family:'Liberation Sans',Arial,Helvetica,sans-serif;",
+		"unbounded reaches 4860 rps at c1000",
+	} {
+		if !strings.Contains(html, want) {
+			t.Errorf("report lacks %q", want)
+		}
+	}
+}
+
+func TestReportWithoutSidecar(t *testing.T) {
+	var buf bytes.Buffer
+	rep := Report{Results: []Result{
+		{Arm: "direct", Concurrency: 1, RPS: 19, Requests: 19, Mean: 52 * time.Millisecond, P50: 51 * time.Millisecond, Window: time.Second},
+		{Arm: "direct", Concurrency: 4, RPS: 78, Requests: 78, Mean: 51 * time.Millisecond, P50: 51 * time.Millisecond, Window: time.Second},
+	}}
+	if err := rep.WriteHTML(&buf); err != nil {
+		t.Fatalf("WriteHTML = %v", err)
+	}
+	if n := strings.Count(buf.String(), "<svg"); n != 2 {
+		t.Errorf("report without sidecar or memory has %d charts; want 2", n)
+	}
+	if !strings.Contains(buf.String(), "<title>loomgate bench</title>") {
+		t.Errorf("report without a title lacks the default one")
+	}
+}
+
+func TestWriteDir(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "out", "nested")
+	rep := Report{Title: "t", Results: crossover()}
+	if err := rep.WriteDir(dir); err != nil {
+		t.Fatalf("WriteDir = %v", err)
+	}
+	for _, name := range []string{FileCSV, FileJSON, FileHTML} {
+		b, err := os.ReadFile(filepath.Join(dir, name))
+		if err != nil || len(b) == 0 {
+			t.Errorf("%s: %d bytes, %v; want a file", name, len(b), err)
+		}
+	}
+	f, err := os.Open(filepath.Join(dir, FileJSON))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	got, err := ReadJSON(f)
+	if err != nil || len(got) != len(rep.Results) {
+		t.Errorf("ReadJSON(results.json) = %d results, %v; want %d", len(got), err, len(rep.Results))
+	}
+}

@@ -1,0 +1,283 @@
+package bench
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"net"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/loomgate/loomgate/stub"
+	"github.com/valyala/fasthttp"
+)
+
+// startStub serves a stub on a loopback port for the test's duration and
+// returns its base URL.
+func startStub(t testing.TB, cfg stub.Config) string {
+	t.Helper()
+	s, err := stub.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go s.Serve(ln)
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		s.Shutdown(ctx)
+	})
+	return "http://" + ln.Addr().String()
+}
+
+// startHanging serves 200s from a handler that blocks until the test ends,
+// and counts the requests it received.
+func startHanging(t *testing.T) (string, func() int) {
+	t.Helper()
+	release := make(chan struct{})
+	var mu sync.Mutex
+	n := 0
+	srv := &fasthttp.Server{Handler: func(ctx *fasthttp.RequestCtx) {
+		mu.Lock()
+		n++
+		mu.Unlock()
+		<-release
+	}}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go srv.Serve(ln)
+	t.Cleanup(func() {
+		close(release)
+		srv.Shutdown()
+	})
+	return "http://" + ln.Addr().String(), func() int { mu.Lock(); defer mu.Unlock(); return n }
+}
+
+func TestRunClosedLoopAgainstStub(t *testing.T) {
+	base := startStub(t, stub.Config{})
+	var progress bytes.Buffer
+	res, err := Run(context.Background(), Config{
+		URL:         base + "/wait?ms=50",
+		Concurrency: 4,
+		Warmup:      300 * time.Millisecond,
+		Window:      time.Second,
+		AdminURL:    base, // the stub's own /metrics: memory, no sidecar series
+		Progress:    &progress,
+		Label:       "[1/1] e2e",
+	})
+	if err != nil {
+		t.Fatalf("Run = %v", err)
+	}
+	// Theory: 4 users / 0.05 s = 80 rps. The margins allow a loaded
+	// machine and the race detector, not a broken loop.
+	if res.RPS < 60 || res.RPS > 90 {
+		t.Errorf("rps = %.1f; want 60..90 (4 users / 50 ms = 80)", res.RPS)
+	}
+	if res.Errors.Total() != 0 {
+		t.Errorf("errors = %+v; want none", res.Errors)
+	}
+	if res.P50 < 50*time.Millisecond || res.Mean < 50*time.Millisecond || res.Max < res.P99 || res.P99 < res.P50 {
+		t.Errorf("latencies mean %v p50 %v p99 %v max %v; want at least 50ms, ordered", res.Mean, res.P50, res.P99, res.Max)
+	}
+	if res.Window != time.Second || res.Concurrency != 4 || res.Requests != int64(res.RPS) {
+		t.Errorf("window %v, c %d, requests %d at %.1f rps; want 1s, 4, consistent", res.Window, res.Concurrency, res.Requests, res.RPS)
+	}
+	if res.Physics.Flagged {
+		t.Errorf("physics flagged a plain closed loop: %s", res.Physics.Reason)
+	}
+	if sc := res.Sidecar; sc == nil || sc.Loomgate || sc.MemoryBytes <= 0 {
+		t.Errorf("sidecar stats from a stub's /metrics = %+v; want memory only", sc)
+	}
+	for _, want := range []string{"[1/1] e2e: 4 users on " + base + "/wait?ms=50, warm-up 300ms, window 1s\n", " rps, mean ", " 0 errors"} {
+		if !strings.Contains(progress.String(), want) {
+			t.Errorf("progress lacks %q:\n%s", want, progress.String())
+		}
+	}
+}
+
+func TestRunCountsTimeouts(t *testing.T) {
+	base := startStub(t, stub.Config{})
+	res, err := Run(context.Background(), Config{
+		URL: base + "/wait?ms=1000", Concurrency: 2, Window: time.Second, Timeout: 150 * time.Millisecond,
+	})
+	if err != nil {
+		t.Fatalf("Run = %v", err)
+	}
+	if res.Requests != 0 || res.Errors.Timeout < 2 || res.Errors.Status != 0 {
+		t.Errorf("a 1 s endpoint with a 150 ms timeout: %d successes, errors %+v; want none and several timeouts", res.Requests, res.Errors)
+	}
+	if !res.Physics.Flagged {
+		t.Errorf("physics did not flag a row with no success")
+	}
+}
+
+func TestRunCountsStatusErrors(t *testing.T) {
+	base := startStub(t, stub.Config{})
+	res, err := Run(context.Background(), Config{URL: base + "/wait?ms=bad", Concurrency: 2, Window: 300 * time.Millisecond})
+	if err != nil {
+		t.Fatalf("Run = %v", err)
+	}
+	if res.Requests != 0 || res.Errors.Status == 0 || res.Errors.Timeout+res.Errors.Connect != 0 {
+		t.Errorf("400s counted as %d successes, errors %+v; want status errors only", res.Requests, res.Errors)
+	}
+}
+
+func TestRunStopsAtWindowEnd(t *testing.T) {
+	url, received := startHanging(t)
+	begin := time.Now()
+	res, err := Run(context.Background(), Config{URL: url, Concurrency: 3, Window: 500 * time.Millisecond, Timeout: time.Minute})
+	took := time.Since(begin)
+	if err != nil {
+		t.Fatalf("Run = %v", err)
+	}
+	// Requests in flight at the window's end are cut there: not counted,
+	// not errors, and not waited for until the one-minute timeout.
+	if took > 10*time.Second {
+		t.Errorf("Run took %v against a server that never answers; want it to stop at the 500ms window's end", took)
+	}
+	if res.Requests != 0 || res.Errors.Total() != 0 {
+		t.Errorf("requests cut at the window's end counted as %d successes, errors %+v; want nothing", res.Requests, res.Errors)
+	}
+	if n := received(); n != 3 {
+		t.Errorf("server received %d requests; want 3, one per virtual user", n)
+	}
+}
+
+func TestRunAbandonedPromptly(t *testing.T) {
+	url, _ := startHanging(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	time.AfterFunc(200*time.Millisecond, cancel)
+	begin := time.Now()
+	_, err := Run(ctx, Config{URL: url, Concurrency: 2, Window: time.Minute, Timeout: time.Minute})
+	if !errors.Is(err, context.Canceled) {
+		t.Errorf("Run cancelled = %v; want context.Canceled", err)
+	}
+	if took := time.Since(begin); took > 20*time.Second {
+		t.Errorf("Run took %v after its context was cancelled at 200ms; want it to close its connections and return", took)
+	}
+}
+
+func TestRunRejectsBadConfig(t *testing.T) {
+	tests := []struct {
+		cfg  Config
+		want string
+	}{
+		{Config{URL: "http://127.0.0.1:1/", Concurrency: 0}, "Concurrency 0"},
+		{Config{URL: "127.0.0.1:8080/x", Concurrency: 1}, "want an http:// or https:// URL"},
+		{Config{URL: "ftp://127.0.0.1/", Concurrency: 1}, "want an http:// or https:// URL"},
+		{Config{URL: "http:///x", Concurrency: 1}, "no host"},
+		{Config{URL: "http://127.0.0.1:1/", Concurrency: 1, Window: -time.Second}, "none may be negative"},
+	}
+	for _, tt := range tests {
+		_, err := Run(context.Background(), tt.cfg)
+		if !errors.Is(err, ErrConfig) || !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("Run(%+v) = %v; want ErrConfig naming %q", tt.cfg, err, tt.want)
+		}
+	}
+}
+
+func TestRunUnreachable(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close() // nothing listens there now
+	_, err = Run(context.Background(), Config{URL: "http://" + addr + "/", Concurrency: 1, Window: time.Second})
+	if !errors.Is(err, ErrUnreachable) {
+		t.Errorf("Run against a closed port = %v; want ErrUnreachable", err)
+	}
+}
+
+func TestRunBadAdmin(t *testing.T) {
+	base := startStub(t, stub.Config{})
+	for _, admin := range []string{base + "/wait?ms=0", "localhost:9090"} {
+		_, err := Run(context.Background(), Config{URL: base + "/wait?ms=0", Concurrency: 1, Window: time.Second, AdminURL: admin})
+		if !errors.Is(err, ErrAdmin) && !errors.Is(err, ErrConfig) {
+			t.Errorf("Run with AdminURL %q = %v; want ErrAdmin or ErrConfig before any load", admin, err)
+		}
+	}
+}
+
+func TestParseTarget(t *testing.T) {
+	tests := []struct {
+		url, addr, label string
+		tls              bool
+	}{
+		{"http://127.0.0.1:8080/wait?ms=200", "127.0.0.1:8080", "127.0.0.1:8080/wait?ms=200", false},
+		{"http://localhost/", "localhost:80", "localhost/", false},
+		{"https://example.test/x", "example.test:443", "example.test/x", true},
+		{"http://[::1]:9000", "[::1]:9000", "[::1]:9000/", false},
+	}
+	for _, tt := range tests {
+		got, err := parseTarget(tt.url)
+		if err != nil || got.addr != tt.addr || got.label != tt.label || got.tls != tt.tls {
+			t.Errorf("parseTarget(%q) = %+v, %v; want addr %q, label %q, tls %v", tt.url, got, err, tt.addr, tt.label, tt.tls)
+		}
+	}
+}
+
+// BenchmarkWorkerOnce is the client's hot loop against the stub's
+// /wait?ms=0 on loopback: one request, its timing and its bookkeeping.
+// Allocations here would be paid several thousand times a second at c1000.
+func BenchmarkWorkerOnce(b *testing.B) {
+	base := startStub(b, stub.Config{})
+	tgt, err := parseTarget(base + "/wait?ms=0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	end := time.Now().Add(time.Hour)
+	tl := newTally(window{start: time.Now(), end: end}, 1)
+	w := newWorker(tgt, 10*time.Second, tl.recorder(0))
+	w.once(end) // open the connection outside the measurement
+	b.ReportAllocs()
+	for b.Loop() {
+		w.once(end)
+	}
+	b.StopTimer()
+	if res := tl.result(); res.Errors.Total() != 0 {
+		b.Fatalf("errors %+v", res.Errors)
+	}
+}
+
+// BenchmarkClosedLoop is 64 virtual users against /wait?ms=0, the rig's
+// and the stub's cost together; req/s is what one process reaches.
+func BenchmarkClosedLoop(b *testing.B) {
+	base := startStub(b, stub.Config{})
+	tgt, err := parseTarget(base + "/wait?ms=0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	const users = 64
+	end := time.Now().Add(time.Hour)
+	tl := newTally(window{start: time.Now(), end: end}, users)
+	workers := make([]*worker, users)
+	for i := range workers {
+		workers[i] = newWorker(tgt, 10*time.Second, tl.recorder(i))
+		workers[i].once(end)
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	begin := time.Now()
+	var wg sync.WaitGroup
+	for i, w := range workers {
+		n := b.N / users
+		if i < b.N%users {
+			n++
+		}
+		wg.Go(func() {
+			for range n {
+				w.once(end)
+			}
+		})
+	}
+	wg.Wait()
+	b.ReportMetric(float64(b.N)/time.Since(begin).Seconds(), "req/s")
+}

@@ -1,0 +1,39 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// TestDemoEndToEnd runs the README's first command, cut down to one small
+// level: stub, sidecar in both modes and bench, in this process.
+func TestDemoEndToEnd(t *testing.T) {
+	out := t.TempDir()
+	var stdout, stderr bytes.Buffer
+	code := runDemo(context.Background(), []string{"-c", "10", "--warmup", "300ms", "--window", "1s", "--out", out}, &stdout, &stderr)
+	if code != 0 {
+		t.Fatalf("demo exit %d\nstdout:\n%s\nstderr:\n%s", code, &stdout, &stderr)
+	}
+	table := stdout.String()
+	for _, want := range []string{"| fixed 200 | 10 |", "| unbounded | 10 |", "Physics check"} {
+		if !strings.Contains(table, want) {
+			t.Errorf("demo output lacks %q:\n%s", want, table)
+		}
+	}
+	for _, f := range []string{"results.csv", "results.json", "report.html"} {
+		if st, err := os.Stat(filepath.Join(out, f)); err != nil || st.Size() == 0 {
+			t.Errorf("report file %s: %v", f, err)
+		}
+	}
+}
+
+func TestDemoRejectsArguments(t *testing.T) {
+	var stderr bytes.Buffer
+	if code := runDemo(context.Background(), []string{"now"}, &bytes.Buffer{}, &stderr); code != 2 {
+		t.Errorf("demo now = exit %d; want 2", code)
+	}
+}
