@@ -10,32 +10,12 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/loomgate/loomgate/bench"
 	"github.com/loomgate/loomgate/stub"
 )
-
-// rigBuffer is written by a command running in a goroutine while the test
-// reads it.
-type rigBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (r *rigBuffer) Write(p []byte) (int, error) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.b.Write(p)
-}
-
-func (r *rigBuffer) String() string {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.b.String()
-}
 
 func envOf(vars map[string]string) func(string) (string, bool) {
 	return func(k string) (string, bool) { v, ok := vars[k]; return v, ok }
@@ -67,7 +47,7 @@ func TestStubCommandRefusesBadInput(t *testing.T) {
 func TestStubCommandServes(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	var stderr rigBuffer
+	var stderr syncBuffer
 	done := make(chan int, 1)
 	// The variables set the defaults; the flag overrides STUB_DB_POOL.
 	env := envOf(map[string]string{"STUB_LISTEN": "127.0.0.1:0", "STUB_POOL": "3", "STUB_DB_POOL": "99"})
@@ -213,26 +193,11 @@ func TestBenchCommandAgainstURL(t *testing.T) {
 	}
 }
 
-// stubOnly launches an arm's stub alone, standing in for the in-process
-// launcher that adds the sidecar.
-var stubOnly = bench.LauncherFunc(func(ctx context.Context, arm bench.Arm) (bench.Target, func(), error) {
-	s, err := stub.New(arm.Stub)
-	if err != nil {
-		return bench.Target{}, nil, err
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return bench.Target{}, nil, err
-	}
-	go s.Serve(ln)
-	return bench.Target{URL: "http://" + ln.Addr().String()}, func() { s.Shutdown(context.Background()) }, nil
-})
-
 func TestBenchCommandScenario(t *testing.T) {
 	var stdout, stderr bytes.Buffer
 	code := benchCommand(context.Background(), []string{
 		"--scenario", "hidden", "-c", "2", "--warmup", "100ms", "--window", "400ms",
-	}, stubOnly, &stdout, &stderr)
+	}, inProcess{}, &stdout, &stderr)
 	if code != 0 {
 		t.Fatalf("bench --scenario hidden = %d\nstderr:\n%s", code, stderr.String())
 	}
