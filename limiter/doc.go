@@ -10,9 +10,12 @@
 //
 // Either policy can be combined with a memory bulkhead (MaxInFlightBytes):
 // each request reserves the bytes it may hold, and a request whose
-// reservation does not fit is rejected at once.
+// reservation does not fit is rejected at once. An admitted request may
+// reserve more with TryReserve, which never waits, when it learns late what
+// it will hold.
 //
 // A Limiter hands out permits; every successful Acquire must be matched by
-// exactly one Release with the same byte count. The uncontended path takes no
+// exactly one Release with the bytes that request reserved, through Acquire
+// and TryReserve together. The uncontended path takes no
 // timer and allocates nothing.
 package limiter

@@ -30,3 +30,30 @@ func Example() {
 	// true
 	// 2 1 2 1
 }
+
+func ExampleLimiter_TryReserve() {
+	// A 64 KiB memory bulkhead. A request is admitted with its 16 KiB
+	// declared body; when its response's headers announce 60 KiB, there is
+	// no room to buffer them, so the caller streams the body instead.
+	l, err := limiter.New(limiter.Config{Mode: limiter.Unbounded, MaxInFlightBytes: 64 << 10})
+	if err != nil {
+		panic(err)
+	}
+	held := int64(16 << 10)
+	if err := l.Acquire(context.Background(), held); err != nil {
+		panic(err)
+	}
+	if l.TryReserve(60 << 10) {
+		held += 60 << 10
+		fmt.Println("buffer the response")
+	} else {
+		fmt.Println("stream the response")
+	}
+	fmt.Println(l.Stats().Bytes >> 10)
+	l.Release(held)
+	fmt.Println(l.Stats().Bytes)
+	// Output:
+	// stream the response
+	// 16
+	// 0
+}

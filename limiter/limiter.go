@@ -212,6 +212,29 @@ func (l *Limiter) admit(ctx context.Context) error {
 	return l.errTimeout
 }
 
+// TryReserve adds bytes to what an admitted request holds, without waiting,
+// and reports whether they fit in MaxInFlightBytes beside those already
+// reserved. Without a memory bulkhead it only counts them and reports true.
+// Bytes reserved here are returned by the request's Release, which must then
+// be given the request's whole count: what Acquire took plus every
+// successful TryReserve.
+//
+// It is how a request that learns its size late (a response, once its
+// headers arrive) keeps the bulkhead's promise: the caller that is refused
+// must not hold the bytes, for instance by streaming instead of buffering.
+func (l *Limiter) TryReserve(bytes int64) bool {
+	if bytes < 0 {
+		panic("limiter: negative bytes")
+	}
+	// Never waiting is the point: the request already holds a permit, and
+	// waiting for memory while holding one is how two requests deadlock.
+	if l.mem != nil && bytes > 0 && (bytes > l.memSize || !l.mem.TryAcquire(bytes)) {
+		return false
+	}
+	peak(&l.bytesPeak, l.bytes.Add(bytes))
+	return true
+}
+
 // Release returns the permit and bytes of one admitted request.
 func (l *Limiter) Release(bytes int64) {
 	if l.inFlight.Add(-1) < 0 {
@@ -224,6 +247,10 @@ func (l *Limiter) Release(bytes int64) {
 }
 
 func (l *Limiter) releaseBytes(bytes int64) {
+	// The count falls before the semaphore gives the bytes back, as it rose
+	// only after the semaphore granted them: the count, and so every peak
+	// taken of it, never exceeds what the semaphore holds, which never
+	// exceeds MaxInFlightBytes.
 	l.bytes.Add(-bytes)
 	if l.mem != nil && bytes > 0 {
 		l.mem.Release(bytes)

@@ -3,6 +3,9 @@ package metrics
 import (
 	"errors"
 	"fmt"
+	"log/slog"
+	"net/http"
+	"net/url"
 	"runtime"
 	"time"
 
@@ -21,7 +24,11 @@ var Outcomes = []string{
 // wide enough for a cache hit and for a request that waited out the default
 // queue timeout. A native histogram is kept beside them for Prometheus
 // servers that scrape it.
-var Buckets = []float64{
+var Buckets = bucketBounds[:]
+
+// bucketBounds is Buckets as an array, so that the window's per-bucket
+// histograms can be arrays of its length and cost no allocation.
+var bucketBounds = [...]float64{
 	0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05,
 	0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60,
 }
@@ -49,6 +56,54 @@ type Config struct {
 	// Peaks returns the highest in-flight, queued and bytes since its
 	// previous call. Required.
 	Peaks func() (inFlight, queued, bytes int64)
+
+	// MemoryBudgetBytes is the memory the advice may plan for in-flight
+	// requests at the upstream. If zero, the advice recommends no bulkhead
+	// for memory.
+	MemoryBudgetBytes int64
+	// UpstreamMetricsURL is the upstream's Prometheus endpoint (text
+	// format), read by Run for the upstream's memory. If empty, the
+	// upstream's memory is not read.
+	UpstreamMetricsURL string
+	// UpstreamMemoryMetric selects the series summed there. If its Name is
+	// empty, process_resident_memory_bytes.
+	UpstreamMemoryMetric Selector
+	// SampleInterval is how often Run reads State for the window's time
+	// averages. If zero, 250ms: a few samples per request at the service
+	// times that matter, for a lock taken four times a second.
+	SampleInterval time.Duration
+	// ScrapeInterval is how often Run reads the upstream's memory. If
+	// zero, 5s: a dozen readings per window, and a scrape cheap beside
+	// Prometheus's own.
+	ScrapeInterval time.Duration
+	// Client reads UpstreamMetricsURL. If nil, a client of the package's
+	// own. Each read is bounded by ScrapeInterval, and by 3s, whatever the
+	// client's own timeout.
+	Client *http.Client
+	// Logger receives scrape failures, at debug level and at most once a
+	// minute. If nil, slog.Default().
+	Logger *slog.Logger
+}
+
+// DefaultMemoryMetric is the series read at UpstreamMetricsURL when
+// UpstreamMemoryMetric is not set: the resident memory that every
+// Prometheus client library's process collector exports.
+const DefaultMemoryMetric = "process_resident_memory_bytes"
+
+// Snapshot is the window and the advice at one moment: what /advice and a
+// status page show.
+type Snapshot struct {
+	// Time is when it was taken.
+	Time time.Time
+	// Settings are the admission settings in force.
+	Settings Settings
+	// Figures are the window's.
+	Figures Figures
+	// History is the window's buckets, oldest first, from the one in which
+	// traffic began.
+	History []BucketFigures
+	// Recommendation is Advise(Settings, Figures).
+	Recommendation Recommendation
 }
 
 // Sample is one finished request.
@@ -66,13 +121,21 @@ type Sample struct {
 	Queue, Service, Total time.Duration
 }
 
-// Metrics records Samples and exports them with the admission state.
+// Metrics records Samples and exports them with the admission state. It
+// keeps a sliding window of the same figures for the advice, which Run
+// completes with the sampled state and the upstream's memory.
 type Metrics struct {
 	requests        map[string]prometheus.Counter
 	upstreamClasses [5]prometheus.Counter
 	queueWait       prometheus.Histogram
 	service         prometheus.Histogram
 	total           prometheus.Histogram
+
+	cfg          Config
+	settings     Settings
+	window       *window
+	scrapeErrors prometheus.Counter
+	client       *http.Client
 }
 
 // New registers loomgate's collectors, the Go runtime's and the process's
@@ -81,7 +144,44 @@ func New(cfg Config) (*Metrics, error) {
 	if cfg.Registerer == nil || cfg.State == nil || cfg.Peaks == nil {
 		return nil, errors.New("metrics: Registerer, State and Peaks are required")
 	}
-	m := &Metrics{requests: make(map[string]prometheus.Counter, len(Outcomes))}
+	if cfg.SampleInterval < 0 || cfg.ScrapeInterval < 0 || cfg.MemoryBudgetBytes < 0 {
+		return nil, errors.New("metrics: negative SampleInterval, ScrapeInterval or MemoryBudgetBytes")
+	}
+	if cfg.UpstreamMetricsURL != "" {
+		u, err := url.Parse(cfg.UpstreamMetricsURL)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			return nil, fmt.Errorf("metrics: UpstreamMetricsURL %q: want http://host:port/path", cfg.UpstreamMetricsURL)
+		}
+	}
+	if cfg.UpstreamMemoryMetric.Name == "" {
+		cfg.UpstreamMemoryMetric = MustParseSelector(DefaultMemoryMetric)
+	}
+	if cfg.SampleInterval == 0 {
+		cfg.SampleInterval = 250 * time.Millisecond
+	}
+	if cfg.ScrapeInterval == 0 {
+		cfg.ScrapeInterval = 5 * time.Second
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	m := &Metrics{
+		requests: make(map[string]prometheus.Counter, len(Outcomes)),
+		cfg:      cfg,
+		settings: Settings{
+			Mode: cfg.Mode, Limit: cfg.Limit, QueueLimit: cfg.QueueLimit,
+			MaxInFlightBytes: cfg.MaxInFlightBytes, MemoryBudgetBytes: cfg.MemoryBudgetBytes,
+		},
+		window: newWindow(time.Now()),
+		client: cfg.Client,
+	}
+	if m.client == nil {
+		m.client = &http.Client{Transport: &http.Transport{MaxIdleConns: 1, IdleConnTimeout: time.Minute}}
+	}
+	m.scrapeErrors = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "loomgate_upstream_scrape_errors_total",
+		Help: "Failed reads of the upstream's memory at LOOMGATE_UPSTREAM_METRICS_URL.",
+	})
 
 	requests := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "loomgate_requests_total",
@@ -133,6 +233,7 @@ func New(cfg Config) (*Metrics, error) {
 		constant("loomgate_mode_info", "The admission mode in force.", 1, prometheus.Labels{"mode": cfg.Mode}),
 		constant("loomgate_build_info", "The running build.", 1, prometheus.Labels{"version": cfg.Version, "goversion": runtime.Version()}),
 		newPeakCollector(cfg.Peaks),
+		newAdviceCollector(m), m.scrapeErrors,
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 	}
@@ -146,6 +247,7 @@ func New(cfg Config) (*Metrics, error) {
 
 // Record adds one finished request. It does not allocate.
 func (m *Metrics) Record(s Sample) {
+	m.window.record(time.Now(), &s)
 	if c, ok := m.requests[s.Outcome]; ok {
 		c.Inc()
 	}

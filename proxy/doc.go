@@ -7,6 +7,14 @@
 // request target byte for byte and never retries. Request bodies above 8 KiB
 // and response bodies above 64 KiB stream through instead of being buffered.
 //
+// Each request reserves from the Admitter the memory it may hold
+// (Config.Reserve; RequestBytes is the proxy's measure: a fixed overhead
+// plus the declared body). A response body to be buffered is charged when
+// its headers arrive, if the Admitter can reserve more without waiting, and
+// streamed instead when the memory bulkhead has no room for it; so the bytes
+// reserved bound what the proxy holds, and a bulkhead on them is never
+// exceeded.
+//
 // Every request ends with exactly one Outcome, delivered to the Observer
 // after the response has been handed to the client connection. An admitted
 // request holds its permit until then, on every path.

@@ -45,3 +45,15 @@ func Example() {
 	// ok 200 200 true
 	// hello from the service
 }
+
+func ExampleRequestBytes() {
+	// What three requests reserve from a memory bulkhead: a GET, a 1 MiB
+	// upload and a chunked upload of unknown length.
+	for _, contentLength := range []int{0, 1 << 20, -1} {
+		fmt.Printf("%d KiB\n", proxy.RequestBytes(contentLength)>>10)
+	}
+	// Output:
+	// 96 KiB
+	// 1120 KiB
+	// 160 KiB
+}

@@ -106,7 +106,7 @@ func (e *exchange) forward(ctx *fasthttp.RequestCtx) {
 		e.servedAt = time.Now()
 		e.buffered.Reset(nil)
 		e.body = &e.buffered
-	case length >= 0 && length <= ResponseBufferBytes:
+	case length >= 0 && length <= ResponseBufferBytes && e.reserveResponse(length):
 		e.buf, err = readBody(stream, e.buf[:0], length)
 		// Close before checking err: a stream read to its end returns the
 		// connection to the pool, one that failed closes it.
@@ -119,6 +119,9 @@ func (e *exchange) forward(ctx *fasthttp.RequestCtx) {
 		e.buffered.Reset(e.buf)
 		e.body = &e.buffered
 	default:
+		// Too large, of unknown length, or refused by the memory bulkhead:
+		// streaming holds only the copy buffer, which RequestOverheadBytes
+		// already counts.
 		e.body = stream
 		e.streaming = true
 		if length < 0 {
@@ -142,6 +145,22 @@ func (e *exchange) forward(ctx *fasthttp.RequestCtx) {
 		e.outcome.Kind = ClientClosed
 	}
 	e.handOff(ctx, length, resp.StatusCode())
+}
+
+// reserveResponse charges a response body about to be buffered to the
+// request's reservation, and reports false when the memory bulkhead cannot
+// take it. Admission could not charge it: the size is known only now.
+func (e *exchange) reserveResponse(length int) bool {
+	r := e.p.reserver
+	if r == nil {
+		return true
+	}
+	if !r.TryReserve(int64(length)) {
+		return false
+	}
+	// From here Release returns these bytes with the rest.
+	e.bytes += int64(length)
+	return true
 }
 
 // prepareRequest turns the client's request into the upstream's, in place.

@@ -24,6 +24,14 @@ type Admitter interface {
 	Release(bytes int64)
 }
 
+// reserver is what an Admitter may also offer: more bytes for a request
+// already admitted, granted at once or refused, never waited for. With it
+// the proxy charges the response bodies it buffers and streams those that
+// do not fit; limiter.Limiter has it.
+type reserver interface {
+	TryReserve(bytes int64) bool
+}
+
 // Sizes that bound what one request can hold in the proxy's memory.
 const (
 	// MaxHeaderBytes bounds a request's line and headers; beyond it the
@@ -64,7 +72,10 @@ type Config struct {
 	// If nil, 1 second.
 	RetryAfter func(Kind) time.Duration
 	// Reserve returns the bytes a request reserves from the Admitter, given
-	// its declared body length (-1 when unknown). If nil, 0.
+	// its declared body length (-1 when unknown); RequestBytes is the
+	// proxy's own measure. If nil, 0. Independently of it, a response body
+	// the proxy buffers is charged when its headers arrive, if the
+	// Admitter has a TryReserve(bytes int64) bool method.
 	Reserve func(contentLength int) int64
 	// Logger receives the process log. If nil, slog.Default().
 	Logger *slog.Logger
@@ -79,6 +90,7 @@ type Proxy struct {
 	timing     bool
 	retryAfter func(Kind) time.Duration
 	reserve    func(int) int64
+	reserver   reserver // nil: response bodies are buffered uncharged
 	log        *slog.Logger
 
 	client *fasthttp.HostClient
@@ -116,6 +128,7 @@ func New(cfg Config) (*Proxy, error) {
 		log:        cfg.Logger,
 		host:       u.Host,
 	}
+	p.reserver, _ = cfg.Admitter.(reserver)
 	if p.timeout == 0 {
 		p.timeout = 60 * time.Second
 	}
@@ -206,7 +219,13 @@ func (p *Proxy) handle(ctx *fasthttp.RequestCtx) {
 		return
 	}
 	if p.reserve != nil {
-		e.bytes = p.reserve(max(declared, -1))
+		length := declared
+		if length == -2 {
+			// fasthttp's "identity": neither Content-Length nor chunked,
+			// which in a request means no body at all (RFC 9112, 6.3).
+			length = 0
+		}
+		e.bytes = p.reserve(max(length, -1))
 	}
 	e.asked = true
 	if err := p.admit.Acquire(&e.client, e.bytes); err != nil {

@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/caarlos0/env/v11"
+
+	"github.com/loomgate/loomgate/metrics"
 )
 
 // envPrefix is prepended to every variable name in config's tags.
@@ -39,7 +41,7 @@ type config struct {
 	AccessLog            string        `env:"ACCESS_LOG" envDefault:"off" help:"one JSON line per request on stdout" accepts:"off or json"`
 	LogLevel             string        `env:"LOG_LEVEL" envDefault:"info" help:"level of the process log on stderr" accepts:"debug, info, warn or error"`
 	UpstreamMetricsURL   string        `env:"UPSTREAM_METRICS_URL" envDefault:"" help:"optional: the service's own Prometheus endpoint, for its memory" accepts:"empty, or an http:// URL"`
-	UpstreamMemoryMetric string        `env:"UPSTREAM_MEMORY_METRIC" envDefault:"process_resident_memory_bytes" help:"the series to read there (summed)" accepts:"a metric name with optional label matchers, e.g. jvm_memory_used_bytes{area=\"heap\"}"`
+	UpstreamMemoryMetric string        `env:"UPSTREAM_MEMORY_METRIC" envDefault:"process_resident_memory_bytes" help:"the series to read there (summed)" accepts:"a metric name with optional = or != label matchers, e.g. jvm_memory_used_bytes{area=\"heap\"}"`
 	MemoryBudgetBytes    byteSize      `env:"MEMORY_BUDGET_BYTES" envDefault:"0" help:"memory the advice may plan for, 0 = none" accepts:"a size in bytes, e.g. 0 or 2GiB"`
 	Pprof                bool          `env:"PPROF" envDefault:"false" help:"serve /debug/pprof/ on the admin listener" accepts:"true or false"`
 }
@@ -153,7 +155,7 @@ func parseConfig(environ []string) (config, error) {
 	check("AccessLog", cfg.AccessLog == "off" || cfg.AccessLog == "json", "unknown access log format")
 	check("LogLevel", validLogLevel(cfg.LogLevel), "unknown log level")
 	check("UpstreamMetricsURL", cfg.UpstreamMetricsURL == "" || validMetricsURL(cfg.UpstreamMetricsURL), "not an http:// URL")
-	check("UpstreamMemoryMetric", strings.TrimSpace(cfg.UpstreamMemoryMetric) != "", "empty")
+	check("UpstreamMemoryMetric", validSelector(cfg.UpstreamMemoryMetric) == nil, fmt.Sprint(validSelector(cfg.UpstreamMemoryMetric)))
 	check("MemoryBudgetBytes", cfg.MemoryBudgetBytes >= 0, "negative")
 
 	// Settings of the other mode are refused rather than ignored: an operator
@@ -250,6 +252,16 @@ func validUpstream(raw string) error {
 func validMetricsURL(raw string) bool {
 	u, err := url.Parse(raw)
 	return err == nil && u.Scheme == "http" && u.Hostname() != ""
+}
+
+// validSelector checks LOOMGATE_UPSTREAM_MEMORY_METRIC the way the metrics
+// package will read it, and says what is wrong in the operator's terms.
+func validSelector(s string) error {
+	_, err := metrics.ParseSelector(s)
+	if err != nil {
+		return errors.New(strings.TrimPrefix(err.Error(), metrics.ErrSelector.Error()+": "))
+	}
+	return nil
 }
 
 func validLogLevel(s string) bool {

@@ -88,11 +88,27 @@ type sidecar struct {
 	metrics  *metrics.Metrics
 	admin    *http.Server
 	ready    atomic.Bool
+
+	// stopRun ends the metrics' sampler and scraper; runDone is closed once
+	// they have stopped.
+	stopRun context.CancelFunc
+	runDone chan struct{}
+}
+
+// sidecarOptions are settings the environment does not carry.
+type sidecarOptions struct {
+	// sampleInterval and scrapeInterval override the metrics package's
+	// defaults when not zero: tests that cannot wait a minute shorten them.
+	sampleInterval, scrapeInterval time.Duration
 }
 
 // newSidecar builds the parts; nothing listens yet. Access log lines, when
 // enabled, go to accessLog.
 func newSidecar(cfg config, log *slog.Logger, accessLog io.Writer) (*sidecar, error) {
+	return newSidecarWith(cfg, log, accessLog, sidecarOptions{})
+}
+
+func newSidecarWith(cfg config, log *slog.Logger, accessLog io.Writer, opts sidecarOptions) (*sidecar, error) {
 	s := &sidecar{cfg: cfg, log: log, registry: prometheus.NewRegistry()}
 	lcfg := limiter.Config{MaxInFlightBytes: int64(cfg.MaxInflightBytes)}
 	if cfg.Mode == "fixed" {
@@ -106,6 +122,11 @@ func newSidecar(cfg config, log *slog.Logger, accessLog io.Writer) (*sidecar, er
 	}
 	s.limiter = lim
 	stats := lim.Stats()
+	// Validated by parseConfig; parsed again here for its value.
+	memorySelector, err := metrics.ParseSelector(cfg.UpstreamMemoryMetric)
+	if err != nil {
+		return nil, fmt.Errorf("LOOMGATE_UPSTREAM_MEMORY_METRIC: %w", err)
+	}
 	s.metrics, err = metrics.New(metrics.Config{
 		Registerer:       s.registry,
 		Mode:             cfg.Mode,
@@ -117,7 +138,13 @@ func newSidecar(cfg config, log *slog.Logger, accessLog io.Writer) (*sidecar, er
 			st := lim.Stats()
 			return metrics.State{InFlight: st.InFlight, Queued: st.Queued, Bytes: st.Bytes}
 		},
-		Peaks: lim.Peaks,
+		Peaks:                lim.Peaks,
+		MemoryBudgetBytes:    int64(cfg.MemoryBudgetBytes),
+		UpstreamMetricsURL:   cfg.UpstreamMetricsURL,
+		UpstreamMemoryMetric: memorySelector,
+		SampleInterval:       opts.sampleInterval,
+		ScrapeInterval:       opts.scrapeInterval,
+		Logger:               log,
 	})
 	if err != nil {
 		return nil, err
@@ -135,7 +162,12 @@ func newSidecar(cfg config, log *slog.Logger, accessLog io.Writer) (*sidecar, er
 		// One connection per permit: the pool can never be a second queue.
 		MaxConns:     stats.Limit,
 		ServerTiming: cfg.ServerTiming,
-		Logger:       log,
+		// Every request reserves what it may hold, so that
+		// loomgate_in_flight_bytes means something with or without a
+		// memory bulkhead.
+		Reserve:    proxy.RequestBytes,
+		RetryAfter: s.retryAfter,
+		Logger:     log,
 	})
 	if err != nil {
 		return nil, err
@@ -151,6 +183,14 @@ func newSidecar(cfg config, log *slog.Logger, accessLog io.Writer) (*sidecar, er
 // serve starts both listeners; the channel reports the first that fails.
 func (s *sidecar) serve(ln, adminLn net.Listener) <-chan error {
 	failed := make(chan error, 2)
+	// The window's sampler and the upstream's scraper run for as long as
+	// the admin listener, which shows what they measure.
+	ctx, cancel := context.WithCancel(context.Background())
+	s.stopRun, s.runDone = cancel, make(chan struct{})
+	go func() {
+		defer close(s.runDone)
+		s.metrics.Run(ctx)
+	}()
 	go func() {
 		if err := s.admin.Serve(adminLn); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			failed <- fmt.Errorf("admin listener: %w", err)
@@ -182,6 +222,10 @@ func (s *sidecar) shutdown(timeout time.Duration) bool {
 	actx, acancel := context.WithTimeout(context.Background(), time.Second)
 	defer acancel()
 	_ = s.admin.Shutdown(actx)
+	if s.stopRun != nil {
+		s.stopRun()
+		<-s.runDone
+	}
 	return err == nil
 }
 

@@ -1,0 +1,183 @@
+package proxy
+
+import (
+	"bytes"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net/http"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/valyala/fasthttp"
+
+	"github.com/loomgate/loomgate/limiter"
+)
+
+func TestRequestBytes(t *testing.T) {
+	for _, tt := range []struct {
+		contentLength int
+		want          int64
+	}{
+		{0, RequestOverheadBytes},
+		{100, RequestOverheadBytes + 100},
+		{-1, RequestOverheadBytes + UnknownBodyBytes},
+		{16 << 20, RequestOverheadBytes + 16<<20},
+	} {
+		if got := RequestBytes(tt.contentLength); got != tt.want {
+			t.Errorf("RequestBytes(%d) = %d; want %d", tt.contentLength, got, tt.want)
+		}
+	}
+}
+
+// sizedUpstream answers /size?n=N with N bytes, declared unless chunked=1.
+func sizedUpstream(t *testing.T) *upstream {
+	return newUpstream(t, func(w http.ResponseWriter, r *http.Request) {
+		n, _ := strconv.Atoi(r.URL.Query().Get("n"))
+		if r.URL.Query().Get("chunked") == "" {
+			w.Header().Set("Content-Length", strconv.Itoa(n))
+		}
+		if r.URL.Query().Get("status") == "204" {
+			w.WriteHeader(http.StatusNoContent)
+			return
+		}
+		w.Write(bytes.Repeat([]byte("r"), n))
+		if r.URL.Query().Get("chunked") != "" {
+			w.(http.Flusher).Flush()
+		}
+	})
+}
+
+// TestResponseCharge checks what a response adds to its request's
+// reservation: a body the proxy buffers is charged when its headers arrive,
+// a streamed one is not, and a body the memory bulkhead has no room for is
+// streamed rather than buffered. Every body arrives whole either way.
+func TestResponseCharge(t *testing.T) {
+	const budget = RequestOverheadBytes + 20<<10
+	for _, tt := range []struct {
+		name       string
+		max        int64
+		query      string
+		size       int
+		wantCharge int64 // Outcome.Bytes beyond the request's own
+	}{
+		{"small body is buffered and charged", 0, "n=1000", 1000, 1000},
+		{"largest buffered body", 0, fmt.Sprintf("n=%d", ResponseBufferBytes), ResponseBufferBytes, ResponseBufferBytes},
+		{"larger body streams uncharged", 0, fmt.Sprintf("n=%d", ResponseBufferBytes+1), ResponseBufferBytes + 1, 0},
+		{"chunked body streams uncharged", 0, "n=5000&chunked=1", 5000, 0},
+		{"no body", 0, "n=0&status=204", 0, 0},
+		{"fits the bulkhead", budget, "n=20000", 20000, 20000},
+		{"no room: streamed instead", budget, "n=30000", 30000, 0},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			up := sizedUpstream(t)
+			tp := startProxy(t, up.URL, limiter.Config{Mode: limiter.Unbounded, MaxInFlightBytes: tt.max}, func(c *Config) {
+				c.Reserve = RequestBytes
+			})
+			resp, body := doGet(t, tp.addr, "/size?"+tt.query)
+			if resp.StatusCode/100 != 2 || len(body) != tt.size {
+				t.Errorf("GET /size?%s = %d with %d bytes; want 2xx with %d", tt.query, resp.StatusCode, len(body), tt.size)
+			}
+			o := tp.rec.wait(t, 1)[0]
+			if got := o.Bytes - RequestOverheadBytes; got != tt.wantCharge {
+				t.Errorf("response charged %d bytes; want %d", got, tt.wantCharge)
+			}
+			tp.waitIdle(t)
+		})
+	}
+}
+
+// TestMemoryBulkheadHammer sends many concurrent requests with bodies and
+// responses of random sizes through a proxy with a memory bulkhead, and
+// checks its promise end to end: the bytes reserved never exceed the
+// budget, requests beyond it are answered 503 rejected_memory, the others
+// get their bodies whole, and nothing is held at the end.
+func TestMemoryBulkheadHammer(t *testing.T) {
+	const budget = 8*RequestOverheadBytes + 256<<10
+	up := newUpstream(t, func(w http.ResponseWriter, r *http.Request) {
+		io.Copy(io.Discard, r.Body)
+		n, _ := strconv.Atoi(r.URL.Query().Get("n"))
+		time.Sleep(time.Duration(rand.IntN(3)) * time.Millisecond)
+		w.Header().Set("Content-Length", strconv.Itoa(n))
+		w.Write(bytes.Repeat([]byte("h"), n))
+	})
+	tp := startProxy(t, up.URL, limiter.Config{Mode: limiter.Unbounded, MaxInFlightBytes: budget}, func(c *Config) {
+		c.Reserve = RequestBytes
+	})
+
+	var worst atomic.Int64
+	stop := make(chan struct{})
+	var watch sync.WaitGroup
+	watch.Go(func() {
+		for {
+			select {
+			case <-stop:
+				return
+			case <-time.After(100 * time.Microsecond):
+			}
+			_, _, p := tp.limiter.Peaks()
+			peak(&worst, max(p, tp.limiter.Stats().Bytes))
+		}
+	})
+
+	var ok, rejected, wrong atomic.Int64
+	client := &fasthttp.HostClient{Addr: tp.addr, MaxConns: 64}
+	var wg sync.WaitGroup
+	for g := range 32 {
+		wg.Go(func() {
+			r := rand.New(rand.NewPCG(uint64(g), 3))
+			req, resp := fasthttp.AcquireRequest(), fasthttp.AcquireResponse()
+			defer fasthttp.ReleaseRequest(req)
+			defer fasthttp.ReleaseResponse(resp)
+			for range 60 {
+				n := r.IntN(2 * ResponseBufferBytes)
+				req.Reset()
+				req.SetRequestURI(fmt.Sprintf("http://hammer.test/h?n=%d", n))
+				if r.IntN(2) == 0 {
+					req.Header.SetMethod(fasthttp.MethodPost)
+					req.SetBody(make([]byte, r.IntN(64<<10)))
+				}
+				if err := client.Do(req, resp); err != nil {
+					wrong.Add(1)
+					continue
+				}
+				switch {
+				case resp.StatusCode() == 200 && len(resp.Body()) == n:
+					ok.Add(1)
+				case resp.StatusCode() == 503 && bytes.Contains(resp.Body(), []byte("memory")):
+					rejected.Add(1)
+				default:
+					wrong.Add(1)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(stop)
+	watch.Wait()
+
+	if w := worst.Load(); w > budget {
+		t.Errorf("bytes reserved reached %d; want at most the budget %d", w, budget)
+	}
+	if ok.Load() == 0 || rejected.Load() == 0 || wrong.Load() != 0 {
+		t.Errorf("%d whole responses, %d rejected_memory, %d wrong; want some of the first two and none wrong", ok.Load(), rejected.Load(), wrong.Load())
+	}
+	if n := int64(tp.rec.count(RejectedMemory)); n != rejected.Load() {
+		t.Errorf("rejected_memory outcomes = %d; want %d, one per 503", n, rejected.Load())
+	}
+	t.Logf("%d ok, %d rejected_memory, most reserved %d of %d", ok.Load(), rejected.Load(), worst.Load(), budget)
+	tp.waitIdle(t)
+}
+
+// peak raises p to v if v is higher.
+func peak(p *atomic.Int64, v int64) {
+	for {
+		old := p.Load()
+		if v <= old || p.CompareAndSwap(old, v) {
+			return
+		}
+	}
+}
