@@ -31,6 +31,7 @@ func (s *sidecar) adminHandler() http.Handler {
 		w.Write([]byte("ready\n"))
 	})
 	mux.HandleFunc("GET /advice", s.serveAdvice)
+	mux.HandleFunc("GET /{$}", serveStatusPage)
 	if s.cfg.Pprof {
 		mux.HandleFunc("/debug/pprof/", pprof.Index)
 		mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
