@@ -26,55 +26,6 @@ import (
 	"github.com/loomgate/loomgate/stub"
 )
 
-// adviceStub runs the experiment upstream in this process on loopback.
-func adviceStub(t testing.TB, cfg stub.Config) string {
-	t.Helper()
-	st, err := stub.New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	go st.Serve(ln)
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		st.Shutdown(ctx)
-	})
-	return "http://" + ln.Addr().String()
-}
-
-// startSidecarWith is startSidecar with options the environment does not
-// carry.
-func startSidecarWith(t testing.TB, env map[string]string, opts sidecarOptions) *testSidecar {
-	t.Helper()
-	environ := []string{"LOOMGATE_LISTEN=127.0.0.1:0", "LOOMGATE_ADMIN_LISTEN=127.0.0.1:1"}
-	for k, v := range env {
-		environ = append(environ, k+"="+v)
-	}
-	cfg, err := parseConfig(environ)
-	if err != nil {
-		t.Fatal(err)
-	}
-	s, err := newSidecarWith(cfg, slog.New(slog.NewTextHandler(io.Discard, nil)), io.Discard, opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	adminLn, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	s.serve(ln, adminLn)
-	t.Cleanup(func() { s.shutdown(10 * time.Second) })
-	return &testSidecar{sidecar: s, URL: "http://" + ln.Addr().String(), AdminURL: "http://" + adminLn.Addr().String()}
-}
-
 // adviceLoad is a load of clients that each send a request, wait for its
 // answer and send the next, until Stop: the users of the experiments in
 // DESIGN.md.
@@ -185,7 +136,7 @@ func TestAdviceHiddenPool(t *testing.T) {
 	if testing.Short() {
 		t.Skip("5 s of load")
 	}
-	up := adviceStub(t, stub.Config{Pool: 50})
+	up := startStub(t, stub.Config{Pool: 50})
 	s := startSidecar(t, map[string]string{"LOOMGATE_UPSTREAM": up})
 	// The unloaded service time is the shortest seen in 15 minutes, which
 	// in service has its quiet moments; here one request alone provides
@@ -240,7 +191,7 @@ func TestAdviceOwnQueue(t *testing.T) {
 	if testing.Short() {
 		t.Skip("4 s of load")
 	}
-	up := adviceStub(t, stub.Config{})
+	up := startStub(t, stub.Config{})
 	s := startSidecar(t, map[string]string{"LOOMGATE_UPSTREAM": up, "LOOMGATE_MODE": "fixed", "LOOMGATE_WORKERS": "20"})
 	load := startAdviceLoad(t, s.URL, "/wait?ms=100", 200, 0)
 	time.Sleep(4 * time.Second)
@@ -289,7 +240,7 @@ func TestAdviceBytesPerRequest(t *testing.T) {
 	if testing.Short() {
 		t.Skip("6 s of load")
 	}
-	up := adviceStub(t, stub.Config{})
+	up := startStub(t, stub.Config{})
 	s := startSidecarWith(t, map[string]string{
 		"LOOMGATE_UPSTREAM":               up,
 		"LOOMGATE_UPSTREAM_METRICS_URL":   up + "/metrics",
@@ -350,7 +301,7 @@ func TestMemoryBulkheadEndToEnd(t *testing.T) {
 		t.Skip("3 s of load")
 	}
 	const budget = 20*proxy.RequestOverheadBytes + 64<<10
-	up := adviceStub(t, stub.Config{})
+	up := startStub(t, stub.Config{})
 	s := startSidecar(t, map[string]string{"LOOMGATE_UPSTREAM": up, "LOOMGATE_MAX_INFLIGHT_BYTES": strconv.Itoa(budget)})
 	gets := startAdviceLoad(t, s.URL, "/wait?ms=50", 60, 0)
 	// Uploads of a declared 100 KiB weigh more than a GET.

@@ -149,24 +149,8 @@ func TestBenchCommandListsScenarios(t *testing.T) {
 	}
 }
 
-// rigStub serves a stub on loopback for the test and returns its base URL.
-func rigStub(t *testing.T, cfg stub.Config) string {
-	t.Helper()
-	s, err := stub.New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	go s.Serve(ln)
-	t.Cleanup(func() { s.Shutdown(context.Background()) })
-	return "http://" + ln.Addr().String()
-}
-
 func TestBenchCommandAgainstURL(t *testing.T) {
-	base := rigStub(t, stub.Config{})
+	base := startStub(t, stub.Config{})
 	out := filepath.Join(t.TempDir(), "results")
 	var stdout, stderr bytes.Buffer
 	code := benchCommand(context.Background(), []string{

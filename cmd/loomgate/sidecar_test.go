@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"log/slog"
@@ -15,6 +16,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	dto "github.com/prometheus/client_model/go"
+
+	"github.com/loomgate/loomgate/stub"
 )
 
 // testSidecar is a sidecar running in this process on loopback.
@@ -27,6 +30,13 @@ type testSidecar struct {
 // listeners are always on 127.0.0.1:0).
 func startSidecar(t testing.TB, env map[string]string) *testSidecar {
 	t.Helper()
+	return startSidecarWith(t, env, sidecarOptions{})
+}
+
+// startSidecarWith is startSidecar with options the environment does not
+// carry.
+func startSidecarWith(t testing.TB, env map[string]string, opts sidecarOptions) *testSidecar {
+	t.Helper()
 	environ := []string{"LOOMGATE_LISTEN=127.0.0.1:0", "LOOMGATE_ADMIN_LISTEN=127.0.0.1:0"}
 	for k, v := range env {
 		environ = append(environ, k+"="+v)
@@ -35,7 +45,7 @@ func startSidecar(t testing.TB, env map[string]string) *testSidecar {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := newSidecar(cfg, slog.New(slog.NewTextHandler(io.Discard, nil)), io.Discard)
+	s, err := newSidecarWith(cfg, slog.New(slog.NewTextHandler(io.Discard, nil)), io.Discard, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -48,8 +58,29 @@ func startSidecar(t testing.TB, env map[string]string) *testSidecar {
 		t.Fatal(err)
 	}
 	s.serve(ln, adminLn)
-	t.Cleanup(func() { s.shutdown(5 * time.Second) })
+	t.Cleanup(func() { s.shutdown(10 * time.Second) })
 	return &testSidecar{sidecar: s, URL: "http://" + ln.Addr().String(), AdminURL: "http://" + adminLn.Addr().String()}
+}
+
+// startStub runs the experiment upstream in this process on loopback and
+// returns its base URL.
+func startStub(t testing.TB, cfg stub.Config) string {
+	t.Helper()
+	st, err := stub.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go st.Serve(ln)
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		st.Shutdown(ctx)
+	})
+	return "http://" + ln.Addr().String()
 }
 
 // slowUpstream answers every request after delay and records the most
