@@ -542,3 +542,40 @@ func waitFor(t *testing.T, cond func() bool) {
 		time.Sleep(2 * time.Millisecond)
 	}
 }
+
+func TestClientLeavesMidStream(t *testing.T) {
+	up := newUpstream(t, func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/huge" {
+			io.WriteString(w, "ok")
+			return
+		}
+		w.Header().Set("Content-Length", fmt.Sprint(64<<20))
+		chunk := bytes.Repeat([]byte("z"), 1<<20)
+		for range 64 {
+			if _, err := w.Write(chunk); err != nil {
+				return
+			}
+		}
+	})
+	tp := startProxy(t, up.URL, limiter.Config{Mode: limiter.Fixed, Workers: 1}, nil)
+	c := dial(t, tp.addr)
+	io.WriteString(c, get("/huge"))
+	c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	resp, err := http.ReadResponse(c.r, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := io.ReadFull(resp.Body, make([]byte, 1<<20)); err != nil {
+		t.Fatal(err)
+	}
+	c.Close() // 63 MiB still to come
+	o := tp.rec.wait(t, 1)[0]
+	if o.Kind != ClientClosed || o.Status != StatusClientClosed || !o.Admitted {
+		t.Errorf("outcome = %v %d admitted=%v; want client_closed 499, admitted", o.Kind, o.Status, o.Admitted)
+	}
+	tp.waitIdle(t)
+	// The single worker is free again.
+	if resp, _ := doGet(t, tp.addr, "/"); resp.StatusCode != 200 {
+		t.Errorf("after the client left: %d; want 200", resp.StatusCode)
+	}
+}
