@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"log/slog"
@@ -348,5 +349,47 @@ func waitUntil(t testing.TB, cond func() bool) {
 			t.Fatal("condition not met within 10s")
 		}
 		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func TestAccessLogJSON(t *testing.T) {
+	upURL, _ := slowUpstream(t, 0)
+	cfg, err := parseConfig([]string{"LOOMGATE_UPSTREAM=" + upURL, "LOOMGATE_ACCESS_LOG=json", "LOOMGATE_MODE=fixed", "LOOMGATE_WORKERS=1", "LOOMGATE_QUEUE_SIZE=0"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var lines syncBuffer
+	s, err := newSidecar(cfg, slog.New(slog.NewTextHandler(io.Discard, nil)), &lines)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, _ := net.Listen("tcp", "127.0.0.1:0")
+	adminLn, _ := net.Listen("tcp", "127.0.0.1:0")
+	s.serve(ln, adminLn)
+	defer s.shutdown(5 * time.Second)
+
+	resp, err := http.Get("http://" + ln.Addr().String() + "/items?id=7")
+	if err != nil {
+		t.Fatal(err)
+	}
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	waitUntil(t, func() bool { return strings.Count(lines.String(), "\n") == 1 })
+	var entry map[string]any
+	if err := json.Unmarshal([]byte(lines.String()), &entry); err != nil {
+		t.Fatalf("access log line %q: %v", lines.String(), err)
+	}
+	for key, want := range map[string]any{"msg": "request", "method": "GET", "target": "/items?id=7", "status": 200.0, "upstream_status": 200.0, "outcome": "ok"} {
+		if entry[key] != want {
+			t.Errorf("access log %s = %v; want %v", key, entry[key], want)
+		}
+	}
+	for _, key := range []string{"queue_ms", "service_ms", "total_ms", "remote", "time"} {
+		if _, ok := entry[key]; !ok {
+			t.Errorf("access log lacks %s: %v", key, entry)
+		}
+	}
+	if entry["service_ms"].(float64) > entry["total_ms"].(float64) {
+		t.Errorf("service_ms %v > total_ms %v", entry["service_ms"], entry["total_ms"])
 	}
 }
