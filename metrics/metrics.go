@@ -13,13 +13,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 )
 
-// Outcomes are the values of loomgate_requests_total's outcome label.
-var Outcomes = []string{
-	"ok", "upstream_error", "upstream_timeout",
-	"rejected_queue_full", "rejected_queue_timeout", "rejected_bulkhead", "rejected_memory",
-	"client_closed", "bad_request", "internal_error",
-}
-
 // Buckets are the classic histogram buckets, in seconds, from 100µs to 60s:
 // wide enough for a cache hit and for a request that waited out the default
 // queue timeout. A native histogram is kept beside them for Prometheus
@@ -43,6 +36,11 @@ type Config struct {
 	// Registerer receives every collector. Required; the process's
 	// metrics need not live in a global registry.
 	Registerer prometheus.Registerer
+	// Outcomes are the values of loomgate_requests_total's outcome label,
+	// each created at once so that rate() and alerts work before the
+	// first rejection. They come from the proxy, which owns the list.
+	// Required.
+	Outcomes []string
 	// Mode is "fixed" or "unbounded", for loomgate_mode_info.
 	Mode string
 	// Limit and QueueLimit are the enforced bounds, 0 when there is none.
@@ -108,7 +106,7 @@ type Snapshot struct {
 
 // Sample is one finished request.
 type Sample struct {
-	// Outcome is one of Outcomes.
+	// Outcome is one of Config.Outcomes; others are not counted.
 	Outcome string
 	// UpstreamStatus is the upstream's status code, 0 if it did not answer.
 	UpstreamStatus int
@@ -141,8 +139,8 @@ type Metrics struct {
 // New registers loomgate's collectors, the Go runtime's and the process's
 // with cfg.Registerer.
 func New(cfg Config) (*Metrics, error) {
-	if cfg.Registerer == nil || cfg.State == nil || cfg.Peaks == nil {
-		return nil, errors.New("metrics: Registerer, State and Peaks are required")
+	if cfg.Registerer == nil || len(cfg.Outcomes) == 0 || cfg.State == nil || cfg.Peaks == nil {
+		return nil, errors.New("metrics: Registerer, Outcomes, State and Peaks are required")
 	}
 	if cfg.SampleInterval < 0 || cfg.ScrapeInterval < 0 || cfg.MemoryBudgetBytes < 0 {
 		return nil, errors.New("metrics: negative SampleInterval, ScrapeInterval or MemoryBudgetBytes")
@@ -166,7 +164,7 @@ func New(cfg Config) (*Metrics, error) {
 		cfg.Logger = slog.Default()
 	}
 	m := &Metrics{
-		requests: make(map[string]prometheus.Counter, len(Outcomes)),
+		requests: make(map[string]prometheus.Counter, len(cfg.Outcomes)),
 		cfg:      cfg,
 		settings: Settings{
 			Mode: cfg.Mode, Limit: cfg.Limit, QueueLimit: cfg.QueueLimit,
@@ -187,9 +185,7 @@ func New(cfg Config) (*Metrics, error) {
 		Name: "loomgate_requests_total",
 		Help: "Requests finished, by outcome.",
 	}, []string{"outcome"})
-	// Every series exists from the start, so rate() and alerts work before
-	// the first rejection ever happens.
-	for _, o := range Outcomes {
+	for _, o := range cfg.Outcomes {
 		m.requests[o] = requests.WithLabelValues(o)
 	}
 	upstream := prometheus.NewCounterVec(prometheus.CounterOpts{

@@ -10,6 +10,13 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 )
 
+// testOutcomes are the outcome label values the proxy reports.
+var testOutcomes = []string{
+	"ok", "upstream_error", "upstream_timeout",
+	"rejected_queue_full", "rejected_queue_timeout", "rejected_bulkhead", "rejected_memory",
+	"client_closed", "bad_request", "internal_error",
+}
+
 type fakeState struct {
 	state                    State
 	peakIn, peakQ, peakBytes int64
@@ -27,7 +34,7 @@ func newTestMetrics(t testing.TB) (*Metrics, *prometheus.Registry, *fakeState) {
 	reg := prometheus.NewRegistry()
 	fs := &fakeState{}
 	m, err := New(Config{
-		Registerer: reg, Mode: "fixed", Limit: 4, QueueLimit: 10, Version: "test",
+		Registerer: reg, Outcomes: testOutcomes, Mode: "fixed", Limit: 4, QueueLimit: 10, Version: "test",
 		State: fs.State, Peaks: fs.Peaks,
 	})
 	if err != nil {
@@ -177,7 +184,7 @@ func BenchmarkRecord(b *testing.B) {
 func ExampleMetrics_Record() {
 	reg := prometheus.NewRegistry()
 	m, _ := New(Config{
-		Registerer: reg, Mode: "unbounded", Version: "dev",
+		Registerer: reg, Outcomes: testOutcomes, Mode: "unbounded", Version: "dev",
 		State: func() State { return State{} },
 		Peaks: func() (int64, int64, int64) { return 0, 0, 0 },
 	})

@@ -21,6 +21,7 @@ func runMetrics(t *testing.T, cfg Config, level *atomic.Int64) (*Metrics, *prome
 	t.Helper()
 	reg := prometheus.NewRegistry()
 	cfg.Registerer = reg
+	cfg.Outcomes = testOutcomes
 	cfg.Mode = "unbounded"
 	cfg.State = func() State { return State{InFlight: level.Load()} }
 	cfg.Peaks = func() (int64, int64, int64) { return 0, 0, 0 }
@@ -141,6 +142,7 @@ func TestNewRejectsBadUpstreamConfig(t *testing.T) {
 		{MemoryBudgetBytes: -1},
 	} {
 		cfg.Registerer = prometheus.NewRegistry()
+		cfg.Outcomes = testOutcomes
 		cfg.State = func() State { return State{} }
 		cfg.Peaks = func() (int64, int64, int64) { return 0, 0, 0 }
 		if _, err := New(cfg); err == nil {
@@ -155,7 +157,7 @@ func TestAdviceGauges(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		reg := prometheus.NewRegistry()
 		m, err := New(Config{
-			Registerer: reg, Mode: "unbounded",
+			Registerer: reg, Outcomes: testOutcomes, Mode: "unbounded",
 			State: func() State { return State{} }, Peaks: func() (int64, int64, int64) { return 0, 0, 0 },
 		})
 		if err != nil {

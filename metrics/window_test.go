@@ -282,7 +282,7 @@ func TestMetricsWindowUnderSynctest(t *testing.T) {
 		// 30 s, with 40 more clients queued for 800 ms each: 50 rps.
 		const inFlight, queued = 10, 40
 		m, err := New(Config{
-			Registerer: prometheus.NewRegistry(), Mode: "fixed", Limit: 10, QueueLimit: 100,
+			Registerer: prometheus.NewRegistry(), Outcomes: testOutcomes, Mode: "fixed", Limit: 10, QueueLimit: 100,
 			State: func() State { return State{InFlight: inFlight, Queued: queued} },
 			Peaks: func() (int64, int64, int64) { return 0, 0, 0 },
 		})

@@ -194,12 +194,6 @@ func (p *Proxy) Shutdown(ctx context.Context) error {
 	return p.server.ShutdownWithContext(ctx)
 }
 
-// Handler returns the request handler, for serving with a fasthttp server
-// of the caller's; Serve is the usual way.
-func (p *Proxy) Handler() fasthttp.RequestHandler {
-	return p.handle
-}
-
 // handle serves one request. Every path ends in e.respond or e.forward,
 // which hand the exchange to fasthttp as the response body; fasthttp closes
 // it once the response is written, and that close releases the permit and

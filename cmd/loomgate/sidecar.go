@@ -129,6 +129,7 @@ func newSidecarWith(cfg config, log *slog.Logger, accessLog io.Writer, opts side
 	}
 	s.metrics, err = metrics.New(metrics.Config{
 		Registerer:       s.registry,
+		Outcomes:         outcomeNames(),
 		Mode:             cfg.Mode,
 		Limit:            stats.Limit,
 		QueueLimit:       stats.QueueLimit,
@@ -267,4 +268,13 @@ func (o *observer) Observe(out *proxy.Outcome) {
 
 func millis(d time.Duration) float64 {
 	return float64(d.Microseconds()) / 1000
+}
+
+// outcomeNames are the proxy's outcome kinds as label values.
+func outcomeNames() []string {
+	var names []string
+	for _, k := range proxy.Kinds() {
+		names = append(names, k.String())
+	}
+	return names
 }

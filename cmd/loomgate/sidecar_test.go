@@ -273,6 +273,10 @@ func TestMetricsEndpoint(t *testing.T) {
 	if got := s.counter(t, "loomgate_in_flight_max"); got < 1 {
 		t.Errorf("loomgate_in_flight_max after 5 requests = %v; want at least 1", got)
 	}
+	// Every outcome of the contract has its series from the start.
+	for _, o := range designOutcomes {
+		s.counter(t, "loomgate_requests_total", "outcome", o)
+	}
 	// The Outcome arrives just after the response bytes; let it land.
 	waitUntil(t, func() bool { return s.counter(t, "loomgate_requests_total", "outcome", "ok") == 5 })
 
