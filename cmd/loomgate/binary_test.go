@@ -75,8 +75,9 @@ func TestBadVariableExits2(t *testing.T) {
 		{[]string{"LOOMGATE_UPSTREAM=https://service:8443"}, "LOOMGATE_UPSTREAM"},
 		{[]string{"LOOMGATE_UPSTREAM=127.0.0.1:8081"}, "LOOMGATE_UPSTREAM"},
 		{[]string{"LOOMGATE_UPSTREAM=http://service:8081/api"}, "LOOMGATE_UPSTREAM"},
-		{[]string{"LOOMGATE_MODE=fixed", "LOOMGATE_BULKHEAD=10"}, "LOOMGATE_BULKHEAD"},
-		{[]string{"LOOMGATE_WORKERS=10"}, "LOOMGATE_WORKERS"},
+		// The other mode's settings are checked as strictly as the active one's.
+		{[]string{"LOOMGATE_MODE=fixed", "LOOMGATE_BULKHEAD=-10"}, "LOOMGATE_BULKHEAD"},
+		{[]string{"LOOMGATE_WORKERS=0"}, "LOOMGATE_WORKERS"},
 		{[]string{"LOOMGATE_BULKHEAD_WAIT=1s"}, "LOOMGATE_BULKHEAD_WAIT"},
 		{[]string{"LOOMGATE_ACCESS_LOG=yaml"}, "LOOMGATE_ACCESS_LOG"},
 		{[]string{"LOOMGATE_SERVER_TIMING=perhaps"}, "LOOMGATE_SERVER_TIMING"},

@@ -28,11 +28,11 @@ type config struct {
 	AdminListen          string        `env:"ADMIN_LISTEN" envDefault:":9090" help:"admin listener: metrics, health, advice, status page; never subject to admission" accepts:"host:port, e.g. :9090, different from LOOMGATE_LISTEN"`
 	Upstream             string        `env:"UPSTREAM" envDefault:"http://127.0.0.1:8081" help:"the service behind the sidecar" accepts:"http://host:port with no path, query or user"`
 	Mode                 string        `env:"MODE" envDefault:"unbounded" help:"admission policy" accepts:"fixed or unbounded"`
-	Workers              int           `env:"WORKERS" envDefault:"200" help:"fixed: requests served at once" accepts:"a whole number from 1 to 1000000"`
-	QueueSize            int           `env:"QUEUE_SIZE" envDefault:"10000" help:"fixed: waiters allowed in the FIFO queue; more are rejected at once" accepts:"a whole number from 0 to 1000000 (0 = reject when all workers are busy)"`
-	QueueTimeout         time.Duration `env:"QUEUE_TIMEOUT" envDefault:"30s" help:"fixed: longest wait in the queue before rejection" accepts:"a duration with a unit, e.g. 30s or 250ms, above 0"`
-	Bulkhead             int           `env:"BULKHEAD" envDefault:"0" help:"unbounded: max concurrent requests, 0 = off" accepts:"a whole number from 0 to 1000000"`
-	BulkheadWait         time.Duration `env:"BULKHEAD_WAIT" envDefault:"0s" help:"unbounded: how long a request may wait for the bulkhead, 0 = fail fast" accepts:"a duration with a unit, e.g. 0s or 100ms, not negative"`
+	Workers              int           `mode:"fixed" env:"WORKERS" envDefault:"200" help:"fixed: requests served at once" accepts:"a whole number from 1 to 1000000"`
+	QueueSize            int           `mode:"fixed" env:"QUEUE_SIZE" envDefault:"10000" help:"fixed: waiters allowed in the FIFO queue; more are rejected at once" accepts:"a whole number from 0 to 1000000 (0 = reject when all workers are busy)"`
+	QueueTimeout         time.Duration `mode:"fixed" env:"QUEUE_TIMEOUT" envDefault:"30s" help:"fixed: longest wait in the queue before rejection" accepts:"a duration with a unit, e.g. 30s or 250ms, above 0"`
+	Bulkhead             int           `mode:"unbounded" env:"BULKHEAD" envDefault:"0" help:"unbounded: max concurrent requests, 0 = off" accepts:"a whole number from 0 to 1000000"`
+	BulkheadWait         time.Duration `mode:"unbounded" env:"BULKHEAD_WAIT" envDefault:"0s" help:"unbounded: how long a request may wait for the bulkhead, 0 = fail fast" accepts:"a duration with a unit, e.g. 0s or 100ms, not negative"`
 	MaxInflightBytes     byteSize      `env:"MAX_INFLIGHT_BYTES" envDefault:"0" help:"memory bulkhead: bytes held by in-flight requests, 0 = off" accepts:"a size in bytes, e.g. 0, 268435456, 256MiB or 1GB"`
 	UpstreamTimeout      time.Duration `env:"UPSTREAM_TIMEOUT" envDefault:"60s" help:"per request, from admission to the last response byte" accepts:"a duration with a unit, e.g. 60s, above 0"`
 	MaxBodyBytes         byteSize      `env:"MAX_BODY_BYTES" envDefault:"16MiB" help:"request body limit (413 beyond)" accepts:"a size in bytes above 0, e.g. 16MiB or 1048576"`
@@ -53,7 +53,10 @@ type configVar struct {
 	Default string
 	Help    string
 	Accepts string
-	field   string // Go field name, to map env's errors back to the variable
+	// Mode is the mode the variable applies to, empty when it applies to
+	// both; in the other mode it is checked but inactive.
+	Mode  string
+	field string // Go field name, to map env's errors back to the variable
 }
 
 // configVars lists every variable config reads, in declaration order.
@@ -67,6 +70,7 @@ func configVars() []configVar {
 			Default: f.Tag.Get("envDefault"),
 			Help:    f.Tag.Get("help"),
 			Accepts: f.Tag.Get("accepts"),
+			Mode:    f.Tag.Get("mode"),
 			field:   f.Name,
 		})
 	}
@@ -132,10 +136,6 @@ func parseConfig(environ []string) (config, error) {
 			bad(byField[field], detail)
 		}
 	}
-	set := func(field string) bool {
-		_, ok := envMap[byField[field].Name]
-		return ok
-	}
 
 	check("Listen", validListen(cfg.Listen), "not a listen address")
 	check("AdminListen", validListen(cfg.AdminListen), "not a listen address")
@@ -158,20 +158,10 @@ func parseConfig(environ []string) (config, error) {
 	check("UpstreamMemoryMetric", validSelector(cfg.UpstreamMemoryMetric) == nil, fmt.Sprint(validSelector(cfg.UpstreamMemoryMetric)))
 	check("MemoryBudgetBytes", cfg.MemoryBudgetBytes >= 0, "negative")
 
-	// Settings of the other mode are refused rather than ignored: an operator
-	// who sets WORKERS=50 and believes it is in force while MODE=unbounded
-	// learns otherwise only under load.
-	if cfg.Mode == "fixed" {
-		for _, f := range []string{"Bulkhead", "BulkheadWait"} {
-			check(f, !set(f), "applies only to LOOMGATE_MODE=unbounded; unset it or change the mode")
-		}
-	}
-	if cfg.Mode == "unbounded" {
-		for _, f := range []string{"Workers", "QueueSize", "QueueTimeout"} {
-			check(f, !set(f), "applies only to LOOMGATE_MODE=fixed; unset it or change the mode")
-		}
-		check("BulkheadWait", cfg.BulkheadWait == 0 || cfg.Bulkhead > 0, "has no effect without LOOMGATE_BULKHEAD above 0")
-	}
+	// The other mode's settings are accepted and checked as strictly as the
+	// active mode's: a ConfigMap that carries both flips with one edit of
+	// LOOMGATE_MODE, and the flip can never fail at start.
+	check("BulkheadWait", cfg.BulkheadWait == 0 || cfg.Bulkhead > 0, "has no effect without LOOMGATE_BULKHEAD above 0")
 
 	var unknown []string
 	for name := range envMap {

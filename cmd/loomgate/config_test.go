@@ -34,8 +34,11 @@ func TestParseConfigProblems(t *testing.T) {
 		{[]string{"LOOMGATE_MODE=fixed", "LOOMGATE_QUEUE_TIMEOUT=100"}, []string{`LOOMGATE_QUEUE_TIMEOUT="100": a duration needs a unit`}},
 		{[]string{"LOOMGATE_UPSTREAM=http://:80"}, []string{`LOOMGATE_UPSTREAM="http://:80": no host`}},
 		{[]string{"LOOMGATE_UPSTREAM=http://u:p@svc:80"}, []string{`LOOMGATE_UPSTREAM="http://u:p@svc:80": user information`}},
-		{[]string{"LOOMGATE_MODE=fixed", "LOOMGATE_BULKHEAD_WAIT=1s"}, []string{`LOOMGATE_BULKHEAD_WAIT="1s": applies only to LOOMGATE_MODE=unbounded`}},
-		{[]string{"LOOMGATE_QUEUE_SIZE=5"}, []string{`LOOMGATE_QUEUE_SIZE="5": applies only to LOOMGATE_MODE=fixed`}},
+		// The other mode's settings are accepted, and checked as strictly.
+		{[]string{"LOOMGATE_MODE=fixed", "LOOMGATE_BULKHEAD=64", "LOOMGATE_BULKHEAD_WAIT=1s"}, nil},
+		{[]string{"LOOMGATE_QUEUE_SIZE=5", "LOOMGATE_WORKERS=20"}, nil},
+		{[]string{"LOOMGATE_MODE=fixed", "LOOMGATE_BULKHEAD_WAIT=1s"}, []string{`LOOMGATE_BULKHEAD_WAIT="1s": has no effect without LOOMGATE_BULKHEAD`}},
+		{[]string{"LOOMGATE_WORKERS=0"}, []string{`LOOMGATE_WORKERS="0": out of range`}},
 		{[]string{"LOOMGATE_LOG_LEVEL=loud", "LOOMGATE_PPROF=maybe"}, []string{`LOOMGATE_LOG_LEVEL="loud"`, `LOOMGATE_PPROF="maybe"`}},
 		{[]string{"LOOMGATE_MAX_BODY_BYTES=0"}, []string{`LOOMGATE_MAX_BODY_BYTES="0": out of range`}},
 		{[]string{"LOOMGATE_UPSTREAM_METRICS_URL=ftp://x/metrics"}, []string{`LOOMGATE_UPSTREAM_METRICS_URL="ftp://x/metrics"`}},

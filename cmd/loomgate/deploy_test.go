@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"log/slog"
 	"net"
 	"net/url"
 	"os"
@@ -35,8 +36,8 @@ func fromRepoRoot(elem ...string) string {
 // adminPaths are the admin listener's endpoints (DESIGN.md, "Admin endpoints").
 var adminPaths = []string{"/metrics", "/healthz", "/readyz", "/advice", "/"}
 
-// modeOnly names the variables that belong to one mode; loomgate refuses
-// them with the other.
+// modeOnly names the variables that belong to one mode; with the other they
+// are checked but inactive.
 var modeOnly = map[string][]string{
 	"fixed":     {"LOOMGATE_WORKERS", "LOOMGATE_QUEUE_SIZE", "LOOMGATE_QUEUE_TIMEOUT"},
 	"unbounded": {"LOOMGATE_BULKHEAD", "LOOMGATE_BULKHEAD_WAIT"},
@@ -567,30 +568,19 @@ func checkApp(t *testing.T, app k8sApp) {
 		t.Errorf("Deployment selector %v does not select its pod labels %v", dep.Spec.Selector.MatchLabels, podLabels)
 	}
 
-	// The environment: each mode's variables only where that mode is set,
-	// and nothing the binary would refuse.
+	// The environment: every overlay sets LOOMGATE_MODE, and nothing else
+	// of loomgate's differs from the base, so that a flip is one edit.
 	mode := filepath.Base(app.dir)
 	env := effectiveEnv(t, *lg)
-	if mode == "base" {
-		for _, names := range modeOnly {
-			for _, name := range names {
-				if _, ok := env[name]; ok {
-					t.Errorf("base sets %s; want mode-specific variables only in the overlays", name)
-				}
-			}
-		}
-	} else {
+	if mode != "base" {
 		if got := env["LOOMGATE_MODE"]; got != mode {
 			t.Errorf("overlay %s: LOOMGATE_MODE = %q; want %q", mode, got, mode)
 		}
-		for other, names := range modeOnly {
-			if other == mode {
-				continue
-			}
-			for _, name := range names {
-				if v, ok := env[name]; ok {
-					t.Errorf("overlay %s sets %s=%q; want it unset: it belongs to MODE=%s", mode, name, v, other)
-				}
+	}
+	for _, names := range modeOnly {
+		for _, name := range names {
+			if _, ok := env[name]; !ok {
+				t.Errorf("%s: %s is unset; want both modes' settings in the base, so that flipping LOOMGATE_MODE is one edit", mode, name)
 			}
 		}
 	}
@@ -605,6 +595,27 @@ func checkApp(t *testing.T, app k8sApp) {
 	}
 	if mode == "base" && (cfg.Mode != "unbounded" || cfg.Bulkhead != 0) {
 		t.Errorf("base: MODE=%s BULKHEAD=%d; want unbounded with no bulkhead, the pass-through that changes nothing", cfg.Mode, cfg.Bulkhead)
+	}
+	// The same environment starts in both modes, each with its own limit.
+	for _, m := range []string{"fixed", "unbounded"} {
+		flipped := append(slices.Clone(environ), "LOOMGATE_MODE="+m)
+		fc, err := parseConfig(flipped)
+		if err != nil {
+			t.Errorf("%s flipped to MODE=%s: loomgate would exit 2:\n%v", mode, m, err)
+			continue
+		}
+		s, err := newSidecar(fc, slog.New(slog.DiscardHandler), io.Discard)
+		if err != nil {
+			t.Errorf("%s flipped to MODE=%s: %v", mode, m, err)
+			continue
+		}
+		want := fc.Workers
+		if m == "unbounded" {
+			want = fc.Bulkhead
+		}
+		if got := s.limiter.Stats().Limit; got != want {
+			t.Errorf("%s flipped to MODE=%s: limit %d; want %d", mode, m, got, want)
+		}
 	}
 
 	// Ports: the container ports agree with the listen addresses.

@@ -68,13 +68,20 @@ func newLogger(w io.Writer, level string) *slog.Logger {
 
 // logConfig writes the effective configuration, defaults included, so that
 // an operator reading the log knows what is in force without reading the
-// deployment.
+// deployment; the other mode's settings follow on a line of their own,
+// marked inactive, so that what a flip of LOOMGATE_MODE would bring is
+// in the log too.
 func logConfig(log *slog.Logger, cfg config) {
-	attrs := []any{}
+	var active, inactive []any
 	for _, v := range configVars() {
-		attrs = append(attrs, v.Name, configValue(cfg, v))
+		if v.Mode != "" && v.Mode != cfg.Mode {
+			inactive = append(inactive, v.Name, configValue(cfg, v))
+			continue
+		}
+		active = append(active, v.Name, configValue(cfg, v))
 	}
-	log.Info("configuration", attrs...)
+	log.Info("configuration", active...)
+	log.Info("inactive in LOOMGATE_MODE="+cfg.Mode+"; in force after a flip of the mode", inactive...)
 }
 
 // sidecar is the proxy with its limiter, metrics and admin endpoints: what
