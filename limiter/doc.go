@@ -14,8 +14,10 @@
 // reserve more with TryReserve, which never waits, when it learns late what
 // it will hold.
 //
-// A Limiter hands out permits; every successful Acquire must be matched by
-// exactly one Release with the bytes that request reserved, through Acquire
-// and TryReserve together. The uncontended path takes no
-// timer and allocates nothing.
+// A Limiter hands out permits; every successful TryAcquire or Acquire must
+// be matched by exactly one Release with the bytes that request reserved,
+// through it and TryReserve together. TryAcquire is the uncontended path on
+// its own: no context, no timer, no allocation; a caller that makes the
+// context of a wait only when there is one calls Acquire when it answers
+// ErrMustWait. A waiting request costs no goroutine or timer of its own.
 package limiter

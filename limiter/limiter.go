@@ -4,10 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"sync/atomic"
 	"time"
-
-	"golang.org/x/sync/semaphore"
 )
 
 // Rejections. Callers branch on them with errors.Is to choose the response.
@@ -23,6 +22,10 @@ var (
 	// beside those already reserved.
 	ErrMemoryFull = errors.New("limiter: in-flight memory full")
 )
+
+// ErrMustWait is TryAcquire's answer when the request could be admitted
+// only after a wait: nothing is reserved, and Acquire is the way to wait.
+var ErrMustWait = errors.New("limiter: must wait")
 
 // Mode selects the admission policy.
 type Mode int
@@ -45,21 +48,34 @@ func (m Mode) String() string {
 	return fmt.Sprintf("Mode(%d)", int(m))
 }
 
-// Config describes a Limiter. Fields that belong to the other mode must be
-// zero, so that a setting never silently does nothing.
+// ParseMode reads a mode as String writes it.
+func ParseMode(s string) (Mode, error) {
+	switch s {
+	case "fixed":
+		return Fixed, nil
+	case "unbounded":
+		return Unbounded, nil
+	}
+	return 0, fmt.Errorf("limiter: unknown mode %q; want fixed or unbounded", s)
+}
+
+// Config describes a Limiter. It may carry both modes' settings, so that
+// one configuration serves either mode: every field is validated, and only
+// the fields of Mode are in force.
 type Config struct {
 	// Mode is Fixed or Unbounded; the zero value is invalid.
 	Mode Mode
 
 	// Workers is, in Fixed mode, the most requests admitted at once. It must
-	// be at least 1.
+	// be at least 1 in Fixed mode; in Unbounded mode, 0 or more.
 	Workers int
 	// QueueSize is, in Fixed mode, the most requests waiting for a worker.
 	// A request that would be one more is rejected with ErrQueueFull. If
 	// zero, a request that finds every worker busy is rejected at once.
 	QueueSize int
 	// QueueTimeout is, in Fixed mode, the longest a request waits for a
-	// worker before ErrQueueTimeout. It must be above zero when QueueSize is.
+	// worker before ErrQueueTimeout. It must be above zero when QueueSize is
+	// and Mode is Fixed.
 	QueueTimeout time.Duration
 
 	// Bulkhead is, in Unbounded mode, the most requests admitted at once.
@@ -67,7 +83,8 @@ type Config struct {
 	Bulkhead int
 	// BulkheadWait is, in Unbounded mode, the longest a request waits for a
 	// place in the bulkhead before ErrBulkheadFull. If zero, a request that
-	// finds the bulkhead full is rejected at once.
+	// finds the bulkhead full is rejected at once. It must be zero when
+	// Bulkhead is.
 	BulkheadWait time.Duration
 
 	// MaxInFlightBytes caps the bytes reserved by admitted and waiting
@@ -76,80 +93,152 @@ type Config struct {
 	MaxInFlightBytes int64
 }
 
+// FieldError is a problem with one field of Config.
+type FieldError struct {
+	// Field is the Config field's name, e.g. "Workers".
+	Field string
+	// Problem says what is wrong and what is accepted.
+	Problem string
+}
+
+func (e *FieldError) Error() string { return "limiter: " + e.Field + " " + e.Problem }
+
+// Validate reports every problem of cfg as FieldErrors joined, or nil.
+func (cfg Config) Validate() error {
+	var problems []error
+	bad := func(field, format string, args ...any) {
+		problems = append(problems, &FieldError{Field: field, Problem: fmt.Sprintf(format, args...)})
+	}
+	switch cfg.Mode {
+	case Fixed, Unbounded:
+	default:
+		bad("Mode", "is %v; want Fixed or Unbounded", cfg.Mode)
+	}
+	if cfg.Workers < 0 || cfg.Mode == Fixed && cfg.Workers < 1 {
+		bad("Workers", "is %d; want at least 1", cfg.Workers)
+	}
+	if cfg.QueueSize < 0 {
+		bad("QueueSize", "is %d; want 0 or more", cfg.QueueSize)
+	}
+	if cfg.QueueTimeout < 0 || cfg.Mode == Fixed && cfg.QueueSize > 0 && cfg.QueueTimeout == 0 {
+		bad("QueueTimeout", "is %v; want above 0 when QueueSize is above 0", cfg.QueueTimeout)
+	}
+	if cfg.Bulkhead < 0 {
+		bad("Bulkhead", "is %d; want 0 or more", cfg.Bulkhead)
+	}
+	if cfg.BulkheadWait < 0 {
+		bad("BulkheadWait", "is %v; want 0 or more", cfg.BulkheadWait)
+	} else if cfg.BulkheadWait > 0 && cfg.Bulkhead == 0 {
+		bad("BulkheadWait", "is %v but has no effect without a Bulkhead above 0", cfg.BulkheadWait)
+	}
+	if cfg.MaxInFlightBytes < 0 {
+		bad("MaxInFlightBytes", "is %d; want 0 or more", cfg.MaxInFlightBytes)
+	}
+	return errors.Join(problems...)
+}
+
 // Limiter admits requests according to its Config. It is safe for
 // concurrent use.
+//
+// Waiting requests stand in one FIFO list, and one timer serves them all:
+// every waiter waits the same time and joins at the tail, so deadlines rise
+// from head to tail and only the head's needs a timer. A waiting request
+// costs the Limiter a small pooled record and nothing else: no goroutine,
+// no timer, no context of its own.
 type Limiter struct {
 	mode  Mode
-	limit int   // permits in sem, 0 when sem is nil
-	queue int64 // most waiters; -1 when bounded by time only
+	limit int // permits; 0: admit everyone
+	queue int // most waiters; -1 when bounded by time only
 	wait  time.Duration
 	// errFull and errTimeout are what a rejection returns in this mode, so
 	// the hot path does not branch on the mode.
 	errFull, errTimeout error
+	memSize             int64 // MaxInFlightBytes; 0: bytes not capped
 
-	sem *semaphore.Weighted // nil: admit everyone
-	mem *semaphore.Weighted // nil: bytes not capped
-	// memSize is mem's capacity, to reject at once what can never fit.
-	memSize int64
+	mu      sync.Mutex
+	used    int // permits held; below limit only while nobody waits
+	head    *waiter
+	tail    *waiter
+	waiting int
+	timer   *time.Timer // fires at the head's deadline; nil until first needed
+	armed   bool        // timer is set to fire
+	// free holds waiters for reuse, linked by next. A Limiter's own list
+	// rather than a sync.Pool: a waiter's channel may only be used where
+	// it was made (a synctest bubble is one such place).
+	free  *waiter
+	nfree int
 
 	inFlight, queued, bytes             atomic.Int64
 	inFlightPeak, queuedPeak, bytesPeak atomic.Int64
 }
 
+// waiter is one request in the queue. Its fields belong to the Limiter's
+// mutex, except ready, which is how its decision reaches it.
+type waiter struct {
+	prev, next *waiter
+	deadline   time.Time
+	// ready receives one value when the waiter is decided: admitted (err
+	// nil) or timed out. Buffered, so that the decider never blocks.
+	ready  chan struct{}
+	err    error
+	queued bool
+}
+
+// maxFree bounds the waiters kept for reuse: enough for the queue of a
+// busy minute to cost no allocation, while a burst of ten thousand leaves
+// little behind.
+const maxFree = 1024
+
 // New validates cfg and returns a Limiter.
 func New(cfg Config) (*Limiter, error) {
-	l := &Limiter{mode: cfg.Mode, memSize: cfg.MaxInFlightBytes}
-	var problems []error
-	bad := func(format string, args ...any) {
-		problems = append(problems, fmt.Errorf("limiter: "+format, args...))
+	if err := cfg.Validate(); err != nil {
+		return nil, err
 	}
+	l := &Limiter{mode: cfg.Mode, memSize: cfg.MaxInFlightBytes}
 	switch cfg.Mode {
 	case Fixed:
-		if cfg.Workers < 1 {
-			bad("Workers = %d; want at least 1", cfg.Workers)
-		}
-		if cfg.QueueSize < 0 {
-			bad("QueueSize = %d; want 0 or more", cfg.QueueSize)
-		}
-		if cfg.QueueSize > 0 && cfg.QueueTimeout <= 0 {
-			bad("QueueTimeout = %v; want above 0 when QueueSize is %d", cfg.QueueTimeout, cfg.QueueSize)
-		}
-		if cfg.Bulkhead != 0 || cfg.BulkheadWait != 0 {
-			bad("Bulkhead and BulkheadWait apply only to Unbounded mode")
-		}
-		l.limit, l.queue, l.wait = cfg.Workers, int64(cfg.QueueSize), cfg.QueueTimeout
+		l.limit, l.queue, l.wait = cfg.Workers, cfg.QueueSize, cfg.QueueTimeout
 		if cfg.QueueSize == 0 {
 			l.wait = 0
 		}
 		l.errFull, l.errTimeout = ErrQueueFull, ErrQueueTimeout
 	case Unbounded:
-		if cfg.Bulkhead < 0 {
-			bad("Bulkhead = %d; want 0 or more", cfg.Bulkhead)
-		}
-		if cfg.BulkheadWait < 0 {
-			bad("BulkheadWait = %v; want 0 or more", cfg.BulkheadWait)
-		}
-		if cfg.Workers != 0 || cfg.QueueSize != 0 || cfg.QueueTimeout != 0 {
-			bad("Workers, QueueSize and QueueTimeout apply only to Fixed mode")
-		}
 		l.limit, l.queue, l.wait = cfg.Bulkhead, -1, cfg.BulkheadWait
 		l.errFull, l.errTimeout = ErrBulkheadFull, ErrBulkheadFull
-	default:
-		bad("unknown mode %v", cfg.Mode)
-	}
-	if cfg.MaxInFlightBytes < 0 {
-		bad("MaxInFlightBytes = %d; want 0 or more", cfg.MaxInFlightBytes)
-	}
-	if len(problems) > 0 {
-		return nil, errors.Join(problems...)
-	}
-	if l.limit > 0 {
-		l.sem = semaphore.NewWeighted(int64(l.limit))
-	}
-	if cfg.MaxInFlightBytes > 0 {
-		l.mem = semaphore.NewWeighted(cfg.MaxInFlightBytes)
 	}
 	return l, nil
+}
+
+// TryAcquire admits one request that will hold the given bytes if it can
+// be admitted at once. It returns nil (then the caller must call
+// Release(bytes) exactly once), a rejection of this package, or ErrMustWait
+// when only a wait could admit it; then nothing is held, and Acquire waits.
+//
+// It is the fast path of Acquire for callers that make the context of a
+// wait only when there is one: it takes no context, no timer and allocates
+// nothing.
+func (l *Limiter) TryAcquire(bytes int64) error {
+	if err := l.reserveBytes(bytes); err != nil {
+		return err
+	}
+	if l.limit == 0 {
+		peak(&l.inFlightPeak, l.inFlight.Add(1))
+		return nil
+	}
+	l.mu.Lock()
+	if l.used < l.limit {
+		l.used++
+		l.mu.Unlock()
+		peak(&l.inFlightPeak, l.inFlight.Add(1))
+		return nil
+	}
+	full := l.wait <= 0 || l.queue >= 0 && l.waiting >= l.queue
+	l.mu.Unlock()
+	l.releaseBytes(bytes)
+	if full {
+		return l.errFull
+	}
+	return ErrMustWait
 }
 
 // Acquire admits one request that will hold the given bytes, waiting as the
@@ -157,59 +246,169 @@ func New(cfg Config) (*Limiter, error) {
 // ctx.Err() when ctx ends first (the client left). On nil the caller must
 // call Release(bytes) exactly once.
 func (l *Limiter) Acquire(ctx context.Context, bytes int64) error {
-	if bytes < 0 {
-		panic("limiter: negative bytes")
+	if err := l.reserveBytes(bytes); err != nil {
+		return err
 	}
-	// Memory is reserved before waiting for a worker because a waiting
-	// request already holds its buffered body. The memory bulkhead never
-	// waits: its purpose is to shed load before memory runs out, and a
-	// queue of reservations would hold that memory anyway.
-	if l.mem != nil && bytes > 0 && (bytes > l.memSize || !l.mem.TryAcquire(bytes)) {
-		return ErrMemoryFull
+	if l.limit == 0 {
+		peak(&l.inFlightPeak, l.inFlight.Add(1))
+		return nil
 	}
-	peak(&l.bytesPeak, l.bytes.Add(bytes))
-	if err := l.admit(ctx); err != nil {
+	l.mu.Lock()
+	if l.used < l.limit {
+		l.used++
+		l.mu.Unlock()
+		peak(&l.inFlightPeak, l.inFlight.Add(1))
+		return nil
+	}
+	if l.wait <= 0 || l.queue >= 0 && l.waiting >= l.queue {
+		l.mu.Unlock()
+		l.releaseBytes(bytes)
+		return l.errFull
+	}
+	if err := ctx.Err(); err != nil {
+		// Gone before it queued: never counted as waiting.
+		l.mu.Unlock()
 		l.releaseBytes(bytes)
 		return err
 	}
-	return nil
+	w := l.free
+	if w != nil {
+		l.free, l.nfree = w.next, l.nfree-1
+	} else {
+		w = &waiter{ready: make(chan struct{}, 1)}
+	}
+	w.deadline = time.Now().Add(l.wait)
+	l.push(w)
+	l.mu.Unlock()
+
+	err := l.await(ctx, w)
+	l.mu.Lock()
+	if l.nfree < maxFree {
+		w.next, l.free = l.free, w
+		l.nfree++
+	}
+	l.mu.Unlock()
+	if err != nil {
+		l.releaseBytes(bytes)
+	}
+	return err
 }
 
-// admit takes a permit. The uncontended path is TryAcquire: no context, no
-// timer, no allocation.
-func (l *Limiter) admit(ctx context.Context) error {
-	if l.sem == nil || l.sem.TryAcquire(1) {
-		peak(&l.inFlightPeak, l.inFlight.Add(1))
-		return nil
+// await blocks until w is decided or ctx ends, and returns the result.
+func (l *Limiter) await(ctx context.Context, w *waiter) error {
+	select {
+	case <-w.ready:
+		return w.err
+	case <-ctx.Done():
 	}
-	if l.wait <= 0 {
-		return l.errFull
-	}
-	// Count the waiter before checking the bound so that two arrivals cannot
-	// both see room for one; the loser undoes its count.
-	q := l.queued.Add(1)
-	if l.queue >= 0 && q > l.queue {
+	l.mu.Lock()
+	if w.queued {
+		l.unlink(w)
 		l.queued.Add(-1)
-		return l.errFull
-	}
-	peak(&l.queuedPeak, q)
-	wctx, cancel := context.WithTimeout(ctx, l.wait)
-	err := l.sem.Acquire(wctx, 1)
-	cancel()
-	// On success, in-flight rises before queued falls so a reader summing
-	// the two never sees the request vanish.
-	if err == nil {
-		peak(&l.inFlightPeak, l.inFlight.Add(1))
-		l.queued.Add(-1)
-		return nil
-	}
-	l.queued.Add(-1)
-	// Both may be done at once; the client leaving is the truer story and
-	// keeps a disconnect from counting as a timeout.
-	if ctx.Err() != nil {
+		l.mu.Unlock()
 		return ctx.Err()
 	}
-	return l.errTimeout
+	// Decided while ctx ended: the decision is waiting in ready.
+	l.mu.Unlock()
+	<-w.ready
+	if w.err == nil {
+		// Admitted, but nobody is left to serve: the permit goes on to
+		// the next waiter.
+		l.Release(0)
+	}
+	// Both may be done at once; the client leaving is the truer story and
+	// keeps a disconnect from counting as a timeout.
+	return ctx.Err()
+}
+
+// push appends w to the queue and makes sure the timer will fire for the
+// head. The caller holds l.mu.
+func (l *Limiter) push(w *waiter) {
+	w.queued, w.err, w.next = true, nil, nil
+	w.prev = l.tail
+	if l.tail != nil {
+		l.tail.next = w
+	} else {
+		l.head = w
+	}
+	l.tail = w
+	l.waiting++
+	peak(&l.queuedPeak, l.queued.Add(1))
+	if !l.armed {
+		l.armed = true
+		d := time.Until(l.head.deadline)
+		if l.timer == nil {
+			l.timer = time.AfterFunc(d, l.expire)
+		} else {
+			l.timer.Reset(d)
+		}
+	}
+}
+
+// unlink removes w from the queue. The caller holds l.mu.
+func (l *Limiter) unlink(w *waiter) {
+	if w.prev != nil {
+		w.prev.next = w.next
+	} else {
+		l.head = w.next
+	}
+	if w.next != nil {
+		w.next.prev = w.prev
+	} else {
+		l.tail = w.prev
+	}
+	w.prev, w.next, w.queued = nil, nil, false
+	l.waiting--
+}
+
+// decide takes the head off the queue with err (nil: admitted) and wakes
+// it. The caller holds l.mu, and has counted an admission in flight.
+func (l *Limiter) decide(err error) {
+	w := l.head
+	l.unlink(w)
+	w.err = err
+	l.queued.Add(-1)
+	w.ready <- struct{}{}
+}
+
+// expire rejects the waiters whose deadline has passed, from the head, and
+// sets the timer for the next. A head that was admitted before its
+// deadline leaves the timer early for its successor: it fires, finds
+// nothing due, and is set again, once per deadline at most.
+func (l *Limiter) expire() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	now := time.Now()
+	for l.head != nil && !l.head.deadline.After(now) {
+		l.decide(l.errTimeout)
+	}
+	if l.head == nil {
+		l.armed = false
+		return
+	}
+	l.timer.Reset(l.head.deadline.Sub(now))
+}
+
+// Release returns the permit and bytes of one admitted request. The permit
+// goes straight to the oldest waiter, if any, so that a newcomer can never
+// take it first.
+func (l *Limiter) Release(bytes int64) {
+	if l.inFlight.Add(-1) < 0 {
+		panic("limiter: released more than acquired")
+	}
+	if l.limit > 0 {
+		l.mu.Lock()
+		if l.head != nil {
+			// In flight rises before queued falls, so that a reader
+			// summing the two never sees the request vanish.
+			peak(&l.inFlightPeak, l.inFlight.Add(1))
+			l.decide(nil)
+		} else {
+			l.used--
+		}
+		l.mu.Unlock()
+	}
+	l.releaseBytes(bytes)
 }
 
 // TryReserve adds bytes to what an admitted request holds, without waiting,
@@ -223,37 +422,38 @@ func (l *Limiter) admit(ctx context.Context) error {
 // headers arrive) keeps the bulkhead's promise: the caller that is refused
 // must not hold the bytes, for instance by streaming instead of buffering.
 func (l *Limiter) TryReserve(bytes int64) bool {
+	// Never waiting is the point: the request already holds a permit, and
+	// waiting for memory while holding one is how two requests deadlock.
+	return l.reserveBytes(bytes) == nil
+}
+
+// reserveBytes counts bytes, or refuses them with ErrMemoryFull when they
+// do not fit beside those reserved. The memory bulkhead never waits: its
+// purpose is to shed load before memory runs out, and a queue of
+// reservations would hold that memory anyway.
+func (l *Limiter) reserveBytes(bytes int64) error {
 	if bytes < 0 {
 		panic("limiter: negative bytes")
 	}
-	// Never waiting is the point: the request already holds a permit, and
-	// waiting for memory while holding one is how two requests deadlock.
-	if l.mem != nil && bytes > 0 && (bytes > l.memSize || !l.mem.TryAcquire(bytes)) {
-		return false
+	if l.memSize == 0 {
+		peak(&l.bytesPeak, l.bytes.Add(bytes))
+		return nil
 	}
-	peak(&l.bytesPeak, l.bytes.Add(bytes))
-	return true
-}
-
-// Release returns the permit and bytes of one admitted request.
-func (l *Limiter) Release(bytes int64) {
-	if l.inFlight.Add(-1) < 0 {
-		panic("limiter: released more than acquired")
+	for {
+		cur := l.bytes.Load()
+		if cur+bytes > l.memSize {
+			return ErrMemoryFull
+		}
+		if l.bytes.CompareAndSwap(cur, cur+bytes) {
+			peak(&l.bytesPeak, cur+bytes)
+			return nil
+		}
 	}
-	if l.sem != nil {
-		l.sem.Release(1)
-	}
-	l.releaseBytes(bytes)
 }
 
 func (l *Limiter) releaseBytes(bytes int64) {
-	// The count falls before the semaphore gives the bytes back, as it rose
-	// only after the semaphore granted them: the count, and so every peak
-	// taken of it, never exceeds what the semaphore holds, which never
-	// exceeds MaxInFlightBytes.
-	l.bytes.Add(-bytes)
-	if l.mem != nil && bytes > 0 {
-		l.mem.Release(bytes)
+	if l.bytes.Add(-bytes) < 0 {
+		panic("limiter: released more bytes than reserved")
 	}
 }
 
@@ -293,15 +493,17 @@ func (l *Limiter) Stats() Stats {
 		Queued:     l.queued.Load(),
 		Bytes:      l.bytes.Load(),
 		Limit:      l.limit,
-		QueueLimit: int(max(l.queue, 0)),
+		QueueLimit: max(l.queue, 0),
 		MaxBytes:   l.memSize,
 	}
 }
 
-// Peaks reports the highest in-flight, queued and reserved bytes since the
-// previous call and starts the next period at the current values, so that a
-// scraper sees bursts that happen between its scrapes.
-func (l *Limiter) Peaks() (inFlight, queued, bytes int64) {
+// TakePeaks returns the highest in-flight, queued and reserved bytes since
+// the previous call and starts the next period at the current values. Each
+// call ends a period, so it must have one caller: a sampler that keeps the
+// peaks for everyone who reads them (metrics does, per interval). Two
+// scrapers calling it directly would each see only part of the bursts.
+func (l *Limiter) TakePeaks() (inFlight, queued, bytes int64) {
 	return takePeak(&l.inFlightPeak, &l.inFlight),
 		takePeak(&l.queuedPeak, &l.queued),
 		takePeak(&l.bytesPeak, &l.bytes)

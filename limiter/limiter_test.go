@@ -27,15 +27,17 @@ func TestNewRejectsBadConfig(t *testing.T) {
 		cfg  Config
 		want string
 	}{
-		{"no mode", Config{}, "unknown mode"},
-		{"no workers", Config{Mode: Fixed}, "Workers = 0"},
-		{"negative queue", Config{Mode: Fixed, Workers: 1, QueueSize: -1}, "QueueSize = -1"},
-		{"queue without timeout", Config{Mode: Fixed, Workers: 1, QueueSize: 5}, "QueueTimeout = 0s"},
-		{"bulkhead in fixed", Config{Mode: Fixed, Workers: 1, Bulkhead: 3}, "apply only to Unbounded"},
-		{"workers in unbounded", Config{Mode: Unbounded, Workers: 3}, "apply only to Fixed"},
-		{"negative bulkhead", Config{Mode: Unbounded, Bulkhead: -1}, "Bulkhead = -1"},
-		{"negative wait", Config{Mode: Unbounded, Bulkhead: 1, BulkheadWait: -time.Second}, "BulkheadWait = -1s"},
-		{"negative bytes", Config{Mode: Unbounded, MaxInFlightBytes: -1}, "MaxInFlightBytes = -1"},
+		{"no mode", Config{}, "Mode is Mode(0)"},
+		{"no workers", Config{Mode: Fixed}, "Workers is 0"},
+		{"negative queue", Config{Mode: Fixed, Workers: 1, QueueSize: -1}, "QueueSize is -1"},
+		{"queue without timeout", Config{Mode: Fixed, Workers: 1, QueueSize: 5}, "QueueTimeout is 0s"},
+		// The other mode's fields are checked as strictly as the active ones.
+		{"negative workers in unbounded", Config{Mode: Unbounded, Workers: -3}, "Workers is -3"},
+		{"negative bulkhead in fixed", Config{Mode: Fixed, Workers: 1, Bulkhead: -1}, "Bulkhead is -1"},
+		{"negative bulkhead", Config{Mode: Unbounded, Bulkhead: -1}, "Bulkhead is -1"},
+		{"negative wait", Config{Mode: Unbounded, Bulkhead: 1, BulkheadWait: -time.Second}, "BulkheadWait is -1s"},
+		{"wait without bulkhead", Config{Mode: Unbounded, BulkheadWait: time.Second}, "BulkheadWait is 1s but has no effect"},
+		{"negative bytes", Config{Mode: Unbounded, MaxInFlightBytes: -1}, "MaxInFlightBytes is -1"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -43,7 +45,28 @@ func TestNewRejectsBadConfig(t *testing.T) {
 			if err == nil || !strings.Contains(err.Error(), tt.want) {
 				t.Errorf("New(%+v) = %v; want an error containing %q", tt.cfg, err, tt.want)
 			}
+			var fe *FieldError
+			if !errors.As(err, &fe) || !strings.HasPrefix(tt.want, fe.Field+" ") {
+				t.Errorf("New(%+v) = %v; want a FieldError naming the field of %q", tt.cfg, err, tt.want)
+			}
 		})
+	}
+}
+
+func TestBothModesSettingsAreAccepted(t *testing.T) {
+	// One configuration with both modes' settings, as a ConfigMap that flips
+	// by one variable carries it: each mode enforces only its own.
+	both := Config{Workers: 7, QueueSize: 9, QueueTimeout: time.Second, Bulkhead: 5, BulkheadWait: time.Second}
+	for _, tt := range []struct {
+		mode                 Mode
+		wantLimit, wantQueue int
+	}{{Fixed, 7, 9}, {Unbounded, 5, 0}} {
+		cfg := both
+		cfg.Mode = tt.mode
+		s := mustNew(t, cfg).Stats()
+		if s.Limit != tt.wantLimit || s.QueueLimit != tt.wantQueue {
+			t.Errorf("New(%+v).Stats() = %+v; want Limit %d, QueueLimit %d", cfg, s, tt.wantLimit, tt.wantQueue)
+		}
 	}
 }
 
@@ -277,7 +300,7 @@ func TestMemoryReturnedWhenQueueRejects(t *testing.T) {
 	}
 }
 
-func TestPeaksSinceLastCall(t *testing.T) {
+func TestTakePeaksSinceLastCall(t *testing.T) {
 	l := mustNew(t, Config{Mode: Unbounded})
 	for range 5 {
 		_ = l.Acquire(context.Background(), 10)
@@ -285,11 +308,11 @@ func TestPeaksSinceLastCall(t *testing.T) {
 	for range 3 {
 		l.Release(10)
 	}
-	if inFlight, queued, bytes := l.Peaks(); inFlight != 5 || queued != 0 || bytes != 50 {
-		t.Errorf("Peaks() = %d, %d, %d; want 5, 0, 50", inFlight, queued, bytes)
+	if inFlight, queued, bytes := l.TakePeaks(); inFlight != 5 || queued != 0 || bytes != 50 {
+		t.Errorf("TakePeaks() = %d, %d, %d; want 5, 0, 50", inFlight, queued, bytes)
 	}
-	if inFlight, _, bytes := l.Peaks(); inFlight != 2 || bytes != 20 {
-		t.Errorf("second Peaks() = %d, _, %d; want the current 2 and 20", inFlight, bytes)
+	if inFlight, _, bytes := l.TakePeaks(); inFlight != 2 || bytes != 20 {
+		t.Errorf("second TakePeaks() = %d, _, %d; want the current 2 and 20", inFlight, bytes)
 	}
 }
 

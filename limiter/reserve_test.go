@@ -46,7 +46,7 @@ func TestTryReserve(t *testing.T) {
 			if got := l.Stats().Bytes; got != tt.wantBytes {
 				t.Errorf("Stats().Bytes = %d; want %d", got, tt.wantBytes)
 			}
-			if _, _, peak := l.Peaks(); peak != tt.wantBytes {
+			if _, _, peak := l.TakePeaks(); peak != tt.wantBytes {
 				t.Errorf("bytes peak = %d; want %d", peak, tt.wantBytes)
 			}
 			l.Release(held)
@@ -100,7 +100,7 @@ func TestMemoryHammer(t *testing.T) {
 					default:
 					}
 					peak(&worst, l.Stats().Bytes)
-					_, _, p := l.Peaks()
+					_, _, p := l.TakePeaks()
 					peak(&worst, p)
 				}
 			})

@@ -51,9 +51,10 @@ type Config struct {
 	Version string
 	// State returns current admission state. Required.
 	State func() State
-	// Peaks returns the highest in-flight, queued and bytes since its
-	// previous call. Required.
-	Peaks func() (inFlight, queued, bytes int64)
+	// TakePeaks returns the highest in-flight, queued and bytes since its
+	// previous call and starts a new period. Metrics keeps what it returns
+	// for PeakWindow, for every scraper; nothing else may call it. Required.
+	TakePeaks func() (inFlight, queued, bytes int64)
 
 	// MemoryBudgetBytes is the memory the advice may plan for in-flight
 	// requests at the upstream. If zero, the advice recommends no bulkhead
@@ -132,6 +133,7 @@ type Metrics struct {
 	cfg          Config
 	settings     Settings
 	window       *window
+	peaks        *peaks
 	scrapeErrors prometheus.Counter
 	client       *http.Client
 }
@@ -139,8 +141,8 @@ type Metrics struct {
 // New registers loomgate's collectors, the Go runtime's and the process's
 // with cfg.Registerer.
 func New(cfg Config) (*Metrics, error) {
-	if cfg.Registerer == nil || len(cfg.Outcomes) == 0 || cfg.State == nil || cfg.Peaks == nil {
-		return nil, errors.New("metrics: Registerer, Outcomes, State and Peaks are required")
+	if cfg.Registerer == nil || len(cfg.Outcomes) == 0 || cfg.State == nil || cfg.TakePeaks == nil {
+		return nil, errors.New("metrics: Registerer, Outcomes, State and TakePeaks are required")
 	}
 	if cfg.SampleInterval < 0 || cfg.ScrapeInterval < 0 || cfg.MemoryBudgetBytes < 0 {
 		return nil, errors.New("metrics: negative SampleInterval, ScrapeInterval or MemoryBudgetBytes")
@@ -171,6 +173,7 @@ func New(cfg Config) (*Metrics, error) {
 			MaxInFlightBytes: cfg.MaxInFlightBytes, MemoryBudgetBytes: cfg.MemoryBudgetBytes,
 		},
 		window: newWindow(time.Now()),
+		peaks:  newPeaks(time.Now(), cfg.TakePeaks),
 		client: cfg.Client,
 	}
 	if m.client == nil {
@@ -228,7 +231,7 @@ func New(cfg Config) (*Metrics, error) {
 		constant("loomgate_max_in_flight_bytes", "Memory bulkhead in bytes, 0 when there is none.", float64(cfg.MaxInFlightBytes), nil),
 		constant("loomgate_mode_info", "The admission mode in force.", 1, prometheus.Labels{"mode": cfg.Mode}),
 		constant("loomgate_build_info", "The running build.", 1, prometheus.Labels{"version": cfg.Version, "goversion": runtime.Version()}),
-		newPeakCollector(cfg.Peaks),
+		newPeakCollector(m),
 		newAdviceCollector(m), m.scrapeErrors,
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
@@ -259,20 +262,20 @@ func (m *Metrics) Record(s Sample) {
 	m.total.Observe(s.Total.Seconds())
 }
 
-// peakCollector exports the high-water marks since the previous scrape. A
+// peakCollector exports the high-water marks of the last PeakWindow. A
 // gauge scraped every 15 s misses a burst that fills the queue for 2 s; its
-// peak does not.
+// peak does not, whoever else scrapes.
 type peakCollector struct {
-	peaks                      func() (inFlight, queued, bytes int64)
+	m                          *Metrics
 	inFlight, queued, bytesMax *prometheus.Desc
 }
 
-func newPeakCollector(peaks func() (int64, int64, int64)) *peakCollector {
+func newPeakCollector(m *Metrics) *peakCollector {
 	return &peakCollector{
-		peaks:    peaks,
-		inFlight: prometheus.NewDesc("loomgate_in_flight_max", "Highest loomgate_in_flight since the previous scrape.", nil, nil),
-		queued:   prometheus.NewDesc("loomgate_queued_max", "Highest loomgate_queued since the previous scrape.", nil, nil),
-		bytesMax: prometheus.NewDesc("loomgate_in_flight_bytes_max", "Highest loomgate_in_flight_bytes since the previous scrape.", nil, nil),
+		m:        m,
+		inFlight: prometheus.NewDesc("loomgate_in_flight_max", "Highest loomgate_in_flight in the last minute.", nil, nil),
+		queued:   prometheus.NewDesc("loomgate_queued_max", "Highest loomgate_queued in the last minute.", nil, nil),
+		bytesMax: prometheus.NewDesc("loomgate_in_flight_bytes_max", "Highest loomgate_in_flight_bytes in the last minute.", nil, nil),
 	}
 }
 
@@ -283,8 +286,11 @@ func (c *peakCollector) Describe(ch chan<- *prometheus.Desc) {
 }
 
 func (c *peakCollector) Collect(ch chan<- prometheus.Metric) {
-	inFlight, queued, bytes := c.peaks()
-	ch <- prometheus.MustNewConstMetric(c.inFlight, prometheus.GaugeValue, float64(inFlight))
-	ch <- prometheus.MustNewConstMetric(c.queued, prometheus.GaugeValue, float64(queued))
-	ch <- prometheus.MustNewConstMetric(c.bytesMax, prometheus.GaugeValue, float64(bytes))
+	inFlight, queued, bytes := c.m.peaks.max(time.Now())
+	gauge := func(d *prometheus.Desc, v int64) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, float64(v))
+	}
+	gauge(c.inFlight, inFlight)
+	gauge(c.queued, queued)
+	gauge(c.bytesMax, bytes)
 }

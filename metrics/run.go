@@ -23,7 +23,7 @@ const maxScrapeBytes = 16 << 20
 const scrapeTimeout = 3 * time.Second
 
 // Run samples the admission state every SampleInterval for the window's
-// time averages and, with an UpstreamMetricsURL, reads the upstream's
+// time averages and the high-water gauges and, with an UpstreamMetricsURL, reads the upstream's
 // memory every ScrapeInterval, until ctx ends. Without Run the window has
 // no in-flight or queued averages, and so no saturation verdict.
 //
@@ -46,6 +46,7 @@ func (m *Metrics) Run(ctx context.Context) {
 		case now := <-t.C:
 			st := m.cfg.State()
 			m.window.sample(now, st.InFlight, st.Queued)
+			m.peaks.fold(now)
 		}
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"testing/synctest"
@@ -24,7 +25,7 @@ func runMetrics(t *testing.T, cfg Config, level *atomic.Int64) (*Metrics, *prome
 	cfg.Outcomes = testOutcomes
 	cfg.Mode = "unbounded"
 	cfg.State = func() State { return State{InFlight: level.Load()} }
-	cfg.Peaks = func() (int64, int64, int64) { return 0, 0, 0 }
+	cfg.TakePeaks = func() (int64, int64, int64) { return 0, 0, 0 }
 	m, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -144,7 +145,7 @@ func TestNewRejectsBadUpstreamConfig(t *testing.T) {
 		cfg.Registerer = prometheus.NewRegistry()
 		cfg.Outcomes = testOutcomes
 		cfg.State = func() State { return State{} }
-		cfg.Peaks = func() (int64, int64, int64) { return 0, 0, 0 }
+		cfg.TakePeaks = func() (int64, int64, int64) { return 0, 0, 0 }
 		if _, err := New(cfg); err == nil {
 			t.Errorf("New(%+v) = nil error; want one", cfg)
 		}
@@ -158,7 +159,7 @@ func TestAdviceGauges(t *testing.T) {
 		reg := prometheus.NewRegistry()
 		m, err := New(Config{
 			Registerer: reg, Outcomes: testOutcomes, Mode: "unbounded",
-			State: func() State { return State{} }, Peaks: func() (int64, int64, int64) { return 0, 0, 0 },
+			State: func() State { return State{} }, TakePeaks: func() (int64, int64, int64) { return 0, 0, 0 },
 		})
 		if err != nil {
 			t.Fatal(err)
@@ -215,4 +216,65 @@ func gaugeValue(t *testing.T, reg *prometheus.Registry, name string) float64 {
 	}
 	t.Fatalf("no %s", name)
 	return 0
+}
+
+// TestPeaksAreTheSameForEveryScraper is the HA pair of Prometheus servers:
+// a burst between one scraper's scrapes must read the same for a scraper
+// that scrapes every 100 ms and for one that scrapes once, and stay visible
+// for PeakWindow, then go.
+func TestPeaksAreTheSameForEveryScraper(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var mu sync.Mutex
+		var spike int64 // the limiter's peak since the last TakePeaks
+		reg := prometheus.NewRegistry()
+		m, err := New(Config{
+			Registerer: reg, Outcomes: testOutcomes, Mode: "fixed", Limit: 4,
+			State: func() State { return State{} },
+			TakePeaks: func() (int64, int64, int64) {
+				mu.Lock()
+				defer mu.Unlock()
+				v := spike
+				spike = 0
+				return v, v / 2, v * 1024
+			},
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan struct{})
+		go func() { m.Run(ctx); close(done) }()
+		defer func() { cancel(); <-done }()
+
+		read := func() float64 { return gaugeValue(t, reg, "loomgate_in_flight_max") }
+		// The fast scraper, before and through the burst.
+		var fast []float64
+		for range 10 {
+			fast = append(fast, read())
+			time.Sleep(100 * time.Millisecond)
+		}
+		mu.Lock()
+		spike = 30 // 30 requests came and went between two samples
+		mu.Unlock()
+		for range 10 {
+			fast = append(fast, read())
+			time.Sleep(100 * time.Millisecond)
+		}
+		if got := fast[len(fast)-1]; got != 30 {
+			t.Errorf("fast scraper after the burst: in_flight_max = %v; want 30 (all: %v)", got, fast)
+		}
+		// The slow scraper scrapes once, 30 s later, after the fast one's
+		// many scrapes: it sees the same peak.
+		time.Sleep(30 * time.Second)
+		if got := read(); got != 30 {
+			t.Errorf("slow scraper 30 s after the burst: in_flight_max = %v; want 30", got)
+		}
+		if got := gaugeValue(t, reg, "loomgate_in_flight_bytes_max"); got != 30*1024 {
+			t.Errorf("in_flight_bytes_max = %v; want %v", got, 30*1024)
+		}
+		time.Sleep(PeakWindow)
+		if got := read(); got != 0 {
+			t.Errorf("in_flight_max %v after the burst left the window; want 0", got)
+		}
+	})
 }

@@ -283,8 +283,8 @@ func TestMetricsWindowUnderSynctest(t *testing.T) {
 		const inFlight, queued = 10, 40
 		m, err := New(Config{
 			Registerer: prometheus.NewRegistry(), Outcomes: testOutcomes, Mode: "fixed", Limit: 10, QueueLimit: 100,
-			State: func() State { return State{InFlight: inFlight, Queued: queued} },
-			Peaks: func() (int64, int64, int64) { return 0, 0, 0 },
+			State:     func() State { return State{InFlight: inFlight, Queued: queued} },
+			TakePeaks: func() (int64, int64, int64) { return 0, 0, 0 },
 		})
 		if err != nil {
 			t.Fatal(err)

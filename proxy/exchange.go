@@ -59,7 +59,6 @@ type exchange struct {
 	// handedOff is set once fasthttp owns the exchange.
 	handedOff bool
 
-	client  clientContext
 	resp    fasthttp.Response // the upstream's
 	reqBody requestBody
 	body    io.Reader // what Read serves: &buffered or the upstream's stream
@@ -76,7 +75,6 @@ type exchange struct {
 
 func (e *exchange) begin(ctx *fasthttp.RequestCtx) {
 	e.start = time.Now()
-	e.client.reset(ctx.Conn())
 	e.method = append(e.method[:0], ctx.Method()...)
 	e.target = append(e.target[:0], ctx.Request.Header.RequestURI()...)
 	e.outcome = Outcome{Kind: OK, Remote: ctx.RemoteAddr()}
@@ -393,7 +391,6 @@ func (e *exchange) finish(now time.Time) {
 	o.Method, o.Target = e.method, e.target
 	e.p.observe(o)
 
-	e.client.reset(nil)
 	e.resp.Reset()
 	e.reqBody = requestBody{}
 	e.body, e.readErr = nil, nil

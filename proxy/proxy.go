@@ -13,13 +13,18 @@ import (
 	"time"
 
 	"github.com/valyala/fasthttp"
+
+	"github.com/loomgate/loomgate/limiter"
 )
 
-// Admitter decides when a request may go to the upstream. Acquire blocks
-// until the request is admitted, rejected (limiter's Err values) or ctx ends
-// because the client left; every nil return is matched by one Release with
-// the same bytes.
+// Admitter decides when a request may go to the upstream; limiter.Limiter
+// is one. TryAcquire admits at once, rejects (limiter's Err values) or
+// answers limiter.ErrMustWait; only then does the proxy make the context of
+// a wait and call Acquire, which blocks until the request is admitted,
+// rejected or ctx ends because the client left. Every nil return of either
+// is matched by one Release with the same bytes.
 type Admitter interface {
+	TryAcquire(bytes int64) error
 	Acquire(ctx context.Context, bytes int64) error
 	Release(bytes int64)
 }
@@ -97,7 +102,8 @@ type Proxy struct {
 	server *fasthttp.Server
 	host   string // upstream host:port, for requests that arrive without Host
 
-	exchanges sync.Pool
+	exchanges  sync.Pool
+	departures departures
 }
 
 // New validates cfg and returns a Proxy.
@@ -222,15 +228,25 @@ func (p *Proxy) handle(ctx *fasthttp.RequestCtx) {
 		e.bytes = p.reserve(max(length, -1))
 	}
 	e.asked = true
-	if err := p.admit.Acquire(&e.client, e.bytes); err != nil {
+	err := p.admit.TryAcquire(e.bytes)
+	if err == limiter.ErrMustWait {
+		err = p.wait(ctx.Conn(), e.bytes)
+	}
+	if err != nil {
 		e.rejected(ctx, err)
 		return
 	}
 	e.admittedAt = time.Now()
 	e.admitted = true
-	// The poller, if the wait started one, has done its job.
-	e.client.reset(nil)
 	e.forward(ctx)
+}
+
+// wait is the slow path of admission: the request waits, and its client is
+// watched so that a client who leaves ends the wait.
+func (p *Proxy) wait(conn net.Conn, bytes int64) error {
+	ctx, done := p.departures.wait(conn)
+	defer done()
+	return p.admit.Acquire(ctx, bytes)
 }
 
 // handleExpect answers "Expect: 100-continue" before the body is sent, so a

@@ -494,6 +494,7 @@ func TestHeadAndNoBodyStatuses(t *testing.T) {
 // panicAdmitter fails the way a bug would.
 type panicAdmitter struct{}
 
+func (panicAdmitter) TryAcquire(int64) error               { panic("bug") }
 func (panicAdmitter) Acquire(context.Context, int64) error { panic("bug") }
 func (panicAdmitter) Release(int64)                        {}
 
@@ -529,6 +530,7 @@ func TestRetryAfterFromConfig(t *testing.T) {
 
 type fullAdmitter struct{}
 
+func (fullAdmitter) TryAcquire(int64) error               { return limiter.ErrBulkheadFull }
 func (fullAdmitter) Acquire(context.Context, int64) error { return limiter.ErrBulkheadFull }
 func (fullAdmitter) Release(int64)                        {}
 

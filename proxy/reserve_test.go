@@ -118,7 +118,7 @@ func TestMemoryBulkheadHammer(t *testing.T) {
 				return
 			case <-time.After(100 * time.Microsecond):
 			}
-			_, _, p := tp.limiter.Peaks()
+			_, _, p := tp.limiter.TakePeaks()
 			peak(&worst, max(p, tp.limiter.Stats().Bytes))
 		}
 	})

@@ -146,7 +146,7 @@ func newSidecarWith(cfg config, log *slog.Logger, accessLog io.Writer, opts side
 			st := lim.Stats()
 			return metrics.State{InFlight: st.InFlight, Queued: st.Queued, Bytes: st.Bytes}
 		},
-		Peaks:                lim.Peaks,
+		TakePeaks:            lim.TakePeaks,
 		MemoryBudgetBytes:    int64(cfg.MemoryBudgetBytes),
 		UpstreamMetricsURL:   cfg.UpstreamMetricsURL,
 		UpstreamMemoryMetric: memorySelector,

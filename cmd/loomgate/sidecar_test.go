@@ -397,3 +397,48 @@ func TestAccessLogJSON(t *testing.T) {
 		t.Errorf("service_ms %v > total_ms %v", entry["service_ms"], entry["total_ms"])
 	}
 }
+
+// TestPeaksForTwoScrapers is the HA pair of Prometheus servers, over HTTP:
+// one scrapes every 100 ms through a 30-request burst, the other once after
+// it. Both must see the burst's 30 in flight.
+func TestPeaksForTwoScrapers(t *testing.T) {
+	upURL, _ := slowUpstream(t, 150*time.Millisecond)
+	s := startSidecar(t, map[string]string{
+		"LOOMGATE_MODE": "fixed", "LOOMGATE_WORKERS": "50", "LOOMGATE_UPSTREAM": upURL,
+	})
+	stop := make(chan struct{})
+	fastMax := make(chan float64, 1)
+	go func() {
+		most := 0.0
+		defer func() { fastMax <- most }()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-time.After(100 * time.Millisecond):
+			}
+			most = max(most, adviceSample(t, adviceScrape(t, s.AdminURL), "loomgate_in_flight_max"))
+		}
+	}()
+	var wg sync.WaitGroup
+	for range 30 {
+		wg.Go(func() {
+			resp, err := http.Get(s.URL + "/")
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+		})
+	}
+	wg.Wait()
+	time.Sleep(300 * time.Millisecond)
+	close(stop)
+	if got := <-fastMax; got != 30 {
+		t.Errorf("the scraper every 100 ms saw in_flight_max %v at most; want 30", got)
+	}
+	if got := adviceSample(t, adviceScrape(t, s.AdminURL), "loomgate_in_flight_max"); got != 30 {
+		t.Errorf("the scraper that came after saw in_flight_max %v; want 30, the same", got)
+	}
+}

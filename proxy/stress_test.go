@@ -1,0 +1,87 @@
+package proxy
+
+import (
+	"io"
+	"net"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/loomgate/loomgate/limiter"
+)
+
+// TestThousandsOfQueuedClientsLeaveTogether is the end of a load test, or
+// a client fleet timing out at once: thousands of requests queued behind a
+// few busy workers, some being admitted and some timing out as all their
+// clients close together. Repeated, because the failure it guards against
+// (a wait's context reused for the next request while the context package
+// still watched it) crashed the process on a fraction of such moments.
+// Every request must end exactly once, the limiter must end empty, and the
+// upstream must never see more than the workers.
+func TestThousandsOfQueuedClientsLeaveTogether(t *testing.T) {
+	const (
+		workers = 8
+		clients = 1500
+		rounds  = 4
+	)
+	up := newUpstream(t, func(w http.ResponseWriter, r *http.Request) {
+		time.Sleep(5 * time.Millisecond)
+		io.WriteString(w, "ok")
+	})
+	tp := startProxy(t, up.URL, limiter.Config{
+		Mode: limiter.Fixed, Workers: workers, QueueSize: clients,
+		// Short enough that timeouts fire while clients leave.
+		QueueTimeout: 700 * time.Millisecond,
+	}, func(c *Config) { c.Logger = discardLogger() })
+
+	sent := 0
+	for round := range rounds {
+		conns := make([]net.Conn, 0, clients)
+		for range clients {
+			c, err := net.Dial("tcp", tp.addr)
+			if err != nil {
+				t.Fatalf("round %d: dial: %v", round, err)
+			}
+			if _, err := io.WriteString(c, get("/leave")); err != nil {
+				t.Fatalf("round %d: write: %v", round, err)
+			}
+			conns = append(conns, c)
+		}
+		sent += clients
+		// Leave while the queue is long and still moving.
+		waitFor(t, func() bool { return tp.limiter.Stats().Queued > clients/4 })
+		for _, c := range conns {
+			c.Close()
+		}
+		tp.rec.wait(t, sent)
+		tp.waitIdle(t)
+	}
+
+	outcomes := tp.rec.wait(t, sent)
+	if len(outcomes) != sent {
+		t.Errorf("%d outcomes for %d requests; want exactly one each", len(outcomes), sent)
+	}
+	admitted := 0
+	kinds := map[Kind]int{}
+	for _, o := range outcomes {
+		kinds[o.Kind]++
+		if o.Admitted {
+			admitted++
+		}
+		switch o.Kind {
+		case OK, ClientClosed, RejectedQueueTimeout:
+		default:
+			t.Errorf("outcome %v (status %d); want ok, client_closed or rejected_queue_timeout", o.Kind, o.Status)
+		}
+	}
+	t.Logf("outcomes: %v", kinds)
+	if kinds[ClientClosed] == 0 {
+		t.Errorf("no client_closed among %v; the clients' leaving was not seen", kinds)
+	}
+	if n := up.requests.Load(); n != int64(admitted) {
+		t.Errorf("upstream saw %d requests; want %d, the admitted ones", n, admitted)
+	}
+	if m := up.most.Load(); m > workers {
+		t.Errorf("upstream held %d requests at once; want at most %d", m, workers)
+	}
+}
