@@ -21,11 +21,13 @@ func peerGone(c net.Conn) bool {
 		return false
 	}
 	gone := false
-	err = raw.Read(func(fd uintptr) bool {
+	// Control, not Read: Read refuses once the connection's read deadline
+	// has passed (the header timeout, long before a queued request's wait
+	// ends), and would then report every waiter gone.
+	err = raw.Control(func(fd uintptr) {
 		var b [1]byte
 		n, _, errno := syscall.Recvfrom(int(fd), b[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
 		gone = n == 0 && errno == nil || errno == syscall.ECONNRESET
-		return true // one attempt; never wait for readability
 	})
 	return gone || err != nil
 }

@@ -22,7 +22,7 @@ const (
 	msgBodyTooLarge    = "request body too large\n"
 	msgHeadersTooLarge = "request headers too large\n"
 	msgMalformed       = "malformed request\n"
-	msgReadTimeout     = "request read timed out\n"
+	msgReadTimeout     = "request timeout: the request was not sent in time\n"
 	msgQueueFull       = "overloaded: queue full\n"
 	msgQueueTimeout    = "overloaded: queue wait timed out\n"
 	msgBulkheadFull    = "overloaded: bulkhead full\n"
@@ -179,7 +179,10 @@ func (e *exchange) prepareRequest(ctx *fasthttp.RequestCtx) {
 		// The rest of this body is still on the client's connection. Wrap it
 		// to enforce the limit on chunked bodies and to tell a client that
 		// stops sending from an upstream that stops reading.
-		e.reqBody = requestBody{r: ctx.Request.BodyStream(), max: e.p.maxBody}
+		e.reqBody = requestBody{
+			r: ctx.Request.BodyStream(), max: e.p.maxBody,
+			conn: ctx.Conn(), idle: e.p.bodyIdle, end: e.admittedAt.Add(e.p.timeout),
+		}
 		ctx.Request.SetBodyStream(&e.reqBody, declared)
 	}
 }
@@ -245,15 +248,34 @@ func (e *exchange) upstreamFailed(ctx *fasthttp.RequestCtx, err error) {
 		// connection is gone, the client gets the real reason.
 		ctx.SetConnectionClose()
 		e.respond(ctx, fasthttp.StatusRequestEntityTooLarge, BadRequest, msgBodyTooLarge)
-	case errors.Is(err, errClientBody):
+	case e.reqBody.cause != nil:
+		// The client's fault, whichever way: its connection is out of step
+		// and is closed. The cause is judged on its own, as the client's
+		// connection reported it: on its way fasthttp's copy to the
+		// upstream wraps it in an error of the upstream's connection.
 		ctx.SetConnectionClose()
-		e.respond(ctx, fasthttp.StatusBadRequest, ClientClosed, msgClientClosed)
+		switch cause := e.reqBody.cause; {
+		case isTimeout(cause):
+			e.respond(ctx, fasthttp.StatusRequestTimeout, ClientTimeout, msgReadTimeout)
+		case clientGone(cause):
+			e.respond(ctx, fasthttp.StatusBadRequest, ClientClosed, msgClientClosed)
+		default:
+			e.respond(ctx, fasthttp.StatusBadRequest, BadRequest, msgMalformed)
+		}
 	case isTimeout(err):
 		e.respond(ctx, fasthttp.StatusGatewayTimeout, UpstreamTimeout, msgUpstreamTimeout)
 	default:
 		e.p.log.Debug("upstream failed", "err", err)
 		e.respond(ctx, fasthttp.StatusBadGateway, UpstreamError, msgUpstreamError)
 	}
+}
+
+// clientGone reports whether err says the connection ended, rather than
+// that what arrived on it was malformed.
+func clientGone(err error) bool {
+	var netErr net.Error
+	return errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) || errors.Is(err, net.ErrClosed) ||
+		errors.As(err, &netErr)
 }
 
 // isTimeout reports whether err is fasthttp's or the network's timeout. It
@@ -431,12 +453,25 @@ type requestBody struct {
 	r      io.Reader
 	n, max int64
 	err    error // sticky
+	cause  error // the client connection's own error, when reading it failed
+	// Each read must come within idle of the previous one and before end
+	// (admission + UpstreamTimeout): a stalled upload holds a permit.
+	conn net.Conn
+	idle time.Duration
+	end  time.Time
 }
 
 func (b *requestBody) Read(p []byte) (int, error) {
 	if b.err != nil {
 		return 0, b.err
 	}
+	// fasthttp reads the stream from the connection's buffered reader, so
+	// the connection's deadline bounds the wait for the client's bytes.
+	deadline := time.Now().Add(b.idle)
+	if b.end.Before(deadline) {
+		deadline = b.end
+	}
+	_ = b.conn.SetReadDeadline(deadline)
 	n, err := b.r.Read(p)
 	b.n += int64(n)
 	if b.n > b.max {
@@ -447,6 +482,7 @@ func (b *requestBody) Read(p []byte) (int, error) {
 	}
 	if err != nil && err != io.EOF {
 		// Deliver what arrived; the failure comes with the next Read.
+		b.cause = err
 		b.err = errors.Join(errClientBody, err)
 		if n == 0 {
 			return 0, b.err

@@ -8,7 +8,7 @@ import (
 // Kind classifies how a request ended.
 type Kind uint8
 
-// The kinds, in the order of DESIGN's outcome label values.
+// The kinds, in the order the README's outcome table lists them.
 const (
 	OK                   Kind = iota // the upstream's response was written to the client
 	UpstreamError                    // the upstream was unreachable, reset or spoke bad HTTP: 502
@@ -18,6 +18,7 @@ const (
 	RejectedBulkhead                 // unbounded mode, bulkhead full: 503
 	RejectedMemory                   // in-flight memory budget full: 503
 	ClientClosed                     // the client left before its response was written
+	ClientTimeout                    // the client stalled while sending its request: 408
 	BadRequest                       // malformed or too large: 400, 413, 431
 	InternalError                    // a bug in the proxy, recovered: 500
 	numKinds
@@ -26,7 +27,7 @@ const (
 var kindNames = [numKinds]string{
 	"ok", "upstream_error", "upstream_timeout",
 	"rejected_queue_full", "rejected_queue_timeout", "rejected_bulkhead", "rejected_memory",
-	"client_closed", "bad_request", "internal_error",
+	"client_closed", "client_timeout", "bad_request", "internal_error",
 }
 
 // String returns the kind as the metrics label and access log write it.

@@ -66,6 +66,16 @@ type Config struct {
 	// MaxBodyBytes is the largest request body accepted; a larger one is
 	// answered 413 without reaching the upstream. If zero, 16 MiB.
 	MaxBodyBytes int64
+	// HeaderTimeout bounds the reading of a request's line, headers and
+	// first 8 KiB of body, from its first byte (on a new connection, from
+	// the connection's opening): a client that takes longer gets 408 and
+	// its connection is closed, before it meets admission. If zero, 10s.
+	HeaderTimeout time.Duration
+	// BodyTimeout bounds each pause in the rest of a request body, which
+	// streams to the upstream after admission: a client that sends nothing
+	// for this long gets 408, counted ClientTimeout, and its permit is
+	// released. UpstreamTimeout bounds the whole upload too. If zero, 10s.
+	BodyTimeout time.Duration
 	// MaxConns caps connections to the upstream. Set it to the admission
 	// limit: a smaller pool would be a second, unmeasured queue. If zero,
 	// connections are not capped.
@@ -91,6 +101,7 @@ type Proxy struct {
 	admit      Admitter
 	observer   Observer
 	timeout    time.Duration
+	bodyIdle   time.Duration
 	maxBody    int64
 	timing     bool
 	retryAfter func(Kind) time.Duration
@@ -116,8 +127,8 @@ func New(cfg Config) (*Proxy, error) {
 		return nil, fmt.Errorf("proxy: upstream %q: want http://host:port", cfg.Upstream)
 	case cfg.Admitter == nil:
 		return nil, errors.New("proxy: no Admitter")
-	case cfg.UpstreamTimeout < 0, cfg.MaxBodyBytes < 0, cfg.MaxConns < 0:
-		return nil, errors.New("proxy: negative UpstreamTimeout, MaxBodyBytes or MaxConns")
+	case cfg.UpstreamTimeout < 0, cfg.MaxBodyBytes < 0, cfg.MaxConns < 0, cfg.HeaderTimeout < 0, cfg.BodyTimeout < 0:
+		return nil, errors.New("proxy: negative UpstreamTimeout, MaxBodyBytes, MaxConns, HeaderTimeout or BodyTimeout")
 	}
 	addr := u.Host
 	if u.Port() == "" {
@@ -127,6 +138,7 @@ func New(cfg Config) (*Proxy, error) {
 		admit:      cfg.Admitter,
 		observer:   cfg.Observer,
 		timeout:    cfg.UpstreamTimeout,
+		bodyIdle:   cfg.BodyTimeout,
 		maxBody:    cfg.MaxBodyBytes,
 		timing:     cfg.ServerTiming,
 		retryAfter: cfg.RetryAfter,
@@ -140,6 +152,13 @@ func New(cfg Config) (*Proxy, error) {
 	}
 	if p.maxBody == 0 {
 		p.maxBody = 16 << 20
+	}
+	if p.bodyIdle == 0 {
+		p.bodyIdle = 10 * time.Second
+	}
+	headerTimeout := cfg.HeaderTimeout
+	if headerTimeout == 0 {
+		headerTimeout = 10 * time.Second
 	}
 	if p.log == nil {
 		p.log = slog.Default()
@@ -179,7 +198,12 @@ func New(cfg Config) (*Proxy, error) {
 		MaxRequestBodySize:           int(min(p.maxBody, math.MaxInt32)),
 		DisablePreParseMultipartForm: true,
 		CloseOnShutdown:              true,
-		IdleTimeout:                  90 * time.Second,
+		// ReadTimeout runs from a request's first byte (a new connection's
+		// opening) to the end of what fasthttp reads before the handler:
+		// a slowloris client is cut there, and a half-sent request holds a
+		// graceful shutdown no longer than this.
+		ReadTimeout: headerTimeout,
+		IdleTimeout: 90 * time.Second,
 		// A client that will not read its response must not hold a permit
 		// forever.
 		WriteTimeout: p.timeout,
@@ -253,7 +277,7 @@ func (p *Proxy) wait(conn net.Conn, bytes int64) error {
 // client about to upload too much learns it without uploading.
 func (p *Proxy) handleExpect(ctx *fasthttp.RequestCtx) int {
 	if int64(ctx.Request.Header.ContentLength()) > p.maxBody {
-		p.observeUnhandled(ctx, fasthttp.StatusRequestEntityTooLarge)
+		p.observeUnhandled(ctx, BadRequest, fasthttp.StatusRequestEntityTooLarge)
 		return fasthttp.StatusRequestEntityTooLarge
 	}
 	return fasthttp.StatusContinue
@@ -262,7 +286,7 @@ func (p *Proxy) handleExpect(ctx *fasthttp.RequestCtx) int {
 // handleMalformed answers requests fasthttp could not read; the handler never
 // sees them.
 func (p *Proxy) handleMalformed(ctx *fasthttp.RequestCtx, err error) {
-	status, msg := fasthttp.StatusBadRequest, msgMalformed
+	status, kind, msg := fasthttp.StatusBadRequest, BadRequest, msgMalformed
 	var small *fasthttp.ErrSmallBuffer
 	var netErr net.Error
 	switch {
@@ -271,21 +295,25 @@ func (p *Proxy) handleMalformed(ctx *fasthttp.RequestCtx, err error) {
 	case errors.Is(err, fasthttp.ErrBodyTooLarge):
 		status, msg = fasthttp.StatusRequestEntityTooLarge, msgBodyTooLarge
 	case errors.As(err, &netErr) && netErr.Timeout():
-		status, msg = fasthttp.StatusRequestTimeout, msgReadTimeout
+		// Headers or a small body that did not arrive in time, or a new
+		// connection that stayed silent as long: fasthttp's errors do not
+		// tell these apart, and each is a client that did not send its
+		// request in time.
+		status, kind, msg = fasthttp.StatusRequestTimeout, ClientTimeout, msgReadTimeout
 	}
 	ctx.Response.Reset()
 	ctx.Response.SetStatusCode(status)
 	ctx.Response.Header.SetContentType(textPlain)
 	ctx.Response.SetBodyString(msg)
 	p.log.Debug("malformed request", "remote", ctx.RemoteAddr().String(), "status", status, "err", err)
-	p.observeUnhandled(ctx, status)
+	p.observeUnhandled(ctx, kind, status)
 }
 
 // observeUnhandled reports a request answered before the handler ran.
-func (p *Proxy) observeUnhandled(ctx *fasthttp.RequestCtx, status int) {
+func (p *Proxy) observeUnhandled(ctx *fasthttp.RequestCtx, kind Kind, status int) {
 	e := p.exchanges.Get().(*exchange)
 	e.begin(ctx)
-	e.outcome = Outcome{Kind: BadRequest, Status: status}
+	e.outcome = Outcome{Kind: kind, Status: status}
 	e.finish(time.Now())
 }
 

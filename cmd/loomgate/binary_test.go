@@ -250,3 +250,53 @@ func (s *syncBuffer) String() string {
 	defer s.mu.Unlock()
 	return s.b.String()
 }
+
+// TestHalfSentRequestDoesNotHoldTheDrain: a client that sent half of its
+// headers and stopped is cut at the header timeout, so a SIGTERM drains in
+// that time and exits 0, not at the drain timeout with 1.
+func TestHalfSentRequestDoesNotHoldTheDrain(t *testing.T) {
+	upURL, _ := slowUpstream(t, 0)
+	traffic, admin := freePort(t), freePort(t)
+	cmd := exec.Command(loomgateBinary(t))
+	cmd.Env = []string{
+		"LOOMGATE_LISTEN=" + traffic, "LOOMGATE_ADMIN_LISTEN=" + admin, "LOOMGATE_UPSTREAM=" + upURL,
+		"LOOMGATE_HEADER_TIMEOUT=1s", "LOOMGATE_DRAIN_TIMEOUT=20s",
+	}
+	stderr := &syncBuffer{}
+	cmd.Stderr = stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer cmd.Process.Kill()
+	waitUntil(t, func() bool {
+		resp, err := http.Get("http://" + admin + "/readyz")
+		if err == nil {
+			resp.Body.Close()
+		}
+		return err == nil && resp.StatusCode == 200
+	})
+	c, err := net.Dial("tcp", traffic)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	io.WriteString(c, "GET /half HTTP/1.1\r\nHost: x\r\nX-Half")
+	time.Sleep(100 * time.Millisecond)
+	start := time.Now()
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	waitErr := make(chan error, 1)
+	go func() { waitErr <- cmd.Wait() }()
+	select {
+	case err := <-waitErr:
+		if err != nil {
+			t.Errorf("exit = %v; want 0\n%s", err, stderr)
+		}
+		if took := time.Since(start); took > 5*time.Second {
+			t.Errorf("drain took %v; want about the 1s header timeout", took)
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatalf("still running 15s after SIGTERM with a half-sent request\n%s", stderr)
+	}
+}

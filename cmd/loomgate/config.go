@@ -35,6 +35,8 @@ type config struct {
 	BulkheadWait         time.Duration `mode:"unbounded" env:"BULKHEAD_WAIT" envDefault:"0s" help:"unbounded: how long a request may wait for the bulkhead, 0 = fail fast" accepts:"a duration with a unit, e.g. 0s or 100ms, not negative"`
 	MaxInflightBytes     byteSize      `env:"MAX_INFLIGHT_BYTES" envDefault:"0" help:"memory bulkhead: bytes held by in-flight requests, 0 = off" accepts:"a size in bytes, e.g. 0, 268435456, 256MiB or 1GB"`
 	UpstreamTimeout      time.Duration `env:"UPSTREAM_TIMEOUT" envDefault:"60s" help:"per request, from admission to the last response byte" accepts:"a duration with a unit, e.g. 60s, above 0"`
+	HeaderTimeout        time.Duration `env:"HEADER_TIMEOUT" envDefault:"10s" help:"longest a client may take to send a request's line, headers and first 8 KiB of body (408 beyond)" accepts:"a duration with a unit, e.g. 10s, above 0"`
+	BodyTimeout          time.Duration `env:"BODY_TIMEOUT" envDefault:"10s" help:"longest pause in the rest of a request body, which streams while holding a worker (408 beyond)" accepts:"a duration with a unit, e.g. 10s, above 0"`
 	MaxBodyBytes         byteSize      `env:"MAX_BODY_BYTES" envDefault:"16MiB" help:"request body limit (413 beyond)" accepts:"a size in bytes above 0, e.g. 16MiB or 1048576"`
 	DrainTimeout         time.Duration `env:"DRAIN_TIMEOUT" envDefault:"30s" help:"on SIGTERM: how long queued and in-flight requests may finish" accepts:"a duration with a unit, e.g. 30s, not negative"`
 	ServerTiming         bool          `env:"SERVER_TIMING" envDefault:"true" help:"add the Server-Timing response header" accepts:"true or false"`
@@ -150,6 +152,8 @@ func parseConfig(environ []string) (config, error) {
 	check("BulkheadWait", cfg.BulkheadWait >= 0, "negative")
 	check("MaxInflightBytes", cfg.MaxInflightBytes >= 0, "negative")
 	check("UpstreamTimeout", cfg.UpstreamTimeout > 0, "must be above 0")
+	check("HeaderTimeout", cfg.HeaderTimeout > 0, "must be above 0")
+	check("BodyTimeout", cfg.BodyTimeout > 0, "must be above 0")
 	check("MaxBodyBytes", cfg.MaxBodyBytes > 0 && cfg.MaxBodyBytes <= 1<<31-1, "out of range (at most 2GiB)")
 	check("DrainTimeout", cfg.DrainTimeout >= 0, "negative")
 	check("AccessLog", cfg.AccessLog == "off" || cfg.AccessLog == "json", "unknown access log format")

@@ -15,6 +15,7 @@ func TestDefaults(t *testing.T) {
 	want := config{
 		Listen: ":8080", AdminListen: ":9090", Upstream: "http://127.0.0.1:8081", Mode: "unbounded",
 		Workers: 200, QueueSize: 10000, QueueTimeout: 30 * time.Second, UpstreamTimeout: 60 * time.Second,
+		HeaderTimeout: 10 * time.Second, BodyTimeout: 10 * time.Second,
 		MaxBodyBytes: 16 << 20, DrainTimeout: 30 * time.Second, ServerTiming: true, AccessLog: "off",
 		LogLevel: "info", UpstreamMemoryMetric: "process_resident_memory_bytes",
 	}

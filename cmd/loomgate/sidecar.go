@@ -167,6 +167,8 @@ func newSidecarWith(cfg config, log *slog.Logger, accessLog io.Writer, opts side
 		Observer:        obs,
 		UpstreamTimeout: cfg.UpstreamTimeout,
 		MaxBodyBytes:    int64(cfg.MaxBodyBytes),
+		HeaderTimeout:   cfg.HeaderTimeout,
+		BodyTimeout:     cfg.BodyTimeout,
 		// One connection per permit: the pool can never be a second queue.
 		MaxConns:     stats.Limit,
 		ServerTiming: cfg.ServerTiming,
