@@ -31,6 +31,8 @@ var (
 	headerServerTiming   = []byte("Server-Timing")
 	headerRetryAfter     = []byte("Retry-After")
 	headerExpect         = []byte("Expect")
+	headerAllow          = []byte("Allow")
+	valueAllow           = []byte("GET, HEAD, POST, PUT, DELETE, OPTIONS, PATCH, TRACE")
 	valueHTTP            = []byte("http")
 )
 
@@ -64,12 +66,27 @@ func removeHopHeaders(h header, names [][]byte) [][]byte {
 		}
 	}
 	for _, name := range names {
+		// A sender may not make a proxy drop the framing or the target of
+		// a message: naming them in Connection is invalid (RFC 9110,
+		// section 7.6.1), and obeying would let a client forge a broken
+		// request and an upstream error at will.
+		if endToEnd(name) {
+			continue
+		}
 		h.DelBytes(name)
 	}
 	for _, name := range hopHeaders {
 		h.Del(name)
 	}
 	return names
+}
+
+// endToEnd reports whether a header named in Connection must be kept all
+// the same: the message's framing and its Host.
+func endToEnd(name []byte) bool {
+	return bytes.EqualFold(name, []byte("Content-Length")) ||
+		bytes.EqualFold(name, []byte("Transfer-Encoding")) ||
+		bytes.EqualFold(name, []byte("Host"))
 }
 
 // setForwarded appends the client to X-Forwarded-For and records the scheme
@@ -114,4 +131,71 @@ func remoteIP(a net.Addr) (netip.Addr, bool) {
 	}
 	addr, ok := netip.AddrFromSlice(ip)
 	return addr.Unmap(), ok
+}
+
+// tchar marks the bytes of a token (RFC 9110, section 5.6.2), which is
+// what a field name must be.
+var tchar = func() (t [256]bool) {
+	for c := '0'; c <= '9'; c++ {
+		t[c] = true
+	}
+	for c := 'a'; c <= 'z'; c++ {
+		t[c], t[c-'a'+'A'] = true, true
+	}
+	for _, c := range "!#$%&'*+-.^_`|~" {
+		t[c] = true
+	}
+	return t
+}()
+
+// validFields reports whether a raw header block (fasthttp's RawHeaders:
+// "Name: value\r\n" lines) is one a proxy may forward, where fasthttp is
+// more lenient:
+//   - every field name is a token: fasthttp accepts a name such as "X A"
+//     and would forward it, an upstream may read it as something else,
+//     and RFC 9112 (section 5) has a server answer 400;
+//   - not both Content-Length and Transfer-Encoding: the classic request
+//     smuggling pair, which RFC 9112 (section 6.3) says ought to be an
+//     error; fasthttp would forward the chunked body.
+//
+// Lines that continue the previous one (obs-fold) carry no name: fasthttp
+// joins them into the value with a space, as RFC 9112 allows.
+func validFields(raw []byte) bool {
+	var length, coding bool
+	for len(raw) > 0 {
+		line := raw
+		if i := bytes.IndexByte(raw, '\n'); i >= 0 {
+			line, raw = raw[:i], raw[i+1:]
+		} else {
+			raw = nil
+		}
+		line = bytes.TrimSuffix(line, []byte{'\r'})
+		if len(line) == 0 {
+			break // the blank line that ends the block
+		}
+		if line[0] == ' ' || line[0] == '\t' {
+			continue
+		}
+		colon := bytes.IndexByte(line, ':')
+		if colon <= 0 {
+			return false
+		}
+		name := line[:colon]
+		for _, c := range name {
+			if !tchar[c] {
+				return false
+			}
+		}
+		length = length || bytes.EqualFold(name, []byte("Content-Length"))
+		coding = coding || bytes.EqualFold(name, []byte("Transfer-Encoding"))
+	}
+	return !(length && coding)
+}
+
+// validVersion reports whether a request's protocol is HTTP/1.x. fasthttp
+// passes "HTTP/2.0" on, and the upstream would be asked to speak a version
+// the client does not speak on this connection: 505 (RFC 9110, 15.6.6).
+// A higher minor version of 1 is read as 1.1 (RFC 9112, section 2.3).
+func validVersion(proto []byte) bool {
+	return len(proto) == 8 && bytes.HasPrefix(proto, []byte("HTTP/1.")) && proto[7] >= '0' && proto[7] <= '9'
 }

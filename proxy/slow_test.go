@@ -91,6 +91,10 @@ func TestSlowClientsTimeOutBeforeAdmission(t *testing.T) {
 		{"headers one byte short", "GET / HTTP/1.1\r\nHost: x\r\nX-Slow: 1"},
 		{"request line only", "GET / HTTP/1.1\r\n"},
 		{"small body half sent", "POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n" + strings.Repeat("b", 50)},
+		// fasthttp does not take a bare LF for a line end, which RFC 9112
+		// (2.2) allows either way: it waits for the CRLF that ends the
+		// headers, and the header timeout answers.
+		{"bare LF line endings", "GET /lf HTTP/1.1\nHost: x\n\n"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
