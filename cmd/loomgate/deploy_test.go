@@ -22,6 +22,8 @@ import (
 	"time"
 
 	"go.yaml.in/yaml/v2"
+	"sigs.k8s.io/kustomize/api/krusty"
+	"sigs.k8s.io/kustomize/kyaml/filesys"
 )
 
 // These tests read deploy/ the way kubectl, Prometheus and Grafana would,
@@ -268,108 +270,37 @@ func (a k8sApp) only(t testing.TB, kind string, v any) {
 	found[0].decode(t, v)
 }
 
-// renderKustomization builds dir (relative to the repository root) the way
-// kustomize would for the features used here: resources are files or
-// directories with their own kustomization.yaml, and patches are strategic
-// merge patches that may change nothing but containers' env.
+// renderKustomization builds dir (relative to the repository root) with
+// kustomize's own build, the one `kubectl apply -k` embeds, so that what the
+// tests check is what the cluster is sent.
 func renderKustomization(t testing.TB, dir string) k8sApp {
 	t.Helper()
-	file := dir + "/kustomization.yaml"
-	docs := readYAML(t, file)
-	if len(docs) != 1 {
-		t.Fatalf("%s: %d documents; want 1", file, len(docs))
+	docs, err := kustomizeBuild(fromRepoRoot(dir))
+	if err != nil {
+		t.Fatalf("kustomize build %s: %v", dir, err)
 	}
-	var k k8sKustomization
-	docs[0].decode(t, &k)
-	if got := docs[0].kind(); got != "Kustomization" {
-		t.Fatalf("%s: kind %q; want Kustomization", file, got)
-	}
-
-	app := k8sApp{dir: dir}
-	for _, r := range k.Resources {
-		rel := filepath.ToSlash(filepath.Clean(filepath.Join(dir, r)))
-		info, err := os.Stat(fromRepoRoot(rel))
-		if err != nil {
-			t.Fatalf("%s: resource %s: %v", file, r, err)
-		}
-		if info.IsDir() {
-			app.docs = append(app.docs, renderKustomization(t, rel).docs...)
-		} else {
-			app.docs = append(app.docs, readYAML(t, rel)...)
-		}
-	}
-	for _, p := range k.Patches {
-		if p.Path == "" {
-			t.Fatalf("%s: a patch without path; want patches in files", file)
-		}
-		for _, patch := range readYAML(t, dir+"/"+p.Path) {
-			applyEnvPatch(t, &app, patch)
-		}
-	}
-	return app
+	return k8sApp{dir: dir, docs: docs}
 }
 
-// applyEnvPatch merges a strategic merge patch that changes only containers'
-// env: containers match by name, env entries by name, as kustomize merges
-// them. Anything else in the patch fails the test, so that overlays cannot
-// drift apart in anything but loomgate's environment.
-func applyEnvPatch(t testing.TB, app *k8sApp, patch yamlDoc) {
-	t.Helper()
-	p := yamlMapping(t, patch, patch.raw, "")
-	yamlOnlyKeys(t, patch, p, "", "apiVersion", "kind", "metadata", "spec")
-	meta := yamlMapping(t, patch, p["metadata"], "metadata")
-	yamlOnlyKeys(t, patch, meta, "metadata", "name")
-	spec := yamlMapping(t, patch, p["spec"], "spec")
-	yamlOnlyKeys(t, patch, spec, "spec", "template")
-	tmpl := yamlMapping(t, patch, spec["template"], "spec.template")
-	yamlOnlyKeys(t, patch, tmpl, "spec.template", "spec")
-	podSpec := yamlMapping(t, patch, tmpl["spec"], "spec.template.spec")
-	yamlOnlyKeys(t, patch, podSpec, "spec.template.spec", "initContainers", "containers")
-
-	var target map[any]any
-	for _, d := range app.docs {
-		m, _ := d.raw.(map[any]any)
-		md, _ := m["metadata"].(map[any]any)
-		if d.kind() == p["kind"] && md["name"] == meta["name"] {
-			target = m
-		}
+// kustomizeBuild runs kustomize on the kustomization in dir, on disk.
+func kustomizeBuild(dir string) ([]yamlDoc, error) {
+	m, err := krusty.MakeKustomizer(krusty.MakeDefaultOptions()).Run(filesys.MakeFsOnDisk(), dir)
+	if err != nil {
+		return nil, err
 	}
-	if target == nil {
-		t.Fatalf("%s: patches %v %v, which the resources do not define", patch, p["kind"], meta["name"])
+	var docs []yamlDoc
+	for i, r := range m.Resources() {
+		data, err := r.AsYAML()
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", r.CurId(), err)
+		}
+		var v any
+		if err := yaml.Unmarshal(data, &v); err != nil {
+			return nil, fmt.Errorf("%s: %w", r.CurId(), err)
+		}
+		docs = append(docs, yamlDoc{file: filepath.ToSlash(dir) + " " + r.CurId().String(), index: i, raw: v})
 	}
-	targetPod := yamlDig(target, "spec", "template", "spec")
-
-	for _, list := range []string{"initContainers", "containers"} {
-		if podSpec[list] == nil {
-			continue
-		}
-		items, ok := podSpec[list].([]any)
-		if !ok {
-			t.Fatalf("%s: spec.template.spec.%s is not a list", patch, list)
-		}
-		for _, item := range items {
-			c := yamlMapping(t, patch, item, list+"[]")
-			yamlOnlyKeys(t, patch, c, "spec.template.spec."+list+"[]", "name", "env")
-			base := yamlFindByName(targetPod[list], c["name"])
-			if base == nil {
-				t.Fatalf("%s: %s has no container %v; a patch must not add containers", patch, list, c["name"])
-			}
-			env, _ := c["env"].([]any)
-			for _, e := range env {
-				em := yamlMapping(t, patch, e, "env[]")
-				yamlOnlyKeys(t, patch, em, "env[]", "name", "value", "valueFrom")
-				baseEnv, _ := base["env"].([]any)
-				if old := yamlFindByName(baseEnv, em["name"]); old != nil {
-					clear(old)
-					for k, v := range em {
-						old[k] = v
-					}
-				} else {
-					base["env"] = append(baseEnv, yamlCopyMap(em))
-				}
-			}
-		}
-	}
+	return docs, nil
 }
 
 func yamlMapping(t testing.TB, d yamlDoc, v any, where string) map[any]any {
@@ -385,7 +316,7 @@ func yamlOnlyKeys(t testing.TB, d yamlDoc, m map[any]any, where string, allowed 
 	t.Helper()
 	for k := range m {
 		if ks, _ := k.(string); !slices.Contains(allowed, ks) {
-			t.Errorf("%s: patch sets %s.%v; want only %v there (overlays change loomgate's env and nothing else)", d, where, k, allowed)
+			t.Errorf("%s: sets %s.%v; want only %v there (overlays change loomgate's env and nothing else)", d, where, k, allowed)
 		}
 	}
 }
@@ -395,24 +326,6 @@ func yamlDig(m map[any]any, keys ...string) map[any]any {
 		m, _ = m[k].(map[any]any)
 	}
 	return m
-}
-
-func yamlFindByName(list any, name any) map[any]any {
-	items, _ := list.([]any)
-	for _, it := range items {
-		if m, ok := it.(map[any]any); ok && m["name"] == name {
-			return m
-		}
-	}
-	return nil
-}
-
-func yamlCopyMap(m map[any]any) map[any]any {
-	c := make(map[any]any, len(m))
-	for k, v := range m {
-		c[k] = v
-	}
-	return c
 }
 
 // overlays lists the directories under deploy/kubernetes/overlays.
@@ -474,7 +387,7 @@ func TestDeployKustomize(t *testing.T) {
 	}
 
 	// Rendered, the overlays are the same objects once loomgate's env is
-	// set aside. (applyEnvPatch already refuses patches of anything else.)
+	// set aside.
 	var ref k8sApp
 	for i, o := range kustomizeOverlays(t) {
 		app := renderKustomization(t, "deploy/kubernetes/overlays/"+o)
