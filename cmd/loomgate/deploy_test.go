@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bufio"
 	"bytes"
 	"encoding/json"
 	"errors"
@@ -11,6 +12,7 @@ import (
 	"net"
 	"net/url"
 	"os"
+	"path"
 	"path/filepath"
 	"reflect"
 	"regexp"
@@ -21,9 +23,22 @@ import (
 	"testing"
 	"time"
 
+	monitoringv1 "github.com/prometheus-operator/prometheus-operator/pkg/apis/monitoring/v1"
+	"github.com/prometheus/common/model"
 	"go.yaml.in/yaml/v2"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/runtime"
+	k8sjson "k8s.io/apimachinery/pkg/runtime/serializer/json"
+	"k8s.io/apimachinery/pkg/util/diff"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	k8syaml "k8s.io/apimachinery/pkg/util/yaml"
 	"sigs.k8s.io/kustomize/api/krusty"
+	kusttypes "sigs.k8s.io/kustomize/api/types"
 	"sigs.k8s.io/kustomize/kyaml/filesys"
+	sigsyaml "sigs.k8s.io/yaml"
 )
 
 // These tests read deploy/ the way kubectl, Prometheus and Grafana would,
@@ -64,12 +79,6 @@ func (d yamlDoc) decode(t testing.TB, v any) {
 	if err := yaml.Unmarshal(data, v); err != nil {
 		t.Fatalf("%s: %v", d, err)
 	}
-}
-
-func (d yamlDoc) kind() string {
-	m, _ := d.raw.(map[any]any)
-	k, _ := m["kind"].(string)
-	return k
 }
 
 // readYAML decodes every document of a (multi-document) YAML file.
@@ -125,122 +134,95 @@ func deployFiles(t testing.TB, dir string, exts ...string) []string {
 	return files
 }
 
-// The part of the Kubernetes API the checks read.
-type (
-	k8sMeta struct {
-		Name   string            `yaml:"name"`
-		Labels map[string]string `yaml:"labels"`
+// k8sScheme knows the kinds deploy/kubernetes creates, in the Go types the
+// API server (for the PodMonitor, the Prometheus operator) decodes them into.
+var k8sScheme = func() *runtime.Scheme {
+	s := runtime.NewScheme()
+	for _, add := range []func(*runtime.Scheme) error{appsv1.AddToScheme, corev1.AddToScheme, monitoringv1.AddToScheme} {
+		if err := add(s); err != nil {
+			panic(err)
+		}
 	}
-	k8sDeployment struct {
-		Metadata k8sMeta `yaml:"metadata"`
-		Spec     struct {
-			Selector struct {
-				MatchLabels map[string]string `yaml:"matchLabels"`
-			} `yaml:"selector"`
-			Template struct {
-				Metadata k8sMeta    `yaml:"metadata"`
-				Spec     k8sPodSpec `yaml:"spec"`
-			} `yaml:"template"`
-		} `yaml:"spec"`
-	}
-	k8sPodSpec struct {
-		TerminationGracePeriodSeconds *int64         `yaml:"terminationGracePeriodSeconds"`
-		InitContainers                []k8sContainer `yaml:"initContainers"`
-		Containers                    []k8sContainer `yaml:"containers"`
-	}
-	k8sContainer struct {
-		Name           string      `yaml:"name"`
-		Image          string      `yaml:"image"`
-		RestartPolicy  string      `yaml:"restartPolicy"`
-		Ports          []k8sPort   `yaml:"ports"`
-		Env            []k8sEnvVar `yaml:"env"`
-		StartupProbe   *k8sProbe   `yaml:"startupProbe"`
-		ReadinessProbe *k8sProbe   `yaml:"readinessProbe"`
-		LivenessProbe  *k8sProbe   `yaml:"livenessProbe"`
-		Lifecycle      struct {
-			PreStop *struct {
-				Sleep *struct {
-					Seconds int64 `yaml:"seconds"`
-				} `yaml:"sleep"`
-			} `yaml:"preStop"`
-		} `yaml:"lifecycle"`
-		Resources struct {
-			Requests map[string]string `yaml:"requests"`
-			Limits   map[string]string `yaml:"limits"`
-		} `yaml:"resources"`
-	}
-	k8sPort struct {
-		Name          string `yaml:"name"`
-		ContainerPort int    `yaml:"containerPort"`
-	}
-	k8sEnvVar struct {
-		Name      string  `yaml:"name"`
-		Value     *string `yaml:"value"`
-		ValueFrom any     `yaml:"valueFrom"`
-	}
-	k8sProbe struct {
-		HTTPGet *struct {
-			Path string `yaml:"path"`
-			Port any    `yaml:"port"` // a number or a port name
-		} `yaml:"httpGet"`
-	}
-	k8sService struct {
-		Metadata k8sMeta `yaml:"metadata"`
-		Spec     struct {
-			Selector map[string]string `yaml:"selector"`
-			Ports    []struct {
-				Name       string `yaml:"name"`
-				Port       int    `yaml:"port"`
-				TargetPort any    `yaml:"targetPort"`
-			} `yaml:"ports"`
-		} `yaml:"spec"`
-	}
-	k8sPodMonitor struct {
-		Metadata k8sMeta `yaml:"metadata"`
-		Spec     struct {
-			Selector struct {
-				MatchLabels map[string]string `yaml:"matchLabels"`
-			} `yaml:"selector"`
-			PodMetricsEndpoints []struct {
-				Port        string `yaml:"port"`
-				Path        string `yaml:"path"`
-				Interval    string `yaml:"interval"`
-				Relabelings []struct {
-					Action       string   `yaml:"action"`
-					SourceLabels []string `yaml:"sourceLabels"`
-					TargetLabel  string   `yaml:"targetLabel"`
-					Replacement  string   `yaml:"replacement"`
-				} `yaml:"relabelings"`
-			} `yaml:"podMetricsEndpoints"`
-		} `yaml:"spec"`
-	}
-	k8sKustomization struct {
-		Resources []string `yaml:"resources"`
-		Patches   []struct {
-			Path string `yaml:"path"`
-		} `yaml:"patches"`
-	}
-)
+	return s
+}()
 
-// TestDeployManifestsDecode decodes every YAML document under deploy/.
+// k8sDecoder is strict because the cluster is: kubectl apply validates
+// fields strictly by default, so a misspelt or duplicated field is refused
+// there, never silently dropped.
+var k8sDecoder = k8sjson.NewSerializerWithOptions(k8sjson.DefaultMetaFactory, k8sScheme, k8sScheme,
+	k8sjson.SerializerOptions{Yaml: true, Strict: true})
+
+// decodeK8s decodes one YAML or JSON object into its registered type.
+func decodeK8s(data []byte) (runtime.Object, error) {
+	obj, _, err := k8sDecoder.Decode(data, nil, nil)
+	return obj, err
+}
+
+// yamlDocuments splits a multi-document YAML file, dropping empty documents.
+func yamlDocuments(data []byte) ([][]byte, error) {
+	r := k8syaml.NewYAMLReader(bufio.NewReader(bytes.NewReader(data)))
+	var docs [][]byte
+	for {
+		doc, err := r.Read()
+		if errors.Is(err, io.EOF) {
+			return docs, nil
+		}
+		if err != nil {
+			return nil, err
+		}
+		j, err := sigsyaml.YAMLToJSON(doc)
+		if err != nil {
+			return nil, err
+		}
+		if string(j) != "null" {
+			docs = append(docs, doc)
+		}
+	}
+}
+
+// readKustomization decodes a kustomization.yaml as kustomize does, refusing
+// unknown fields.
+func readKustomization(t testing.TB, rel string) kusttypes.Kustomization {
+	t.Helper()
+	data, err := os.ReadFile(fromRepoRoot(rel))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var k kusttypes.Kustomization
+	if err := sigsyaml.UnmarshalStrict(data, &k); err != nil {
+		t.Fatalf("%s: %v", rel, err)
+	}
+	return k
+}
+
+// TestDeployManifestsDecode decodes every YAML document under deploy/, the
+// overlays' patches included, so that a misspelt field is reported in the
+// file that has it and not only in the Deployment kustomize merges it into.
 func TestDeployManifestsDecode(t *testing.T) {
 	for _, f := range deployFiles(t, "kubernetes", ".yaml", ".yml") {
-		docs := readYAML(t, f)
+		if path.Base(f) == "kustomization.yaml" {
+			readKustomization(t, f)
+			continue
+		}
+		data, err := os.ReadFile(fromRepoRoot(f))
+		if err != nil {
+			t.Fatal(err)
+		}
+		docs, err := yamlDocuments(data)
+		if err != nil {
+			t.Fatalf("%s: %v", f, err)
+		}
 		if len(docs) == 0 {
 			t.Errorf("%s: no YAML document", f)
 		}
-		for _, d := range docs {
-			var h struct {
-				APIVersion string  `yaml:"apiVersion"`
-				Kind       string  `yaml:"kind"`
-				Metadata   k8sMeta `yaml:"metadata"`
+		for i, doc := range docs {
+			obj, err := decodeK8s(doc)
+			if err != nil {
+				t.Errorf("%s#%d: %v", f, i, err)
+				continue
 			}
-			d.decode(t, &h)
-			if h.APIVersion == "" || h.Kind == "" {
-				t.Errorf("%s: apiVersion %q, kind %q; want both set", d, h.APIVersion, h.Kind)
-			}
-			if h.Kind != "Kustomization" && h.Metadata.Name == "" {
-				t.Errorf("%s: %s without metadata.name", d, h.Kind)
+			if m, err := meta.Accessor(obj); err != nil || m.GetName() == "" {
+				t.Errorf("%s#%d: %s without metadata.name", f, i, obj.GetObjectKind().GroupVersionKind().Kind)
 			}
 		}
 	}
@@ -249,25 +231,26 @@ func TestDeployManifestsDecode(t *testing.T) {
 	}
 }
 
-// k8sApp is what `kubectl apply -k dir` creates: the base's documents with
-// the overlay's patches applied.
+// k8sApp is what `kubectl apply -k dir` creates.
 type k8sApp struct {
-	dir  string
-	docs []yamlDoc
+	dir     string // relative to the repository root, or a copy's path
+	objects []runtime.Object
 }
 
-func (a k8sApp) only(t testing.TB, kind string, v any) {
+// only returns the app's single object of type T.
+func only[T runtime.Object](t testing.TB, app k8sApp) T {
 	t.Helper()
-	var found []yamlDoc
-	for _, d := range a.docs {
-		if d.kind() == kind {
-			found = append(found, d)
+	var found []T
+	for _, o := range app.objects {
+		if v, ok := o.(T); ok {
+			found = append(found, v)
 		}
 	}
 	if len(found) != 1 {
-		t.Fatalf("%s: %d objects of kind %s; want 1", a.dir, len(found), kind)
+		var zero T
+		t.Fatalf("%s: %d objects of type %T; want 1", app.dir, len(found), zero)
 	}
-	found[0].decode(t, v)
+	return found[0]
 }
 
 // renderKustomization builds dir (relative to the repository root) with
@@ -275,57 +258,34 @@ func (a k8sApp) only(t testing.TB, kind string, v any) {
 // tests check is what the cluster is sent.
 func renderKustomization(t testing.TB, dir string) k8sApp {
 	t.Helper()
-	docs, err := kustomizeBuild(fromRepoRoot(dir))
+	app, err := kustomizeBuild(fromRepoRoot(dir))
 	if err != nil {
 		t.Fatalf("kustomize build %s: %v", dir, err)
 	}
-	return k8sApp{dir: dir, docs: docs}
+	app.dir = dir
+	return app
 }
 
-// kustomizeBuild runs kustomize on the kustomization in dir, on disk.
-func kustomizeBuild(dir string) ([]yamlDoc, error) {
+// kustomizeBuild runs kustomize on the kustomization in dir, on disk, and
+// decodes what it renders strictly.
+func kustomizeBuild(dir string) (k8sApp, error) {
 	m, err := krusty.MakeKustomizer(krusty.MakeDefaultOptions()).Run(filesys.MakeFsOnDisk(), dir)
 	if err != nil {
-		return nil, err
+		return k8sApp{}, err
 	}
-	var docs []yamlDoc
-	for i, r := range m.Resources() {
+	app := k8sApp{dir: dir}
+	for _, r := range m.Resources() {
 		data, err := r.AsYAML()
 		if err != nil {
-			return nil, fmt.Errorf("%s: %w", r.CurId(), err)
+			return k8sApp{}, fmt.Errorf("%s: %w", r.CurId(), err)
 		}
-		var v any
-		if err := yaml.Unmarshal(data, &v); err != nil {
-			return nil, fmt.Errorf("%s: %w", r.CurId(), err)
+		obj, err := decodeK8s(data)
+		if err != nil {
+			return k8sApp{}, fmt.Errorf("%s: %w", r.CurId(), err)
 		}
-		docs = append(docs, yamlDoc{file: filepath.ToSlash(dir) + " " + r.CurId().String(), index: i, raw: v})
+		app.objects = append(app.objects, obj)
 	}
-	return docs, nil
-}
-
-func yamlMapping(t testing.TB, d yamlDoc, v any, where string) map[any]any {
-	t.Helper()
-	m, ok := v.(map[any]any)
-	if !ok {
-		t.Fatalf("%s: %s is %T; want a mapping", d, where, v)
-	}
-	return m
-}
-
-func yamlOnlyKeys(t testing.TB, d yamlDoc, m map[any]any, where string, allowed ...string) {
-	t.Helper()
-	for k := range m {
-		if ks, _ := k.(string); !slices.Contains(allowed, ks) {
-			t.Errorf("%s: sets %s.%v; want only %v there (overlays change loomgate's env and nothing else)", d, where, k, allowed)
-		}
-	}
-}
-
-func yamlDig(m map[any]any, keys ...string) map[any]any {
-	for _, k := range keys {
-		m, _ = m[k].(map[any]any)
-	}
-	return m
+	return app, nil
 }
 
 // overlays lists the directories under deploy/kubernetes/overlays.
@@ -345,13 +305,12 @@ func kustomizeOverlays(t testing.TB) []string {
 }
 
 // TestDeployKustomize checks the layout: the base lists every manifest next
-// to it, one overlay per mode, and the overlays differ only in env.
+// to it, one overlay per mode, and the overlays differ only in
+// LOOMGATE_MODE.
 func TestDeployKustomize(t *testing.T) {
 	base := "deploy/kubernetes/base"
-	var k k8sKustomization
-	readYAML(t, base+"/kustomization.yaml")[0].decode(t, &k)
-	var listed, present []string
-	listed = append(listed, k.Resources...)
+	listed := slices.Clone(readKustomization(t, base+"/kustomization.yaml").Resources)
+	var present []string
 	for _, f := range deployFiles(t, "kubernetes/base", ".yaml", ".yml") {
 		if name := filepath.Base(f); name != "kustomization.yaml" {
 			present = append(present, name)
@@ -368,70 +327,255 @@ func TestDeployKustomize(t *testing.T) {
 
 	// Overlay kustomizations: the base and the env patch, nothing else
 	// (no images, namePrefix, replicas ... that would set them apart).
-	var first []byte
+	var first *kusttypes.Kustomization
 	for _, o := range kustomizeOverlays(t) {
 		file := "deploy/kubernetes/overlays/" + o + "/kustomization.yaml"
-		doc := readYAML(t, file)[0]
-		yamlOnlyKeys(t, doc, yamlMapping(t, doc, doc.raw, ""), "", "apiVersion", "kind", "resources", "patches")
-		var ko k8sKustomization
-		doc.decode(t, &ko)
-		if !slices.Equal(ko.Resources, []string{"../../base"}) {
-			t.Errorf("%s: resources = %q; want [../../base]", file, ko.Resources)
+		k := readKustomization(t, file)
+		if !slices.Equal(k.Resources, []string{"../../base"}) {
+			t.Errorf("%s: resources = %q; want [../../base]", file, k.Resources)
 		}
-		data, _ := yaml.Marshal(doc.raw)
+		rest := k
+		rest.TypeMeta, rest.Resources, rest.Patches = kusttypes.TypeMeta{}, nil, nil
+		if !reflect.DeepEqual(rest, kusttypes.Kustomization{}) {
+			t.Errorf("%s sets %+v; want only resources and patches", file, rest)
+		}
 		if first == nil {
-			first = data
-		} else if !bytes.Equal(first, data) {
-			t.Errorf("%s differs from the other overlay's kustomization.yaml:\n%s\nwant the same, with the difference in the patch\n%s", file, data, first)
+			first = &k
+		} else if !reflect.DeepEqual(*first, k) {
+			t.Errorf("%s = %+v; want the same as the other overlay's, %+v, with the difference in the patch", file, k, *first)
 		}
 	}
 
-	// Rendered, the overlays are the same objects once loomgate's env is
-	// set aside.
-	var ref k8sApp
-	for i, o := range kustomizeOverlays(t) {
-		app := renderKustomization(t, "deploy/kubernetes/overlays/"+o)
-		if i == 0 {
-			ref = app
-			continue
-		}
-		a, b := withoutEnv(t, ref), withoutEnv(t, app)
-		if !reflect.DeepEqual(a, b) {
-			t.Errorf("overlays %s and %s differ in more than env:\n%s\nwant the same as\n%s", o, filepath.Base(ref.dir), b, a)
+	ref := renderKustomization(t, base)
+	for _, o := range kustomizeOverlays(t) {
+		if err := modeOnlyDiff(ref, renderKustomization(t, "deploy/kubernetes/overlays/"+o), o); err != nil {
+			t.Error(err)
 		}
 	}
 }
 
-// withoutEnv renders an app's objects as YAML with every container's env
-// removed.
-func withoutEnv(t testing.TB, app k8sApp) string {
-	t.Helper()
-	var out strings.Builder
-	for _, d := range app.docs {
-		data, err := yaml.Marshal(d.raw)
-		if err != nil {
-			t.Fatal(err)
+// modeOnlyDiff returns why overlay is not base with LOOMGATE_MODE=mode.
+func modeOnlyDiff(base, overlay k8sApp, mode string) error {
+	want, got := envSorted(base.objects), envSorted(overlay.objects)
+	baseMode, ok := loomgateEnvVar(want, envPrefix+"MODE")
+	if !ok {
+		return fmt.Errorf("%s: loomgate has no %sMODE", base.dir, envPrefix)
+	}
+	v, ok := loomgateEnvVar(got, envPrefix+"MODE")
+	if !ok {
+		return fmt.Errorf("%s: loomgate has no %sMODE; want %s", overlay.dir, envPrefix, mode)
+	}
+	if v.Value != mode {
+		return fmt.Errorf("%s: %sMODE = %q; want %q", overlay.dir, envPrefix, v.Value, mode)
+	}
+	v.Value = baseMode.Value
+	if !equality.Semantic.DeepEqual(want, got) {
+		return fmt.Errorf("%s differs from %s in more than %sMODE (- base, + overlay):\n%s", overlay.dir, base.dir, envPrefix, diff.Diff(want, got))
+	}
+	return nil
+}
+
+// envSorted copies objects with every container's env sorted by name.
+// kustomize's merge moves a patched variable to the front of the list;
+// the order matters only to $(NAME) references, which the manifests do not
+// make (effectiveEnv hands the values to parseConfig as they are).
+func envSorted(objects []runtime.Object) []runtime.Object {
+	out := make([]runtime.Object, len(objects))
+	for i, o := range objects {
+		out[i] = o.DeepCopyObject()
+		if dep, ok := out[i].(*appsv1.Deployment); ok {
+			pod := &dep.Spec.Template.Spec
+			for _, list := range [][]corev1.Container{pod.InitContainers, pod.Containers} {
+				for i := range list {
+					slices.SortStableFunc(list[i].Env, func(a, b corev1.EnvVar) int { return strings.Compare(a.Name, b.Name) })
+				}
+			}
 		}
-		var c any
-		if err := yaml.Unmarshal(data, &c); err != nil {
-			t.Fatal(err)
+	}
+	return out
+}
+
+// loomgateEnvVar finds the variable name of the Deployment's loomgate
+// container.
+func loomgateEnvVar(objects []runtime.Object, name string) (*corev1.EnvVar, bool) {
+	for _, o := range objects {
+		dep, ok := o.(*appsv1.Deployment)
+		if !ok {
+			continue
 		}
-		if m, ok := c.(map[any]any); ok {
-			pod := yamlDig(m, "spec", "template", "spec")
-			for _, list := range []string{"initContainers", "containers"} {
-				items, _ := pod[list].([]any)
-				for _, it := range items {
-					if cm, ok := it.(map[any]any); ok {
-						delete(cm, "env")
+		pod := &dep.Spec.Template.Spec
+		for _, list := range [][]corev1.Container{pod.InitContainers, pod.Containers} {
+			for i := range list {
+				if !isLoomgateImage(list[i].Image) {
+					continue
+				}
+				for j := range list[i].Env {
+					if list[i].Env[j].Name == name {
+						return &list[i].Env[j], true
 					}
 				}
 			}
 		}
-		data, _ = yaml.Marshal(c)
-		out.WriteString("---\n")
-		out.Write(data)
 	}
-	return out.String()
+	return nil, false
+}
+
+// TestDeployKustomizeBrokenCopy breaks a copy of deploy/kubernetes one edit
+// at a time and checks that the build and the checks above refuse it,
+// naming the problem, or accept it where the edit is valid.
+func TestDeployKustomizeBrokenCopy(t *testing.T) {
+	tests := []struct {
+		name  string
+		file  string      // under deploy/kubernetes
+		edits [][2]string // old, new: each old must occur once
+		dir   string      // what is built: base or overlays/<mode>
+		want  string      // in the error; "" = accepted
+	}{
+		{
+			name:  "misspelt Deployment field",
+			file:  "base/deployment.yaml",
+			edits: [][2]string{{"restartPolicy: Always", "restartPolicyy: Always"}},
+			dir:   "base",
+			want:  `unknown field "spec.template.spec.initContainers[0].restartPolicyy"`,
+		},
+		{
+			name:  "duplicated Deployment field",
+			file:  "base/deployment.yaml",
+			edits: [][2]string{{"  replicas: 2\n", "  replicas: 2\n  replicas: 3\n"}},
+			dir:   "base",
+			want:  `mapping key "replicas" already defined`,
+		},
+		{
+			name:  "bad memory quantity",
+			file:  "base/deployment.yaml",
+			edits: [][2]string{{"memory: 256Mi", "memory: 256MB"}},
+			dir:   "base",
+			want:  "quantities must match the regular expression",
+		},
+		{
+			name:  "memory request above the limit",
+			file:  "base/deployment.yaml",
+			edits: [][2]string{{"memory: 64Mi", "memory: 0.5Gi"}, {"memory: 256Mi", "memory: 512M"}},
+			dir:   "base",
+			want:  "memory request 512Mi (536870912 bytes) above its limit 512M (512000000 bytes)",
+		},
+		{
+			name:  "decimal and fractional quantities",
+			file:  "base/deployment.yaml",
+			edits: [][2]string{{"memory: 64Mi", "memory: 0.5Gi"}, {"memory: 256Mi", "memory: 1G"}},
+			dir:   "base",
+		},
+		{
+			name:  "misspelt PodMonitor field",
+			file:  "base/podmonitor.yaml",
+			edits: [][2]string{{"      path: /metrics", "      pth: /metrics"}},
+			dir:   "base",
+			want:  `unknown field "spec.podMetricsEndpoints[0].pth"`,
+		},
+		{
+			name:  "misspelt field in an overlay's patch",
+			file:  "overlays/fixed/env.yaml",
+			edits: [][2]string{{"  template:", "  templat:"}},
+			dir:   "overlays/fixed",
+			want:  `unknown field "spec.templat"`,
+		},
+		{
+			name:  "patch of a Deployment the base lacks",
+			file:  "overlays/fixed/env.yaml",
+			edits: [][2]string{{"name: your-app", "name: other-app"}},
+			dir:   "overlays/fixed",
+			want:  "no resource matches strategic merge patch",
+		},
+		{
+			name:  "misspelt kustomization field",
+			file:  "overlays/fixed/kustomization.yaml",
+			edits: [][2]string{{"patches:", "patchs:"}},
+			dir:   "overlays/fixed",
+			want:  `unknown field "patchs"`,
+		},
+		{
+			name:  "overlay sets another variable",
+			file:  "overlays/fixed/env.yaml",
+			edits: [][2]string{{"value: fixed\n", "value: fixed\n            - name: LOOMGATE_WORKERS\n              value: \"100\"\n"}},
+			dir:   "overlays/fixed",
+			want:  "in more than LOOMGATE_MODE",
+		},
+		{
+			name:  "overlay sets the other mode",
+			file:  "overlays/fixed/env.yaml",
+			edits: [][2]string{{"value: fixed", "value: unbounded"}},
+			dir:   "overlays/fixed",
+			want:  `LOOMGATE_MODE = "unbounded"; want "fixed"`,
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			root := t.TempDir()
+			if err := os.CopyFS(root, os.DirFS(fromRepoRoot("deploy", "kubernetes"))); err != nil {
+				t.Fatal(err)
+			}
+			editFile(t, filepath.Join(root, tt.file), tt.edits...)
+			err := checkKustomizeCopy(root, tt.dir)
+			switch {
+			case tt.want == "" && err != nil:
+				t.Errorf("%s: %v; want it accepted", tt.dir, err)
+			case tt.want != "" && err == nil:
+				t.Errorf("%s: accepted; want an error with %q", tt.dir, tt.want)
+			case tt.want != "" && !strings.Contains(err.Error(), tt.want):
+				t.Errorf("%s: %v; want an error with %q", tt.dir, err, tt.want)
+			}
+		})
+	}
+}
+
+// checkKustomizeCopy runs, on a copy of deploy/kubernetes at root, the
+// checks of TestDeployKustomize and TestDeployPods that return errors.
+func checkKustomizeCopy(root, dir string) error {
+	app, err := kustomizeBuild(filepath.Join(root, dir))
+	if err != nil {
+		return err
+	}
+	for _, o := range app.objects {
+		dep, ok := o.(*appsv1.Deployment)
+		if !ok {
+			continue
+		}
+		lg, err := loomgateContainer(dep)
+		if err != nil {
+			return err
+		}
+		if err := checkResources(lg); err != nil {
+			return err
+		}
+	}
+	if mode, ok := strings.CutPrefix(dir, "overlays/"); ok {
+		base, err := kustomizeBuild(filepath.Join(root, "base"))
+		if err != nil {
+			return err
+		}
+		return modeOnlyDiff(base, app, mode)
+	}
+	return nil
+}
+
+// editFile replaces, in file, each edit's old text (which must occur
+// exactly once) by its new text.
+func editFile(t testing.TB, file string, edits ...[2]string) {
+	t.Helper()
+	data, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := string(data)
+	for _, e := range edits {
+		if n := strings.Count(s, e[0]); n != 1 {
+			t.Fatalf("%s: %q occurs %d times; want once", file, e[0], n)
+		}
+		s = strings.Replace(s, e[0], e[1], 1)
+	}
+	if err := os.WriteFile(file, []byte(s), 0o644); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // TestDeployPods checks the Pod that the base and each overlay create.
@@ -447,38 +591,60 @@ func TestDeployPods(t *testing.T) {
 	}
 }
 
+// loomgateContainer is the Deployment's container running the loomgate
+// image, among its init containers.
+func loomgateContainer(dep *appsv1.Deployment) (*corev1.Container, error) {
+	pod := &dep.Spec.Template.Spec
+	for _, c := range pod.Containers {
+		if isLoomgateImage(c.Image) {
+			return nil, fmt.Errorf("container %s runs %s as a regular container; want it in initContainers with restartPolicy: Always (a native sidecar)", c.Name, c.Image)
+		}
+	}
+	for i, c := range pod.InitContainers {
+		if isLoomgateImage(c.Image) {
+			return &pod.InitContainers[i], nil
+		}
+	}
+	return nil, errors.New("no initContainer runs a loomgate image; want loomgate as a native sidecar")
+}
+
+// checkResources wants requests and a memory limit, the request within the
+// limit, compared as the kubelet compares quantities.
+func checkResources(c *corev1.Container) error {
+	req, lim := c.Resources.Requests, c.Resources.Limits
+	reqCPU, okCPU := req[corev1.ResourceCPU]
+	reqMem, okMem := req[corev1.ResourceMemory]
+	limMem, okLim := lim[corev1.ResourceMemory]
+	if !okCPU || !okMem || !okLim || reqCPU.IsZero() || reqMem.IsZero() || limMem.IsZero() {
+		return fmt.Errorf("%s resources requests %v limits %v; want cpu and memory requests and a memory limit", c.Name, req, lim)
+	}
+	if reqMem.Cmp(limMem) > 0 {
+		return fmt.Errorf("%s memory request %s (%d bytes) above its limit %s (%d bytes)", c.Name, &reqMem, reqMem.Value(), &limMem, limMem.Value())
+	}
+	return nil
+}
+
 func checkApp(t *testing.T, app k8sApp) {
-	var dep k8sDeployment
-	app.only(t, "Deployment", &dep)
+	dep := only[*appsv1.Deployment](t, app)
 	pod := dep.Spec.Template.Spec
-	podLabels := dep.Spec.Template.Metadata.Labels
+	podLabels := dep.Spec.Template.Labels
 
 	// The sidecar: the container running the loomgate image, as a native
 	// sidecar so that it starts before the application and stops after it.
-	var lg *k8sContainer
-	for i, c := range pod.InitContainers {
-		if isLoomgateImage(c.Image) {
-			lg = &pod.InitContainers[i]
-		}
+	lg, err := loomgateContainer(dep)
+	if err != nil {
+		t.Fatal(err)
 	}
-	for _, c := range pod.Containers {
-		if isLoomgateImage(c.Image) {
-			t.Errorf("container %s runs %s as a regular container; want it in initContainers with restartPolicy: Always (a native sidecar)", c.Name, c.Image)
-		}
-	}
-	if lg == nil {
-		t.Fatalf("no initContainer runs a loomgate image; want loomgate as a native sidecar")
-	}
-	if lg.RestartPolicy != "Always" {
-		t.Errorf("initContainer %s restartPolicy = %q; want Always (a native sidecar)", lg.Name, lg.RestartPolicy)
+	if lg.RestartPolicy == nil || *lg.RestartPolicy != corev1.ContainerRestartPolicyAlways {
+		t.Errorf("initContainer %s restartPolicy = %v; want Always (a native sidecar)", lg.Name, ptrString(lg.RestartPolicy))
 	}
 	if len(pod.Containers) != 1 {
 		t.Fatalf("%d containers; want 1, the application", len(pod.Containers))
 	}
 	appC := pod.Containers[0]
 
-	if !labelsSubset(dep.Spec.Selector.MatchLabels, podLabels) || len(dep.Spec.Selector.MatchLabels) == 0 {
-		t.Errorf("Deployment selector %v does not select its pod labels %v", dep.Spec.Selector.MatchLabels, podLabels)
+	if dep.Spec.Selector == nil || len(dep.Spec.Selector.MatchLabels) == 0 || !labelsSubset(dep.Spec.Selector.MatchLabels, podLabels) {
+		t.Errorf("Deployment selector %v does not select its pod labels %v", dep.Spec.Selector, podLabels)
 	}
 
 	// The environment: every overlay sets LOOMGATE_MODE, and nothing else
@@ -538,12 +704,12 @@ func checkApp(t *testing.T, app k8sApp) {
 			if _, dup := ports[p.Name]; dup && p.Name != "" {
 				t.Errorf("port name %q is used twice in the pod; want names that resolve to one port", p.Name)
 			}
-			ports[p.Name] = p.ContainerPort
+			ports[p.Name] = int(p.ContainerPort)
 		}
 	}
 	lgPorts := map[string]int{}
 	for _, p := range lg.Ports {
-		lgPorts[p.Name] = p.ContainerPort
+		lgPorts[p.Name] = int(p.ContainerPort)
 	}
 	httpPort := portOfListen(t, "LOOMGATE_LISTEN", cfg.Listen)
 	adminPort := portOfListen(t, "LOOMGATE_ADMIN_LISTEN", cfg.AdminListen)
@@ -557,7 +723,7 @@ func checkApp(t *testing.T, app k8sApp) {
 	// Probes: on the admin port, at admin endpoints.
 	probes := []struct {
 		name     string
-		probe    *k8sProbe
+		probe    *corev1.Probe
 		want     string // "" = any admin endpoint
 		required bool
 	}{
@@ -576,18 +742,18 @@ func checkApp(t *testing.T, app k8sApp) {
 			t.Errorf("loomgate %s is not an httpGet probe", p.name)
 			continue
 		}
-		path := p.probe.HTTPGet.Path
+		path, port := p.probe.HTTPGet.Path, p.probe.HTTPGet.Port
 		if p.want != "" && path != p.want {
 			t.Errorf("loomgate %s path = %q; want %q", p.name, path, p.want)
 		}
 		if !slices.Contains(adminPaths, path) {
 			t.Errorf("loomgate %s path = %q; want one of the admin endpoints %q", p.name, path, adminPaths)
 		}
-		if got := resolvePort(p.probe.HTTPGet.Port, lgPorts); got != adminPort {
-			t.Errorf("loomgate %s port %v = %d; want the admin port %d", p.name, p.probe.HTTPGet.Port, got, adminPort)
+		if got := resolvePort(port, lgPorts); got != adminPort {
+			t.Errorf("loomgate %s port %s = %d; want the admin port %d", p.name, port.String(), got, adminPort)
 		}
-		if name, ok := p.probe.HTTPGet.Port.(string); !ok || name != "admin" {
-			t.Errorf("loomgate %s port = %v; want the name admin", p.name, p.probe.HTTPGet.Port)
+		if port.Type != intstr.String || port.StrVal != "admin" {
+			t.Errorf("loomgate %s port = %s; want the name admin", p.name, port.String())
 		}
 	}
 
@@ -599,7 +765,7 @@ func checkApp(t *testing.T, app k8sApp) {
 	upPort, _ := strconv.Atoi(u.Port())
 	var appPorts []int
 	for _, p := range appC.Ports {
-		appPorts = append(appPorts, p.ContainerPort)
+		appPorts = append(appPorts, int(p.ContainerPort))
 	}
 	if ip := net.ParseIP(u.Hostname()); ip == nil || !ip.IsLoopback() {
 		t.Errorf("LOOMGATE_UPSTREAM host = %q; want 127.0.0.1, the application in the same pod", u.Hostname())
@@ -610,14 +776,14 @@ func checkApp(t *testing.T, app k8sApp) {
 
 	// Shutdown: the sidecar stops only once the application has, so the
 	// grace period must cover the preStop sleeps and then loomgate's drain.
-	grace := 30 * time.Second // Kubernetes' default
+	grace := time.Duration(corev1.DefaultTerminationGracePeriodSeconds) * time.Second
 	if pod.TerminationGracePeriodSeconds != nil {
 		grace = time.Duration(*pod.TerminationGracePeriodSeconds) * time.Second
 	}
 	var sleeps time.Duration
 	for _, c := range append(slices.Clone(pod.InitContainers), pod.Containers...) {
-		if ps := c.Lifecycle.PreStop; ps != nil && ps.Sleep != nil {
-			sleeps += time.Duration(ps.Sleep.Seconds) * time.Second
+		if c.Lifecycle != nil && c.Lifecycle.PreStop != nil && c.Lifecycle.PreStop.Sleep != nil {
+			sleeps += time.Duration(c.Lifecycle.PreStop.Sleep.Seconds) * time.Second
 		}
 	}
 	if grace <= sleeps+cfg.DrainTimeout {
@@ -625,16 +791,12 @@ func checkApp(t *testing.T, app k8sApp) {
 	}
 
 	// Resources: requests and a memory limit, the request within the limit.
-	req, lim := lg.Resources.Requests, lg.Resources.Limits
-	if req["cpu"] == "" || req["memory"] == "" || lim["memory"] == "" {
-		t.Errorf("loomgate resources requests %v limits %v; want cpu and memory requests and a memory limit", req, lim)
-	} else if reqBytes, limBytes := k8sBytes(t, req["memory"]), k8sBytes(t, lim["memory"]); reqBytes > limBytes {
-		t.Errorf("loomgate memory request %s above its limit %s", req["memory"], lim["memory"])
+	if err := checkResources(lg); err != nil {
+		t.Error(err)
 	}
 
 	// Service: clients reach the application through loomgate's http port.
-	var svc k8sService
-	app.only(t, "Service", &svc)
+	svc := only[*corev1.Service](t, app)
 	if len(svc.Spec.Selector) == 0 || !labelsSubset(svc.Spec.Selector, podLabels) {
 		t.Errorf("Service selector %v; want a non-empty subset of the pod labels %v", svc.Spec.Selector, podLabels)
 	}
@@ -642,17 +804,16 @@ func checkApp(t *testing.T, app k8sApp) {
 		t.Errorf("Service has no ports")
 	}
 	for _, p := range svc.Spec.Ports {
-		if name, ok := p.TargetPort.(string); !ok || name != "http" {
-			t.Errorf("Service port %s targetPort = %v; want http, loomgate's traffic port", p.Name, p.TargetPort)
+		if p.TargetPort.Type != intstr.String || p.TargetPort.StrVal != "http" {
+			t.Errorf("Service port %s targetPort = %s; want http, loomgate's traffic port", p.Name, p.TargetPort.String())
 		}
 		if got := resolvePort(p.TargetPort, ports); got != httpPort {
-			t.Errorf("Service port %s targetPort %v = %d in the pod; want %d, loomgate's LOOMGATE_LISTEN port", p.Name, p.TargetPort, got, httpPort)
+			t.Errorf("Service port %s targetPort %s = %d in the pod; want %d, loomgate's LOOMGATE_LISTEN port", p.Name, p.TargetPort.String(), got, httpPort)
 		}
 	}
 
 	// PodMonitor: selects these pods and scrapes loomgate's admin port.
-	var pm k8sPodMonitor
-	app.only(t, "PodMonitor", &pm)
+	pm := only[*monitoringv1.PodMonitor](t, app)
 	if sel := pm.Spec.Selector.MatchLabels; len(sel) == 0 || !labelsSubset(sel, podLabels) {
 		t.Errorf("PodMonitor selector %v; want a non-empty subset of the pod labels %v", sel, podLabels)
 	}
@@ -660,13 +821,14 @@ func checkApp(t *testing.T, app k8sApp) {
 		t.Fatalf("PodMonitor has %d endpoints; want 1, loomgate's admin port", len(pm.Spec.PodMetricsEndpoints))
 	}
 	ep := pm.Spec.PodMetricsEndpoints[0]
-	if ep.Port != "admin" || lgPorts[ep.Port] != adminPort {
-		t.Errorf("PodMonitor endpoint port = %q (%d); want admin (%d)", ep.Port, lgPorts[ep.Port], adminPort)
+	if epPort := ptrString(ep.Port); epPort != "admin" || lgPorts[epPort] != adminPort {
+		t.Errorf("PodMonitor endpoint port = %q (%d); want admin (%d)", epPort, lgPorts[epPort], adminPort)
 	}
 	if ep.Path != "/metrics" {
 		t.Errorf("PodMonitor endpoint path = %q; want /metrics", ep.Path)
 	}
-	if d, err := time.ParseDuration(ep.Interval); err != nil || d > 15*time.Second {
+	// The operator hands the interval to Prometheus, which parses it.
+	if d, err := model.ParseDuration(string(ep.Interval)); err != nil || time.Duration(d) > 15*time.Second {
 		t.Errorf("PodMonitor interval = %q; want 15s or less, which the rules' [1m] rates need", ep.Interval)
 	}
 }
@@ -678,46 +840,42 @@ func isLoomgateImage(image string) bool {
 
 // effectiveEnv is the container's LOOMGATE_* environment; every such
 // variable must have a literal value, which the tests can check.
-func effectiveEnv(t testing.TB, c k8sContainer) map[string]string {
+func effectiveEnv(t testing.TB, c corev1.Container) map[string]string {
 	t.Helper()
 	env := map[string]string{}
 	for _, e := range c.Env {
 		if !strings.HasPrefix(e.Name, envPrefix) {
 			continue
 		}
-		if e.Value == nil {
+		if e.ValueFrom != nil {
 			t.Errorf("%s has no literal value; want one, which these tests can check against the binary", e.Name)
 			continue
 		}
 		if _, dup := env[e.Name]; dup {
 			t.Errorf("%s is set twice in container %s", e.Name, c.Name)
 		}
-		env[e.Name] = *e.Value
+		env[e.Name] = e.Value
 	}
 	return env
 }
 
 // resolvePort turns a port number or name into a number, -1 if unknown.
-func resolvePort(port any, named map[string]int) int {
-	switch p := port.(type) {
-	case int:
-		return p
-	case string:
-		if n, ok := named[p]; ok {
-			return n
-		}
+func resolvePort(port intstr.IntOrString, named map[string]int) int {
+	if port.Type == intstr.Int {
+		return port.IntValue()
+	}
+	if n, ok := named[port.StrVal]; ok {
+		return n
 	}
 	return -1
 }
 
-// k8sBytes parses a Kubernetes memory quantity such as 64Mi.
-func k8sBytes(t testing.TB, q string) int64 {
-	t.Helper()
-	var b byteSize
-	if err := b.UnmarshalText([]byte(q)); err != nil {
-		t.Fatalf("memory quantity %q: %v", q, err)
+// ptrString is *p as a string, "<nil>" if p is nil.
+func ptrString[S ~string](p *S) string {
+	if p == nil {
+		return "<nil>"
 	}
-	return int64(b)
+	return string(*p)
 }
 
 func labelsSubset(sub, super map[string]string) bool {

@@ -13,6 +13,9 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	monitoringv1 "github.com/prometheus-operator/prometheus-operator/pkg/apis/monitoring/v1"
+	appsv1 "k8s.io/api/apps/v1"
 )
 
 // designMetrics are the series of DESIGN.md's metric list, by type. A
@@ -383,13 +386,12 @@ func TestRulesJobName(t *testing.T) {
 		t.Errorf("prometheus.yml rule_files = %q; want rules.yml", prom.RuleFiles)
 	}
 
-	var pm k8sPodMonitor
-	readYAML(t, "deploy/kubernetes/base/podmonitor.yaml")[0].decode(t, &pm)
+	pm := only[*monitoringv1.PodMonitor](t, renderKustomization(t, "deploy/kubernetes/base"))
 	got := ""
 	for _, ep := range pm.Spec.PodMetricsEndpoints {
-		for _, r := range ep.Relabelings {
+		for _, r := range ep.RelabelConfigs {
 			if r.TargetLabel == "job" && len(r.SourceLabels) == 0 && cmp.Or(r.Action, "replace") == "replace" {
-				got = r.Replacement
+				got = ptrString(r.Replacement)
 			}
 		}
 	}
@@ -419,19 +421,18 @@ func TestRulesMemoryThreshold(t *testing.T) {
 		}
 		threshold *= n
 	}
-	var dep k8sDeployment
-	readYAML(t, "deploy/kubernetes/base/deployment.yaml")[0].decode(t, &dep)
-	for _, c := range dep.Spec.Template.Spec.InitContainers {
-		if !isLoomgateImage(c.Image) {
-			continue
-		}
-		limit := k8sBytes(t, c.Resources.Limits["memory"])
-		if threshold >= limit {
-			t.Errorf("LoomgateInFlightMemoryHigh threshold %d bytes; want below the sidecar's memory limit %s (%d bytes)", threshold, c.Resources.Limits["memory"], limit)
-		}
-		return
+	dep := only[*appsv1.Deployment](t, renderKustomization(t, "deploy/kubernetes/base"))
+	c, err := loomgateContainer(dep)
+	if err != nil {
+		t.Fatal(err)
 	}
-	t.Errorf("deployment.yaml has no loomgate initContainer")
+	limit := c.Resources.Limits.Memory()
+	if limit.IsZero() {
+		t.Fatalf("loomgate container has no memory limit")
+	}
+	if threshold >= limit.Value() {
+		t.Errorf("LoomgateInFlightMemoryHigh threshold %d bytes; want below the sidecar's memory limit %s (%d bytes)", threshold, limit, limit.Value())
+	}
 }
 
 // runPromtool runs promtool in deploy/prometheus and fails the test with its
