@@ -5,7 +5,6 @@ import (
 	"debug/buildinfo"
 	"debug/elf"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"io/fs"
@@ -21,6 +20,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"mvdan.cc/sh/v3/shell"
 )
 
 // No Docker engine runs where these tests run, so they check the Dockerfile
@@ -119,6 +120,14 @@ type dockerGoBuild struct {
 // `docker build --build-arg` would.
 func findGoBuild(t testing.TB, stages []dockerStage, buildArgs map[string]string) dockerGoBuild {
 	t.Helper()
+	gb, err := goBuildLine(stages, buildArgs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return gb
+}
+
+func goBuildLine(stages []dockerStage, buildArgs map[string]string) (dockerGoBuild, error) {
 	var found []dockerGoBuild
 	for _, st := range stages {
 		vars := map[string]string{}
@@ -130,7 +139,7 @@ func findGoBuild(t testing.TB, stages []dockerStage, buildArgs map[string]string
 				if strings.ContainsAny(def, `"'`) {
 					words, err := dockerShellWords(def, vars)
 					if err != nil || len(words) != 1 {
-						t.Fatalf("Dockerfile:%d: ARG %s: want one value", in.line, in.args)
+						return dockerGoBuild{}, fmt.Errorf("Dockerfile:%d: ARG %s: want one value (%v)", in.line, in.args, err)
 					}
 					def = words[0]
 				}
@@ -141,12 +150,12 @@ func findGoBuild(t testing.TB, stages []dockerStage, buildArgs map[string]string
 			case "ENV":
 				words, err := dockerShellWords(in.args, vars)
 				if err != nil {
-					t.Fatalf("Dockerfile:%d: ENV %s: %v", in.line, in.args, err)
+					return dockerGoBuild{}, fmt.Errorf("Dockerfile:%d: ENV %s: %v", in.line, in.args, err)
 				}
 				for _, w := range words {
 					name, value, ok := strings.Cut(w, "=")
 					if !ok {
-						t.Fatalf("Dockerfile:%d: ENV %s: use the NAME=value form", in.line, in.args)
+						return dockerGoBuild{}, fmt.Errorf("Dockerfile:%d: ENV %s: use the NAME=value form", in.line, in.args)
 					}
 					vars[name] = value
 					env = append(env, w)
@@ -157,7 +166,7 @@ func findGoBuild(t testing.TB, stages []dockerStage, buildArgs map[string]string
 				}
 				words, err := dockerShellWords(in.args, vars)
 				if err != nil {
-					t.Fatalf("Dockerfile:%d: RUN %s: %v", in.line, in.args, err)
+					return dockerGoBuild{}, fmt.Errorf("Dockerfile:%d: RUN %s: %v", in.line, in.args, err)
 				}
 				gb := dockerGoBuild{stage: st, line: in.line, env: slices.Clone(env)}
 				for len(words) > 0 && isShellAssignment(words[0]) {
@@ -170,24 +179,24 @@ func findGoBuild(t testing.TB, stages []dockerStage, buildArgs map[string]string
 		}
 	}
 	if len(found) != 1 {
-		t.Fatalf("Dockerfile has %d RUN lines with `go build`; want exactly 1", len(found))
+		return dockerGoBuild{}, fmt.Errorf("Dockerfile has %d RUN lines with `go build`; want exactly 1", len(found))
 	}
 	gb := found[0]
 	if len(gb.argv) < 2 || gb.argv[0] != "go" || gb.argv[1] != "build" {
-		t.Fatalf("Dockerfile:%d: command is %q; want it to start with go build", gb.line, gb.argv)
+		return dockerGoBuild{}, fmt.Errorf("Dockerfile:%d: command is %q; want it to start with go build", gb.line, gb.argv)
 	}
 	for i, a := range gb.argv {
 		if a == "-o" && i+1 < len(gb.argv) {
 			if gb.output != "" {
-				t.Fatalf("Dockerfile:%d: -o given twice", gb.line)
+				return dockerGoBuild{}, fmt.Errorf("Dockerfile:%d: -o given twice", gb.line)
 			}
 			gb.output = gb.argv[i+1]
 		}
 	}
 	if gb.output == "" {
-		t.Fatalf("Dockerfile:%d: go build has no -o; want the binary written where the runtime stage copies it from", gb.line)
+		return dockerGoBuild{}, fmt.Errorf("Dockerfile:%d: go build has no -o; want the binary written where the runtime stage copies it from", gb.line)
 	}
-	return gb
+	return gb, nil
 }
 
 func isShellAssignment(word string) bool {
@@ -195,107 +204,28 @@ func isShellAssignment(word string) bool {
 	return ok && regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`).MatchString(name)
 }
 
-// dockerShellWords splits a shell-form command into words: blanks separate
-// words, quotes group them, $NAME and ${NAME} expand from vars. Anything
-// beyond one plain command (pipes, &&, command substitution) is refused,
-// because the build test could not run it faithfully.
+// dockerShellWords splits a shell-form command into the words /bin/sh
+// would run, $NAME and ${NAME} expanded from vars. It refuses what the build
+// test could not run as the image build does: anything beyond one plain
+// command (pipes, &&, redirections, command substitution), and a variable
+// that no ARG or ENV of the stage defines, which sh would quietly expand to
+// nothing.
 func dockerShellWords(s string, vars map[string]string) ([]string, error) {
-	var words []string
-	var cur strings.Builder
-	inWord := false
-	expand := func(i int, quoted bool) (int, error) {
-		rest := s[i+1:]
-		var name string
-		n := 1
-		switch {
-		case strings.HasPrefix(rest, "{"):
-			end := strings.IndexByte(rest, '}')
-			if end < 0 {
-				return 0, errors.New("unterminated ${")
-			}
-			name = rest[1:end]
-			n += end + 1
-		case strings.HasPrefix(rest, "("):
-			return 0, errors.New("command substitution is not supported")
-		default:
-			name = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*`).FindString(rest)
-			n += len(name)
+	var undefined []string
+	words, err := shell.Fields(s, func(name string) string {
+		v, ok := vars[name]
+		// The expander itself reads IFS (unset: sh's default splitting)
+		// and PWD; neither comes from the text.
+		if !ok && name != "IFS" && name != "PWD" && !slices.Contains(undefined, name) {
+			undefined = append(undefined, name)
 		}
-		if !regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`).MatchString(name) {
-			return 0, fmt.Errorf("unsupported expansion at %q", s[i:])
-		}
-		value, ok := vars[name]
-		if !ok {
-			return 0, fmt.Errorf("$%s is not defined by an ARG or ENV of the stage", name)
-		}
-		if !quoted && strings.ContainsAny(value, " \t\n") {
-			return 0, fmt.Errorf("unquoted $%s holds blanks and would be split", name)
-		}
-		cur.WriteString(value)
-		return n, nil
+		return v
+	})
+	if err != nil {
+		return nil, err
 	}
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		switch {
-		case c == ' ' || c == '\t' || c == '\n':
-			if inWord {
-				words = append(words, cur.String())
-				cur.Reset()
-				inWord = false
-			}
-		case c == '\'':
-			end := strings.IndexByte(s[i+1:], '\'')
-			if end < 0 {
-				return nil, errors.New("unterminated single quote")
-			}
-			cur.WriteString(s[i+1 : i+1+end])
-			i += end + 1
-			inWord = true
-		case c == '"':
-			inWord = true
-			i++
-			for ; i < len(s) && s[i] != '"'; i++ {
-				switch {
-				case s[i] == '\\' && i+1 < len(s) && strings.IndexByte("\\\"$`", s[i+1]) >= 0:
-					i++
-					cur.WriteByte(s[i])
-				case s[i] == '$':
-					n, err := expand(i, true)
-					if err != nil {
-						return nil, err
-					}
-					i += n - 1
-				case s[i] == '`':
-					return nil, errors.New("command substitution is not supported")
-				default:
-					cur.WriteByte(s[i])
-				}
-			}
-			if i >= len(s) {
-				return nil, errors.New("unterminated double quote")
-			}
-		case c == '\\':
-			if i+1 < len(s) {
-				i++
-				cur.WriteByte(s[i])
-				inWord = true
-			}
-		case c == '$':
-			n, err := expand(i, false)
-			if err != nil {
-				return nil, err
-			}
-			i += n - 1
-			inWord = true
-		case strings.IndexByte("|&;<>()`", c) >= 0, c == '#' && !inWord:
-			return nil, fmt.Errorf("%q: only one plain command is supported", c)
-		default:
-			cur.WriteByte(c)
-			inWord = true
-		}
-	}
-	if inWord {
-		words = append(words, cur.String())
+	if len(undefined) > 0 {
+		return nil, fmt.Errorf("$%s: not defined by an ARG or ENV of the stage", strings.Join(undefined, ", $"))
 	}
 	return words, nil
 }
@@ -305,27 +235,64 @@ func TestDockerfileShellWords(t *testing.T) {
 	tests := []struct {
 		in      string
 		want    []string
-		wantErr bool
+		wantErr string // in the error; "" = no error
 	}{
 		{in: `CGO_ENABLED=0 go build -o /out/x ./cmd/x`, want: []string{"CGO_ENABLED=0", "go", "build", "-o", "/out/x", "./cmd/x"}},
 		{in: `go build -ldflags "-s -X main.version=${VERSION} -X main.commit=${COMMIT}"`, want: []string{"go", "build", "-ldflags", "-s -X main.version=v1.2.3 -X main.commit="}},
 		{in: `echo $VERSION '$VERSION' "a\"b"`, want: []string{"echo", "v1.2.3", "$VERSION", `a"b`}},
 		{in: `echo "$SPACED"`, want: []string{"echo", "a b"}},
-		{in: `echo $SPACED`, wantErr: true},
-		{in: `echo ${UNDEFINED}`, wantErr: true},
-		{in: `go build ./... && strip x`, wantErr: true},
-		{in: `echo $(date)`, wantErr: true},
-		{in: `echo "open`, wantErr: true},
+		{in: `echo $SPACED`, want: []string{"echo", "a", "b"}}, // split, as sh splits it
+		{in: `echo ${UNDEFINED}`, wantErr: "$UNDEFINED: not defined"},
+		{in: `go build ./... && strip x`, wantErr: "`&&` is not a valid word"},
+		{in: `go build ./... | tee log`, wantErr: "`|` is not a valid word"},
+		{in: `echo $(date)`, wantErr: "unexpected command substitution"},
+		{in: `echo "open`, wantErr: "without closing quote"},
 	}
 	for _, tt := range tests {
 		got, err := dockerShellWords(tt.in, vars)
-		if (err != nil) != tt.wantErr {
-			t.Errorf("dockerShellWords(%q) error = %v; want error: %v", tt.in, err, tt.wantErr)
-			continue
-		}
-		if !tt.wantErr && !slices.Equal(got, tt.want) {
+		switch {
+		case tt.wantErr == "" && err != nil:
+			t.Errorf("dockerShellWords(%q) error = %v; want %q", tt.in, err, tt.want)
+		case tt.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tt.wantErr)):
+			t.Errorf("dockerShellWords(%q) = %q, %v; want an error with %q", tt.in, got, err, tt.wantErr)
+		case tt.wantErr == "" && !slices.Equal(got, tt.want):
 			t.Errorf("dockerShellWords(%q) = %q; want %q", tt.in, got, tt.want)
 		}
+	}
+}
+
+// TestDockerfileBrokenCopy breaks the go build line of a copy of the
+// Dockerfile and checks that reading it fails, naming the problem, where
+// the build test could not run what the image build runs.
+func TestDockerfileBrokenCopy(t *testing.T) {
+	tests := []struct {
+		name string
+		old  string // in the go build line
+		new  string
+		want string // in the error
+	}{
+		{"misspelt build arg", "main.version=${VERSION}", "main.version=${VERSON}", "$VERSON: not defined by an ARG or ENV"},
+		{"unterminated quote", "main.commit=${COMMIT}\"", "main.commit=${COMMIT}", "reached EOF without closing quote"},
+		{"a second command", "./cmd/loomgate\n", "./cmd/loomgate && strip /out/loomgate\n", "`&&` is not a valid word"},
+		{"command substitution", "main.commit=${COMMIT}", "main.commit=$(git rev-parse HEAD)", "unexpected command substitution"},
+		{"no -o", "-o /out/loomgate ", "", "go build has no -o"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			data, err := os.ReadFile(fromRepoRoot("Dockerfile"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			file := filepath.Join(t.TempDir(), "Dockerfile")
+			if err := os.WriteFile(file, data, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			editFile(t, file, [2]string{tt.old, tt.new})
+			gb, err := goBuildLine(parseDockerfile(t, file), nil)
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Errorf("go build line = %q, %v; want an error with %q", gb.argv, err, tt.want)
+			}
+		})
 	}
 }
 
