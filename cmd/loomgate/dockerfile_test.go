@@ -5,6 +5,7 @@ import (
 	"debug/buildinfo"
 	"debug/elf"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"io/fs"
@@ -21,6 +22,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/moby/patternmatcher"
+	"github.com/moby/patternmatcher/ignorefile"
 	"mvdan.cc/sh/v3/shell"
 )
 
@@ -412,15 +415,32 @@ func TestDockerfile(t *testing.T) {
 		t.Errorf("EXPOSE %v; want %v, the defaults of LOOMGATE_LISTEN and LOOMGATE_ADMIN_LISTEN", exposed, want)
 	}
 
-	ignore := readDockerignore(t, fromRepoRoot(".dockerignore"))
+	if err := checkDockerignore(readDockerignore(t, fromRepoRoot(".dockerignore"))); err != nil {
+		t.Error(err)
+	}
+}
+
+// checkDockerignore wants the build stage's inputs in the build context
+// and .git out of it.
+func checkDockerignore(ignore dockerignore) error {
+	var problems []error
 	for _, p := range []string{"go.mod", "go.sum", "cmd/loomgate/main.go", "cmd/loomgate/config.go"} {
-		if ignore.ignored(p) {
-			t.Errorf(".dockerignore excludes %s; the build stage needs it", p)
+		ignored, err := ignore.ignored(p)
+		switch {
+		case err != nil:
+			problems = append(problems, fmt.Errorf(".dockerignore on %s: %w", p, err))
+		case ignored:
+			problems = append(problems, fmt.Errorf(".dockerignore excludes %s; the build stage needs it", p))
 		}
 	}
-	if !ignore.ignored(".git") {
-		t.Errorf(".dockerignore keeps .git; want it excluded from the build context")
+	ignored, err := ignore.ignored(".git")
+	switch {
+	case err != nil:
+		problems = append(problems, fmt.Errorf(".dockerignore on .git: %w", err))
+	case !ignored:
+		problems = append(problems, errors.New(".dockerignore keeps .git; want it excluded from the build context"))
 	}
+	return errors.Join(problems...)
 }
 
 // TestDockerfileBuild runs the build stage's go build line, as written, in a
@@ -499,70 +519,54 @@ func TestDockerfileBuild(t *testing.T) {
 	}
 }
 
-// dockerignore holds the patterns of a .dockerignore file.
+// dockerignore is the build context filter of docker build: .dockerignore
+// read and matched by the packages the docker CLI and BuildKit use.
 type dockerignore struct {
-	patterns []dockerignorePattern
-	negates  bool // some pattern starts with "!"
-}
-
-type dockerignorePattern struct {
-	glob   string
-	negate bool
+	pm *patternmatcher.PatternMatcher
 }
 
 func readDockerignore(t testing.TB, file string) dockerignore {
 	t.Helper()
-	data, err := os.ReadFile(file)
+	d, err := loadDockerignore(file)
 	if err != nil {
 		t.Fatal(err)
-	}
-	var d dockerignore
-	for _, line := range strings.Split(string(data), "\n") {
-		line = strings.TrimSpace(line)
-		if line == "" || strings.HasPrefix(line, "#") {
-			continue
-		}
-		p := dockerignorePattern{}
-		if rest, ok := strings.CutPrefix(line, "!"); ok {
-			p.negate, line = true, rest
-			d.negates = true
-		}
-		if strings.Contains(line, "**") {
-			t.Fatalf(".dockerignore: %q: ** is not supported by this test's matcher; extend dockerignore.ignored", line)
-		}
-		p.glob = strings.TrimPrefix(path.Clean(line), "/")
-		if _, err := path.Match(p.glob, ""); err != nil {
-			t.Fatalf(".dockerignore: %q: %v", line, err)
-		}
-		d.patterns = append(d.patterns, p)
 	}
 	return d
 }
 
-// ignored reports whether the slash-separated path rel, relative to the
-// context root, is left out of the build context. As in Docker, a pattern
-// matches the whole path from the root, and a match on a directory covers
-// everything under it; the last matching pattern wins.
-func (d dockerignore) ignored(rel string) bool {
-	ignored := false
-	for _, p := range d.patterns {
-		for prefix := rel; ; prefix = path.Dir(prefix) {
-			if ok, _ := path.Match(p.glob, prefix); ok {
-				ignored = !p.negate
-				break
-			}
-			if !strings.Contains(prefix, "/") {
-				break
-			}
+// loadDockerignore reads file; without one, docker build sends everything.
+func loadDockerignore(file string) (dockerignore, error) {
+	var patterns []string
+	f, err := os.Open(file)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+	case err != nil:
+		return dockerignore{}, err
+	default:
+		defer f.Close()
+		if patterns, err = ignorefile.ReadAll(f); err != nil {
+			return dockerignore{}, fmt.Errorf("%s: %w", file, err)
 		}
 	}
-	return ignored
+	pm, err := patternmatcher.New(patterns)
+	if err != nil {
+		return dockerignore{}, fmt.Errorf("%s: %w", file, err)
+	}
+	return dockerignore{pm: pm}, nil
+}
+
+// ignored reports whether the slash-separated path rel, relative to the
+// context root, is left out of the build context.
+func (d dockerignore) ignored(rel string) (bool, error) {
+	ignored, _, err := d.pm.MatchesUsingParentResults(rel, patternmatcher.MatchInfo{})
+	return ignored, err
 }
 
 // copyBuildContext copies the regular files under src that .dockerignore
 // keeps into dst.
 func copyBuildContext(t testing.TB, src, dst string, ignore dockerignore) {
 	t.Helper()
+	parents := map[string]patternmatcher.MatchInfo{}
 	err := filepath.WalkDir(src, func(p string, e fs.DirEntry, err error) error {
 		if err != nil {
 			return err
@@ -572,8 +576,18 @@ func copyBuildContext(t testing.TB, src, dst string, ignore dockerignore) {
 			return err
 		}
 		rel = filepath.ToSlash(rel)
-		if ignore.ignored(rel) {
-			if e.IsDir() && !ignore.negates {
+		// As BuildKit walks the context: each path matched with its
+		// parent's results, and an ignored directory skipped unless a "!"
+		// pattern could bring something under it back.
+		ignored, info, err := ignore.pm.MatchesUsingParentResults(rel, parents[path.Dir(rel)])
+		if err != nil {
+			return fmt.Errorf(".dockerignore: %s: %w", rel, err)
+		}
+		if e.IsDir() {
+			parents[rel] = info
+		}
+		if ignored {
+			if e.IsDir() && !ignore.pm.Exclusions() {
 				return filepath.SkipDir
 			}
 			return nil
@@ -608,8 +622,13 @@ func copyBuildContext(t testing.TB, src, dst string, ignore dockerignore) {
 	}
 }
 
+// TestDockerfileIgnore pins the matching rules the checks above rely on.
 func TestDockerfileIgnore(t *testing.T) {
-	d := dockerignore{patterns: []dockerignorePattern{{glob: ".git"}, {glob: "deploy"}, {glob: "*.test"}, {glob: "docs"}, {glob: "docs/keep.md", negate: true}}, negates: true}
+	file := filepath.Join(t.TempDir(), ".dockerignore")
+	if err := os.WriteFile(file, []byte("# comment\n.git\n/deploy\n*.test\ndocs\n!docs/keep.md\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	d := readDockerignore(t, file)
 	tests := []struct {
 		path string
 		want bool
@@ -623,10 +642,46 @@ func TestDockerfileIgnore(t *testing.T) {
 		{"docs/other.md", true},
 		{"go.mod", false},
 		{"cmd/loomgate/main.go", false},
+		{"# comment", false},
 	}
 	for _, tt := range tests {
-		if got := d.ignored(tt.path); got != tt.want {
-			t.Errorf("ignored(%q) = %v; want %v", tt.path, got, tt.want)
+		if got, err := d.ignored(tt.path); err != nil || got != tt.want {
+			t.Errorf("ignored(%q) = %v, %v; want %v", tt.path, got, err, tt.want)
 		}
+	}
+}
+
+// TestDockerfileIgnoreBrokenCopy feeds broken .dockerignore files through
+// the checks and wants each refused, naming the problem.
+func TestDockerfileIgnoreBrokenCopy(t *testing.T) {
+	tests := []struct {
+		name  string
+		extra string // appended to a copy of .dockerignore
+		want  string // in the error
+	}{
+		{"unclosed bracket", "cmd/[loomgate\n", "syntax error in pattern"},
+		{"bare exclusion", "!\n", `illegal exclusion pattern: "!"`},
+		{"Go sources excluded", "**/*.go\n", ".dockerignore excludes cmd/loomgate/main.go"},
+		{"go.sum excluded", "go.*\n", ".dockerignore excludes go.sum"},
+		{".git brought back", "!.git\n", ".dockerignore keeps .git"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			data, err := os.ReadFile(fromRepoRoot(".dockerignore"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			file := filepath.Join(t.TempDir(), ".dockerignore")
+			if err := os.WriteFile(file, append(data, tt.extra...), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			d, err := loadDockerignore(file)
+			if err == nil {
+				err = checkDockerignore(d)
+			}
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Errorf(".dockerignore + %q: %v; want an error with %q", tt.extra, err, tt.want)
+			}
+		})
 	}
 }
