@@ -20,9 +20,16 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/grafana/grafana-foundation-sdk/go/cog"
+	"github.com/grafana/grafana-foundation-sdk/go/cog/plugins"
+	"github.com/grafana/grafana-foundation-sdk/go/cog/variants"
+	"github.com/grafana/grafana-foundation-sdk/go/common"
+	"github.com/grafana/grafana-foundation-sdk/go/dashboard"
+	"github.com/grafana/grafana-foundation-sdk/go/prometheus"
 	monitoringv1 "github.com/prometheus-operator/prometheus-operator/pkg/apis/monitoring/v1"
 	"github.com/prometheus/common/model"
 	"go.yaml.in/yaml/v2"
@@ -636,7 +643,7 @@ func checkApp(t *testing.T, app k8sApp) {
 		t.Fatal(err)
 	}
 	if lg.RestartPolicy == nil || *lg.RestartPolicy != corev1.ContainerRestartPolicyAlways {
-		t.Errorf("initContainer %s restartPolicy = %v; want Always (a native sidecar)", lg.Name, ptrString(lg.RestartPolicy))
+		t.Errorf("initContainer %s restartPolicy = %q; want Always (a native sidecar)", lg.Name, deref(lg.RestartPolicy))
 	}
 	if len(pod.Containers) != 1 {
 		t.Fatalf("%d containers; want 1, the application", len(pod.Containers))
@@ -821,7 +828,7 @@ func checkApp(t *testing.T, app k8sApp) {
 		t.Fatalf("PodMonitor has %d endpoints; want 1, loomgate's admin port", len(pm.Spec.PodMetricsEndpoints))
 	}
 	ep := pm.Spec.PodMetricsEndpoints[0]
-	if epPort := ptrString(ep.Port); epPort != "admin" || lgPorts[epPort] != adminPort {
+	if epPort := deref(ep.Port); epPort != "admin" || lgPorts[epPort] != adminPort {
 		t.Errorf("PodMonitor endpoint port = %q (%d); want admin (%d)", epPort, lgPorts[epPort], adminPort)
 	}
 	if ep.Path != "/metrics" {
@@ -870,12 +877,13 @@ func resolvePort(port intstr.IntOrString, named map[string]int) int {
 	return -1
 }
 
-// ptrString is *p as a string, "<nil>" if p is nil.
-func ptrString[S ~string](p *S) string {
+// deref is *p, or the zero value if p is nil.
+func deref[T any](p *T) T {
 	if p == nil {
-		return "<nil>"
+		var zero T
+		return zero
 	}
-	return string(*p)
+	return *p
 }
 
 func labelsSubset(sub, super map[string]string) bool {
@@ -923,135 +931,209 @@ func TestDeployEnvNames(t *testing.T) {
 	}
 }
 
-// grafanaDashboard is the part of the dashboard JSON the checks read.
-type grafanaDashboard struct {
-	Inputs []struct {
-		Name     string `json:"name"`
-		Type     string `json:"type"`
-		PluginID string `json:"pluginId"`
-	} `json:"__inputs"`
-	UID           string         `json:"uid"`
-	Title         string         `json:"title"`
-	SchemaVersion int            `json:"schemaVersion"`
-	Panels        []grafanaPanel `json:"panels"`
-	Templating    struct {
-		List []struct {
-			Name       string          `json:"name"`
-			Type       string          `json:"type"`
-			Query      json.RawMessage `json:"query"`
-			Definition string          `json:"definition"`
-			AllValue   string          `json:"allValue"`
-			Datasource *grafanaDS      `json:"datasource"`
-		} `json:"list"`
-	} `json:"templating"`
+// grafanaExport is the dashboard file as Grafana's "Export for sharing
+// externally" writes it and its import reads it: the dashboard with the
+// import's __inputs, __requires and __elements beside it, which the
+// dashboard schema itself does not define.
+type grafanaExport struct {
+	Inputs    []grafanaInput
+	Requires  []grafanaRequire
+	Elements  map[string]json.RawMessage // library panels, by uid
+	Dashboard dashboard.Dashboard
 }
 
-type grafanaPanel struct {
-	ID         int        `json:"id"`
-	Type       string     `json:"type"`
-	Title      string     `json:"title"`
-	Datasource *grafanaDS `json:"datasource"`
-	GridPos    *struct {
-		X, Y, W, H int
-	} `json:"gridPos"`
-	Targets []struct {
-		Expr       string     `json:"expr"`
-		RefID      string     `json:"refId"`
-		Datasource *grafanaDS `json:"datasource"`
-	} `json:"targets"`
-	Panels []grafanaPanel `json:"panels"` // a collapsed row's panels
+type grafanaInput struct {
+	Name        string `json:"name"`
+	Label       string `json:"label"`
+	Description string `json:"description"`
+	Type        string `json:"type"`
+	PluginID    string `json:"pluginId"`
+	PluginName  string `json:"pluginName"`
 }
 
-type grafanaDS struct {
-	Type string `json:"type"`
-	UID  string `json:"uid"`
+type grafanaRequire struct {
+	Type    string `json:"type"`
+	ID      string `json:"id"`
+	Name    string `json:"name"`
+	Version string `json:"version"`
 }
 
 const grafanaDatasource = "${DS_PROMETHEUS}"
 
-func readDashboard(t testing.TB) grafanaDashboard {
+// registerGrafanaPlugins lets the SDK decode panel options, custom field
+// config and Prometheus targets strictly by their plugin's types; without
+// them it keeps those as untyped maps.
+var registerGrafanaPlugins = sync.OnceFunc(plugins.RegisterDefaultPlugins)
+
+func readDashboard(t testing.TB) grafanaExport {
 	t.Helper()
-	data, err := os.ReadFile(fromRepoRoot("deploy", "grafana", "loomgate.json"))
+	d, err := loadDashboard(fromRepoRoot("deploy", "grafana", "loomgate.json"))
 	if err != nil {
 		t.Fatal(err)
-	}
-	var d grafanaDashboard
-	dec := json.NewDecoder(bytes.NewReader(data))
-	if err := dec.Decode(&d); err != nil {
-		t.Fatalf("deploy/grafana/loomgate.json: %v", err)
 	}
 	return d
 }
 
-// dashboardPanels flattens rows into their panels, rows left out.
-func dashboardPanels(d grafanaDashboard) []grafanaPanel {
-	var out []grafanaPanel
-	var walk func([]grafanaPanel)
-	walk = func(ps []grafanaPanel) {
-		for _, p := range ps {
-			if p.Type == "row" {
-				walk(p.Panels)
-				continue
-			}
-			out = append(out, p)
+// loadDashboard decodes file strictly and validates it with the Grafana
+// foundation SDK's dashboard types. It fails on unknown fields, values of
+// the wrong type and values outside the schema's constraints, but neither
+// requires nor fills in the fields the schema marks required: Grafana
+// fills those from the panel plugin's defaults when it loads the dashboard
+// (older Grafana, such as the 10.4 of __requires, knows fewer of them), so
+// their absence is no defect of the file, and filling them here would take
+// a copy of Grafana's defaults, another stand-in. The file is checked as
+// written; TestDashboard checks the fields that matter here (a uid, a
+// gridPos and a datasource on every panel ...) itself.
+func loadDashboard(file string) (grafanaExport, error) {
+	registerGrafanaPlugins()
+	data, err := os.ReadFile(file)
+	if err != nil {
+		return grafanaExport{}, err
+	}
+	var fields map[string]json.RawMessage
+	if err := json.Unmarshal(data, &fields); err != nil {
+		return grafanaExport{}, fmt.Errorf("%s: %w", file, err)
+	}
+	var d grafanaExport
+	for name, into := range map[string]any{"__inputs": &d.Inputs, "__requires": &d.Requires, "__elements": &d.Elements} {
+		raw, ok := fields[name]
+		if !ok {
+			continue
+		}
+		delete(fields, name)
+		dec := json.NewDecoder(bytes.NewReader(raw))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(into); err != nil {
+			return grafanaExport{}, fmt.Errorf("%s: %s: %w", file, name, err)
 		}
 	}
-	walk(d.Panels)
+	rest, err := json.Marshal(fields)
+	if err != nil {
+		return grafanaExport{}, err
+	}
+	if err := unknownOrWrong(new(dashboard.Dashboard).UnmarshalJSONStrict(rest)); err != nil {
+		return grafanaExport{}, fmt.Errorf("%s: %w", file, err)
+	}
+	// The strict pass only reports: it drops a panel with any error,
+	// an absent required field included. The values come from the SDK's
+	// lenient decoding, which still types options and targets by plugin.
+	if err := json.Unmarshal(rest, &d.Dashboard); err != nil {
+		return grafanaExport{}, fmt.Errorf("%s: %w", file, err)
+	}
+	if err := d.Dashboard.Validate(); err != nil {
+		return grafanaExport{}, fmt.Errorf("%s: %w", file, err)
+	}
+	// The SDK decodes a panel of a type it has no plugin for loosely;
+	// Grafana shows it as "Panel plugin not found".
+	for _, p := range dashboardPanels(d.Dashboard) {
+		if _, ok := cog.ConfigForPanelcfgVariant(p.Type); !ok {
+			return grafanaExport{}, fmt.Errorf("%s: panel %q: type %q is not a panel plugin Grafana ships", file, deref(p.Title), p.Type)
+		}
+	}
+	return d, nil
+}
+
+// unknownOrWrong drops, from the SDK's decoding errors, those about a
+// required field being absent (see loadDashboard).
+func unknownOrWrong(err error) error {
+	var errs cog.BuildErrors
+	if !errors.As(err, &errs) {
+		return err
+	}
+	var kept cog.BuildErrors
+	for _, e := range errs {
+		if e.Message != "required field is missing from input" {
+			kept = append(kept, e)
+		}
+	}
+	if len(kept) == 0 {
+		return nil
+	}
+	return kept
+}
+
+// dashboardPanels flattens rows into their panels, rows left out.
+func dashboardPanels(d dashboard.Dashboard) []dashboard.Panel {
+	var out []dashboard.Panel
+	for _, p := range d.Panels {
+		switch {
+		case p.Panel != nil:
+			out = append(out, *p.Panel)
+		case p.RowPanel != nil:
+			out = append(out, p.RowPanel.Panels...)
+		}
+	}
 	return out
+}
+
+// promTarget is the Prometheus query of a panel's target, nil if the target
+// is not one.
+func promTarget(q variants.Dataquery) *prometheus.Dataquery {
+	pq, _ := q.(*prometheus.Dataquery)
+	return pq
 }
 
 // TestDashboard checks that the dashboard imports as is and shows only
 // series that exist: metrics of DESIGN.md and recording rules of rules.yml.
 func TestDashboard(t *testing.T) {
-	d := readDashboard(t)
-	if d.UID == "" || d.Title == "" {
-		t.Errorf("uid %q, title %q; want both set", d.UID, d.Title)
+	export := readDashboard(t)
+	d := export.Dashboard
+	if deref(d.Uid) == "" || deref(d.Title) == "" {
+		t.Errorf("uid %q, title %q; want both set", deref(d.Uid), deref(d.Title))
 	}
 	if d.SchemaVersion < 36 {
 		t.Errorf("schemaVersion = %d; want 36 or later (datasources as objects)", d.SchemaVersion)
 	}
-	if len(d.Inputs) != 1 || d.Inputs[0].Name != "DS_PROMETHEUS" || d.Inputs[0].Type != "datasource" || d.Inputs[0].PluginID != "prometheus" {
-		t.Errorf("__inputs = %+v; want one prometheus datasource input, DS_PROMETHEUS", d.Inputs)
+	if in := export.Inputs; len(in) != 1 || in[0].Name != "DS_PROMETHEUS" || in[0].Type != "datasource" || in[0].PluginID != "prometheus" {
+		t.Errorf("__inputs = %+v; want one prometheus datasource input, DS_PROMETHEUS", in)
 	}
 
 	rules := recordingRules(t)
-	ids := map[int]bool{}
+	ids := map[uint32]bool{}
 	var exprs []string
 	for _, p := range dashboardPanels(d) {
-		if ids[p.ID] {
-			t.Errorf("panel %q: id %d used twice", p.Title, p.ID)
+		title := deref(p.Title)
+		if p.Id == nil || ids[*p.Id] {
+			t.Errorf("panel %q: id %v missing or used twice", title, p.Id)
+		} else {
+			ids[*p.Id] = true
 		}
-		ids[p.ID] = true
 		if p.GridPos == nil || p.GridPos.W == 0 || p.GridPos.H == 0 {
-			t.Errorf("panel %q has no gridPos", p.Title)
+			t.Errorf("panel %q has no gridPos", title)
 		}
-		if p.Datasource == nil || p.Datasource.UID != grafanaDatasource {
-			t.Errorf("panel %q datasource = %+v; want uid %s", p.Title, p.Datasource, grafanaDatasource)
+		if p.Datasource == nil || deref(p.Datasource.Uid) != grafanaDatasource {
+			t.Errorf("panel %q datasource uid = %q; want %s", title, dsUID(p.Datasource), grafanaDatasource)
 		}
 		if len(p.Targets) == 0 {
-			t.Errorf("panel %q has no target", p.Title)
+			t.Errorf("panel %q has no target", title)
 		}
-		for _, tg := range p.Targets {
-			if strings.TrimSpace(tg.Expr) == "" {
-				t.Errorf("panel %q target %s: empty expr", p.Title, tg.RefID)
+		for _, q := range p.Targets {
+			tg := promTarget(q)
+			if tg == nil {
+				t.Errorf("panel %q target %T; want a Prometheus query", title, q)
+				continue
 			}
-			if tg.Datasource != nil && tg.Datasource.UID != grafanaDatasource {
-				t.Errorf("panel %q target %s datasource = %+v; want uid %s", p.Title, tg.RefID, tg.Datasource, grafanaDatasource)
+			ref := deref(tg.RefId)
+			if strings.TrimSpace(tg.Expr) == "" {
+				t.Errorf("panel %q target %s: empty expr", title, ref)
+			}
+			if tg.Datasource != nil && deref(tg.Datasource.Uid) != grafanaDatasource {
+				t.Errorf("panel %q target %s datasource uid = %q; want %s", title, ref, dsUID(tg.Datasource), grafanaDatasource)
 			}
 			exprs = append(exprs, tg.Expr)
 			for _, problem := range checkPromExpr(tg.Expr, rules) {
-				t.Errorf("panel %q target %s: %s", p.Title, tg.RefID, problem)
+				t.Errorf("panel %q target %s: %s", title, ref, problem)
 			}
 		}
 	}
 	for _, v := range d.Templating.List {
-		if v.Type != "query" {
+		if v.Type != dashboard.VariableTypeQuery {
 			continue
 		}
-		if v.Datasource == nil || v.Datasource.UID != grafanaDatasource {
-			t.Errorf("variable %s datasource = %+v; want uid %s", v.Name, v.Datasource, grafanaDatasource)
+		if v.Datasource == nil || deref(v.Datasource.Uid) != grafanaDatasource {
+			t.Errorf("variable %s datasource uid = %q; want %s", v.Name, dsUID(v.Datasource), grafanaDatasource)
 		}
-		for _, problem := range checkPromExpr(v.Definition, rules) {
+		for _, problem := range checkPromExpr(deref(v.Definition), rules) {
 			t.Errorf("variable %s: %s", v.Name, problem)
 		}
 	}
@@ -1077,5 +1159,64 @@ func TestDashboard(t *testing.T) {
 		if !strings.Contains(all, want) {
 			t.Errorf("no panel shows %s", want)
 		}
+	}
+}
+
+func dsUID(ds *common.DataSourceRef) string {
+	if ds == nil {
+		return ""
+	}
+	return deref(ds.Uid)
+}
+
+// TestDashboardBrokenCopy breaks a copy of the dashboard one edit at a time
+// and checks that loading it fails, naming the problem.
+func TestDashboardBrokenCopy(t *testing.T) {
+	// Panel 1 is the "Mode" stat panel, with one Prometheus target.
+	panel := func(d map[string]any) map[string]any { return d["panels"].([]any)[1].(map[string]any) }
+	target := func(d map[string]any) map[string]any { return panel(d)["targets"].([]any)[0].(map[string]any) }
+	tests := []struct {
+		name string
+		edit func(d map[string]any)
+		want string // in the error
+	}{
+		{"unknown dashboard field", func(d map[string]any) { d["refreshRate"] = "30s" }, "unexpected field 'refreshRate'"},
+		{"unknown panel field", func(d map[string]any) { panel(d)["titel"] = "Mode" }, "unexpected field 'titel'"},
+		{"misspelt panel option", func(d map[string]any) {
+			o := panel(d)["options"].(map[string]any)
+			o["colourMode"] = o["colorMode"]
+			delete(o, "colorMode")
+		}, "unexpected field 'colourMode'"},
+		{"unknown target field", func(d map[string]any) { target(d)["exp"] = target(d)["expr"] }, "unexpected field 'exp'"},
+		{"panel type no plugin has", func(d map[string]any) { panel(d)["type"] = "singlestat" }, `type "singlestat" is not a panel plugin`},
+		{"panel type of other options", func(d map[string]any) { panel(d)["type"] = "timeseries" }, "panels[1].options.Options: unexpected field 'colorMode'"},
+		{"wrong type of a field", func(d map[string]any) { d["schemaVersion"] = "39" }, "schemaVersion"},
+		{"width beyond the grid", func(d map[string]any) { panel(d)["gridPos"].(map[string]any)["w"] = 40 }, "must be <= 24"},
+		{"unknown input field", func(d map[string]any) { d["__inputs"].([]any)[0].(map[string]any)["plugin"] = "prometheus" }, `__inputs: json: unknown field "plugin"`},
+	}
+	data, err := os.ReadFile(fromRepoRoot("deploy", "grafana", "loomgate.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var d map[string]any
+			if err := json.Unmarshal(data, &d); err != nil {
+				t.Fatal(err)
+			}
+			tt.edit(d)
+			broken, err := json.MarshalIndent(d, "", "  ")
+			if err != nil {
+				t.Fatal(err)
+			}
+			file := filepath.Join(t.TempDir(), "loomgate.json")
+			if err := os.WriteFile(file, broken, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			_, err = loadDashboard(file)
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Errorf("loadDashboard = %v; want an error with %q", err, tt.want)
+			}
+		})
 	}
 }

@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/grafana/grafana-foundation-sdk/go/dashboard"
 	monitoringv1 "github.com/prometheus-operator/prometheus-operator/pkg/apis/monitoring/v1"
 	appsv1 "k8s.io/api/apps/v1"
 )
@@ -130,14 +131,16 @@ func promExpressions(t testing.TB) []string {
 	}
 	d := readDashboard(t)
 	vars := map[string]string{}
-	for _, v := range d.Templating.List {
-		if v.Type == "query" {
-			vars[v.Name] = cmp.Or(v.AllValue, ".*")
+	for _, v := range d.Dashboard.Templating.List {
+		if v.Type == dashboard.VariableTypeQuery {
+			vars[v.Name] = cmp.Or(deref(v.AllValue), ".*")
 		}
 	}
-	for _, p := range dashboardPanels(d) {
-		for _, tg := range p.Targets {
-			out = append(out, grafanaToPromQL(tg.Expr, vars))
+	for _, p := range dashboardPanels(d.Dashboard) {
+		for _, q := range p.Targets {
+			if tg := promTarget(q); tg != nil {
+				out = append(out, grafanaToPromQL(tg.Expr, vars))
+			}
 		}
 	}
 	return out
@@ -391,7 +394,7 @@ func TestRulesJobName(t *testing.T) {
 	for _, ep := range pm.Spec.PodMetricsEndpoints {
 		for _, r := range ep.RelabelConfigs {
 			if r.TargetLabel == "job" && len(r.SourceLabels) == 0 && cmp.Or(r.Action, "replace") == "replace" {
-				got = ptrString(r.Replacement)
+				got = deref(r.Replacement)
 			}
 		}
 	}
