@@ -48,16 +48,22 @@ func (m Mode) String() string {
 	return fmt.Sprintf("Mode(%d)", int(m))
 }
 
-// ParseMode reads a mode as String writes it.
-func ParseMode(s string) (Mode, error) {
-	switch s {
+// UnmarshalText reads a mode as String writes it, so that a configuration
+// parser can fill a Mode field.
+func (m *Mode) UnmarshalText(text []byte) error {
+	switch string(text) {
 	case "fixed":
-		return Fixed, nil
+		*m = Fixed
 	case "unbounded":
-		return Unbounded, nil
+		*m = Unbounded
+	default:
+		return errors.New("unknown mode")
 	}
-	return 0, fmt.Errorf("limiter: unknown mode %q; want fixed or unbounded", s)
+	return nil
 }
+
+// MarshalText writes the mode as String does.
+func (m Mode) MarshalText() ([]byte, error) { return []byte(m.String()), nil }
 
 // Config describes a Limiter. It may carry both modes' settings, so that
 // one configuration serves either mode: every field is validated, and only
@@ -120,7 +126,9 @@ func (cfg Config) Validate() error {
 	if cfg.QueueSize < 0 {
 		bad("QueueSize", "is %d; want 0 or more", cfg.QueueSize)
 	}
-	if cfg.QueueTimeout < 0 || cfg.Mode == Fixed && cfg.QueueSize > 0 && cfg.QueueTimeout == 0 {
+	if cfg.QueueTimeout < 0 {
+		bad("QueueTimeout", "is %v; want above 0", cfg.QueueTimeout)
+	} else if cfg.Mode == Fixed && cfg.QueueSize > 0 && cfg.QueueTimeout == 0 {
 		bad("QueueTimeout", "is %v; want above 0 when QueueSize is above 0", cfg.QueueTimeout)
 	}
 	if cfg.Bulkhead < 0 {
@@ -129,7 +137,7 @@ func (cfg Config) Validate() error {
 	if cfg.BulkheadWait < 0 {
 		bad("BulkheadWait", "is %v; want 0 or more", cfg.BulkheadWait)
 	} else if cfg.BulkheadWait > 0 && cfg.Bulkhead == 0 {
-		bad("BulkheadWait", "is %v but has no effect without a Bulkhead above 0", cfg.BulkheadWait)
+		bad("BulkheadWait", "is %v; has no effect unless Bulkhead is above 0", cfg.BulkheadWait)
 	}
 	if cfg.MaxInFlightBytes < 0 {
 		bad("MaxInFlightBytes", "is %d; want 0 or more", cfg.MaxInFlightBytes)

@@ -36,7 +36,7 @@ func TestNewRejectsBadConfig(t *testing.T) {
 		{"negative bulkhead in fixed", Config{Mode: Fixed, Workers: 1, Bulkhead: -1}, "Bulkhead is -1"},
 		{"negative bulkhead", Config{Mode: Unbounded, Bulkhead: -1}, "Bulkhead is -1"},
 		{"negative wait", Config{Mode: Unbounded, Bulkhead: 1, BulkheadWait: -time.Second}, "BulkheadWait is -1s"},
-		{"wait without bulkhead", Config{Mode: Unbounded, BulkheadWait: time.Second}, "BulkheadWait is 1s but has no effect"},
+		{"wait without bulkhead", Config{Mode: Unbounded, BulkheadWait: time.Second}, "BulkheadWait is 1s; has no effect unless"},
 		{"negative bytes", Config{Mode: Unbounded, MaxInFlightBytes: -1}, "MaxInFlightBytes is -1"},
 	}
 	for _, tt := range tests {

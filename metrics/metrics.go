@@ -138,20 +138,58 @@ type Metrics struct {
 	client       *http.Client
 }
 
+// FieldError is a problem with one field of Config.
+type FieldError struct {
+	// Field is the Config field's name, e.g. "UpstreamMetricsURL".
+	Field string
+	// Problem says what is wrong.
+	Problem string
+}
+
+func (e *FieldError) Error() string { return "metrics: " + e.Field + " " + e.Problem }
+
+// Validate reports every problem of cfg as FieldErrors joined, or nil.
+func (cfg Config) Validate() error {
+	var problems []error
+	bad := func(field, problem string) {
+		problems = append(problems, &FieldError{Field: field, Problem: problem})
+	}
+	if cfg.Registerer == nil {
+		bad("Registerer", "is required")
+	}
+	if len(cfg.Outcomes) == 0 {
+		bad("Outcomes", "is required")
+	}
+	if cfg.State == nil {
+		bad("State", "is required")
+	}
+	if cfg.TakePeaks == nil {
+		bad("TakePeaks", "is required")
+	}
+	if cfg.SampleInterval < 0 {
+		bad("SampleInterval", "is negative")
+	}
+	if cfg.ScrapeInterval < 0 {
+		bad("ScrapeInterval", "is negative")
+	}
+	if cfg.MemoryBudgetBytes < 0 {
+		bad("MemoryBudgetBytes", "is negative")
+	}
+	if cfg.UpstreamMetricsURL != "" {
+		// Read with net/http, which speaks both.
+		u, err := url.Parse(cfg.UpstreamMetricsURL)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Hostname() == "" {
+			bad("UpstreamMetricsURL", "is not an http:// or https:// URL with a host")
+		}
+	}
+	return errors.Join(problems...)
+}
+
 // New registers loomgate's collectors, the Go runtime's and the process's
 // with cfg.Registerer.
 func New(cfg Config) (*Metrics, error) {
-	if cfg.Registerer == nil || len(cfg.Outcomes) == 0 || cfg.State == nil || cfg.TakePeaks == nil {
-		return nil, errors.New("metrics: Registerer, Outcomes, State and TakePeaks are required")
-	}
-	if cfg.SampleInterval < 0 || cfg.ScrapeInterval < 0 || cfg.MemoryBudgetBytes < 0 {
-		return nil, errors.New("metrics: negative SampleInterval, ScrapeInterval or MemoryBudgetBytes")
-	}
-	if cfg.UpstreamMetricsURL != "" {
-		u, err := url.Parse(cfg.UpstreamMetricsURL)
-		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-			return nil, fmt.Errorf("metrics: UpstreamMetricsURL %q: want http://host:port/path", cfg.UpstreamMetricsURL)
-		}
+	if err := cfg.Validate(); err != nil {
+		return nil, err
 	}
 	if cfg.UpstreamMemoryMetric.Name == "" {
 		cfg.UpstreamMemoryMetric = MustParseSelector(DefaultMemoryMetric)

@@ -43,6 +43,17 @@ func ParseSelector(s string) (Selector, error) {
 	return sel, nil
 }
 
+// UnmarshalText is ParseSelector, for configuration parsers; the error
+// says what is wrong without the package's prefix.
+func (s *Selector) UnmarshalText(text []byte) error {
+	sel, err := ParseSelector(string(text))
+	if err != nil {
+		return errors.New(strings.TrimPrefix(err.Error(), ErrSelector.Error()+": "))
+	}
+	*s = sel
+	return nil
+}
+
 // MustParseSelector is ParseSelector for selectors written in the program;
 // it panics on an error.
 func MustParseSelector(s string) Selector {

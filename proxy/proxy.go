@@ -9,6 +9,7 @@ import (
 	"math"
 	"net"
 	"net/url"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -118,23 +119,83 @@ type Proxy struct {
 	departures departures
 }
 
+// FieldError is a problem with one field of Config.
+type FieldError struct {
+	// Field is the Config field's name, e.g. "Upstream".
+	Field string
+	// Problem says what is wrong.
+	Problem string
+}
+
+func (e *FieldError) Error() string { return "proxy: " + e.Field + " " + e.Problem }
+
+// ParseUpstream checks an upstream address and returns the host:port to
+// dial. It accepts exactly what the proxy can honour: plain HTTP to one
+// host and port. A path prefix would have to be rewritten into every
+// request, which the proxy deliberately does not do (targets are forwarded
+// byte for byte).
+func ParseUpstream(raw string) (addr string, err error) {
+	u, err := url.Parse(raw)
+	switch {
+	case raw == "":
+		return "", errors.New("is empty")
+	case err != nil:
+		return "", errors.New("is not a URL")
+	case u.Scheme != "http":
+		return "", errors.New("is not an http:// URL")
+	case u.Hostname() == "":
+		return "", errors.New("has no host")
+	case u.User != nil:
+		return "", errors.New("has user information, which is not supported")
+	case u.Path != "" && u.Path != "/", u.RawQuery != "", u.Fragment != "", u.Opaque != "":
+		return "", errors.New("has a path, query or fragment, which are not supported")
+	}
+	port := u.Port()
+	if port == "" {
+		return net.JoinHostPort(u.Hostname(), "80"), nil
+	}
+	if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
+		return "", fmt.Errorf("has port %s; want 1 to 65535", port)
+	}
+	return u.Host, nil
+}
+
+// Validate reports every problem of cfg as FieldErrors joined, or nil.
+func (cfg Config) Validate() error {
+	var problems []error
+	bad := func(field, problem string) {
+		problems = append(problems, &FieldError{Field: field, Problem: problem})
+	}
+	if _, err := ParseUpstream(cfg.Upstream); err != nil {
+		bad("Upstream", err.Error())
+	}
+	if cfg.Admitter == nil {
+		bad("Admitter", "is nil")
+	}
+	for _, d := range []struct {
+		field string
+		v     time.Duration
+	}{{"UpstreamTimeout", cfg.UpstreamTimeout}, {"HeaderTimeout", cfg.HeaderTimeout}, {"BodyTimeout", cfg.BodyTimeout}} {
+		if d.v < 0 {
+			bad(d.field, fmt.Sprintf("is %v; want 0 (the default) or more", d.v))
+		}
+	}
+	if cfg.MaxBodyBytes < 0 || cfg.MaxBodyBytes > math.MaxInt32 {
+		bad("MaxBodyBytes", fmt.Sprintf("is %d; want 0 (the default) to %d", cfg.MaxBodyBytes, math.MaxInt32))
+	}
+	if cfg.MaxConns < 0 {
+		bad("MaxConns", fmt.Sprintf("is %d; want 0 (no cap) or more", cfg.MaxConns))
+	}
+	return errors.Join(problems...)
+}
+
 // New validates cfg and returns a Proxy.
 func New(cfg Config) (*Proxy, error) {
-	u, err := url.Parse(cfg.Upstream)
-	switch {
-	case err != nil:
-		return nil, fmt.Errorf("proxy: upstream %q: %w", cfg.Upstream, err)
-	case u.Scheme != "http" || u.Host == "":
-		return nil, fmt.Errorf("proxy: upstream %q: want http://host:port", cfg.Upstream)
-	case cfg.Admitter == nil:
-		return nil, errors.New("proxy: no Admitter")
-	case cfg.UpstreamTimeout < 0, cfg.MaxBodyBytes < 0, cfg.MaxConns < 0, cfg.HeaderTimeout < 0, cfg.BodyTimeout < 0:
-		return nil, errors.New("proxy: negative UpstreamTimeout, MaxBodyBytes, MaxConns, HeaderTimeout or BodyTimeout")
+	if err := cfg.Validate(); err != nil {
+		return nil, err
 	}
-	addr := u.Host
-	if u.Port() == "" {
-		addr = net.JoinHostPort(u.Hostname(), "80")
-	}
+	addr, _ := ParseUpstream(cfg.Upstream)
+	host, _, _ := strings.Cut(strings.TrimPrefix(cfg.Upstream, "http://"), "/")
 	p := &Proxy{
 		admit:      cfg.Admitter,
 		observer:   cfg.Observer,
@@ -145,7 +206,7 @@ func New(cfg Config) (*Proxy, error) {
 		retryAfter: cfg.RetryAfter,
 		reserve:    cfg.Reserve,
 		log:        cfg.Logger,
-		host:       u.Host,
+		host:       host,
 	}
 	p.reserver, _ = cfg.Admitter.(reserver)
 	if p.timeout == 0 {
@@ -196,7 +257,7 @@ func New(cfg Config) (*Proxy, error) {
 		// before the handler and streams the rest; the body limit is
 		// enforced by the handler, which knows what to count.
 		StreamRequestBody:            true,
-		MaxRequestBodySize:           int(min(p.maxBody, math.MaxInt32)),
+		MaxRequestBodySize:           int(p.maxBody),
 		DisablePreParseMultipartForm: true,
 		CloseOnShutdown:              true,
 		// ReadTimeout runs from a request's first byte (a new connection's

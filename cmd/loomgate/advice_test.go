@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"log/slog"
 	"math"
 	"net"
 	"net/http"
@@ -16,12 +15,12 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
-	"testing/synctest"
 	"time"
+
+	"github.com/loomgate/loomgate/sidecar"
 
 	"github.com/valyala/fasthttp"
 
-	"github.com/loomgate/loomgate/metrics"
 	"github.com/loomgate/loomgate/proxy"
 	"github.com/loomgate/loomgate/stub"
 )
@@ -101,7 +100,7 @@ func raiseMax(p *atomic.Int64, v int64) {
 }
 
 // getAdvice reads /advice as scripts do.
-func getAdvice(t testing.TB, admin string) adviceDoc {
+func getAdvice(t testing.TB, admin string) sidecar.AdviceDoc {
 	t.Helper()
 	resp, err := http.Get(admin + "/advice")
 	if err != nil {
@@ -111,14 +110,14 @@ func getAdvice(t testing.TB, admin string) adviceDoc {
 	if resp.StatusCode != 200 || resp.Header.Get("Content-Type") != "application/json" {
 		t.Fatalf("GET /advice = %s, %s; want 200 JSON", resp.Status, resp.Header.Get("Content-Type"))
 	}
-	var doc adviceDoc
+	var doc sidecar.AdviceDoc
 	if err := json.NewDecoder(resp.Body).Decode(&doc); err != nil {
 		t.Fatal(err)
 	}
 	return doc
 }
 
-func logAdvice(t testing.TB, doc adviceDoc) {
+func logAdvice(t testing.TB, doc sidecar.AdviceDoc) {
 	t.Helper()
 	f := doc.Figures
 	t.Logf("window %.1fs: %d requests, %.0f rps, in flight %.1f, queued %.1f, service %.0f ms (unloaded %.0f ms), queue %.0f ms, queue share %.2f, capacity %.1f, saturated %v, memory %.0f MiB, %.0f KiB per request",
@@ -246,7 +245,7 @@ func TestAdviceBytesPerRequest(t *testing.T) {
 		"LOOMGATE_UPSTREAM_METRICS_URL":   up + "/metrics",
 		"LOOMGATE_UPSTREAM_MEMORY_METRIC": adviceMemoryMetric,
 		"LOOMGATE_MEMORY_BUDGET_BYTES":    "1GiB",
-	}, sidecarOptions{scrapeInterval: 250 * time.Millisecond})
+	}, sidecar.Options{ScrapeInterval: 250 * time.Millisecond})
 	const path = "/mem?kb=512&ms=1000"
 	first := startAdviceLoad(t, s.URL, path, 50, 0)
 	time.Sleep(3 * time.Second)
@@ -353,7 +352,7 @@ func TestMemoryBulkheadEndToEnd(t *testing.T) {
 	if most < budget/2 {
 		t.Errorf("most reserved %.0f; want the load to fill the budget %d", most, budget)
 	}
-	waitUntil(t, func() bool { st := s.limiter.Stats(); return st.InFlight == 0 && st.Bytes == 0 })
+	waitUntil(t, func() bool { st := s.Stats(); return st.InFlight == 0 && st.Bytes == 0 })
 }
 
 // adviceScrape reads the admin listener's /metrics in the text format.
@@ -392,119 +391,6 @@ func adviceSample(t testing.TB, text, name string) float64 {
 // TestRetryAfterFromLiveState checks the Retry-After the sidecar computes
 // against metrics.RetryAfter's formula, in a bubble whose clock makes the
 // mean service time and the queue exact.
-func TestRetryAfterFromLiveState(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		for _, tt := range []struct {
-			name    string
-			env     []string
-			service time.Duration
-			want    map[proxy.Kind]time.Duration
-		}{
-			{
-				// 2 workers busy, 3 queued, 3 s each: a full queue puts a
-				// retry 4th, 4 × 3 s ÷ 2 = 6 s; a timed-out request leaves
-				// 3 ahead, 4.5 s, rounded up to 5; memory frees as one of
-				// the 2 in flight finishes, 1.5 s, rounded up to 2.
-				name: "fixed", env: []string{"LOOMGATE_MODE=fixed", "LOOMGATE_WORKERS=2", "LOOMGATE_QUEUE_SIZE=3", "LOOMGATE_QUEUE_TIMEOUT=10s"},
-				service: 3 * time.Second,
-				want: map[proxy.Kind]time.Duration{
-					proxy.RejectedQueueFull: 6 * time.Second, proxy.RejectedQueueTimeout: 5 * time.Second, proxy.RejectedMemory: 2 * time.Second,
-				},
-			},
-			{
-				// 20 s each would be 40 s; never more than QUEUE_TIMEOUT.
-				name: "capped", env: []string{"LOOMGATE_MODE=fixed", "LOOMGATE_WORKERS=2", "LOOMGATE_QUEUE_SIZE=3", "LOOMGATE_QUEUE_TIMEOUT=10s"},
-				service: 20 * time.Second,
-				want:    map[proxy.Kind]time.Duration{proxy.RejectedQueueFull: 10 * time.Second},
-			},
-			{
-				// The bulkhead waits at most 2.5 s: 4 × 3 s ÷ 2 is capped
-				// at 3 s.
-				name: "bulkhead", env: []string{"LOOMGATE_BULKHEAD=2", "LOOMGATE_BULKHEAD_WAIT=2500ms"},
-				service: 3 * time.Second,
-				want:    map[proxy.Kind]time.Duration{proxy.RejectedBulkhead: 3 * time.Second},
-			},
-			{
-				// Failing fast: a bulkhead without a wait says 1 s.
-				name: "fail fast", env: []string{"LOOMGATE_BULKHEAD=2"},
-				service: 3 * time.Second,
-				want:    map[proxy.Kind]time.Duration{proxy.RejectedBulkhead: time.Second},
-			},
-		} {
-			cfg, err := parseConfig(append(tt.env, "LOOMGATE_UPSTREAM=http://127.0.0.1:1"))
-			if err != nil {
-				t.Fatal(err)
-			}
-			s, err := newSidecar(cfg, slog.New(slog.NewTextHandler(io.Discard, nil)), io.Discard)
-			if err != nil {
-				t.Fatal(err)
-			}
-			// Two in flight, and in fixed mode or with a bulkhead wait
-			// three waiting.
-			ctx := context.Background()
-			for range 2 {
-				if err := s.limiter.Acquire(ctx, 0); err != nil {
-					t.Fatal(err)
-				}
-			}
-			waitCtx, stopWaiting := context.WithCancel(ctx)
-			var waiters sync.WaitGroup
-			if cfg.Mode == "fixed" || cfg.BulkheadWait > 0 {
-				for range 3 {
-					waiters.Go(func() {
-						if s.limiter.Acquire(waitCtx, 0) == nil {
-							s.limiter.Release(0)
-						}
-					})
-				}
-			}
-			synctest.Wait()
-			time.Sleep(time.Second)
-			s.metrics.Record(metrics.Sample{Outcome: "ok", UpstreamStatus: 200, Admission: true, Admitted: true, Service: tt.service, Total: tt.service})
-			for kind, want := range tt.want {
-				if got := s.retryAfter(kind); got != want {
-					st := s.limiter.Stats()
-					t.Errorf("%s: retryAfter(%v) with %d in flight, %d queued, %v service = %v; want %v",
-						tt.name, kind, st.InFlight, st.Queued, tt.service, got, want)
-				}
-			}
-			stopWaiting()
-			waiters.Wait()
-			s.limiter.Release(0)
-			s.limiter.Release(0)
-		}
-	})
-}
-
-// TestRetryAfterHeader checks the header a rejected client receives, from a
-// sidecar whose queue is full.
-func TestRetryAfterHeader(t *testing.T) {
-	up, _ := slowUpstream(t, 500*time.Millisecond)
-	s := startSidecar(t, map[string]string{"LOOMGATE_UPSTREAM": up, "LOOMGATE_MODE": "fixed", "LOOMGATE_WORKERS": "1", "LOOMGATE_QUEUE_SIZE": "0"})
-	// Teach the window a 2 s service time, then fill the only worker for
-	// long enough to be refused a second request.
-	s.metrics.Record(metrics.Sample{Outcome: "ok", UpstreamStatus: 200, Admission: true, Admitted: true, Service: 2 * time.Second, Total: 2 * time.Second})
-	busy := make(chan struct{})
-	go func() {
-		defer close(busy)
-		if resp, err := http.Get(s.URL + "/busy"); err == nil {
-			resp.Body.Close()
-		}
-	}()
-	waitUntil(t, func() bool { return s.limiter.Stats().InFlight == 1 })
-	resp, err := http.Get(s.URL + "/rejected")
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp.Body.Close()
-	// A retry would be first in line behind one worker busy for 2 s; the
-	// queue timeout (30 s by default) does not bind.
-	if resp.StatusCode != 503 || resp.Header.Get("Retry-After") != "2" {
-		t.Errorf("rejected request = %d, Retry-After %q; want 503, 2", resp.StatusCode, resp.Header.Get("Retry-After"))
-	}
-	<-busy
-}
-
 func TestAdviceEndpoint(t *testing.T) {
 	upURL, _ := slowUpstream(t, 0)
 	s := startSidecar(t, map[string]string{"LOOMGATE_UPSTREAM": upURL, "LOOMGATE_MODE": "fixed", "LOOMGATE_WORKERS": "8", "LOOMGATE_QUEUE_SIZE": "16"})
@@ -519,6 +405,10 @@ func TestAdviceEndpoint(t *testing.T) {
 	doc := getAdvice(t, s.AdminURL)
 	if doc.Settings.Mode != "fixed" || doc.Settings.Workers != 8 || doc.Settings.QueueSize != 16 || doc.Settings.QueueTimeoutSeconds != 30 || doc.Settings.Bulkhead != 0 {
 		t.Errorf("settings = %+v; want fixed, 8 workers, queue 16, 30 s timeout", doc.Settings)
+	}
+	// The other mode's settings are shown too, named as inactive.
+	if strings.Join(doc.Settings.Inactive, " ") != "LOOMGATE_BULKHEAD LOOMGATE_BULKHEAD_WAIT" {
+		t.Errorf("settings.inactive = %q; want the unbounded mode's variables", doc.Settings.Inactive)
 	}
 	if doc.Figures.Requests != 3 || doc.Recommendation.Workers != 0 || !strings.HasPrefix(doc.Recommendation.Summary, "Not enough traffic") || doc.Recommendation.Reasons == nil {
 		t.Errorf("figures %+v, recommendation %+v; want 3 requests and no advice yet", doc.Figures, doc.Recommendation)
@@ -579,7 +469,7 @@ func TestAdviseCommand(t *testing.T) {
 				tt.args, code, stdout.String(), stderr.String(), tt.code, tt.stdout, tt.stderr)
 		}
 		if tt.stdoutIsJSONDoc {
-			var doc adviceDoc
+			var doc sidecar.AdviceDoc
 			if err := json.Unmarshal(stdout.Bytes(), &doc); err != nil || doc.Settings.Mode != "unbounded" {
 				t.Errorf("loomgate advise %q printed %q; want the /advice JSON (%v)", tt.args, stdout.String(), err)
 			}

@@ -46,6 +46,8 @@ import (
 	kusttypes "sigs.k8s.io/kustomize/api/types"
 	"sigs.k8s.io/kustomize/kyaml/filesys"
 	sigsyaml "sigs.k8s.io/yaml"
+
+	"github.com/loomgate/loomgate/limiter"
 )
 
 // These tests read deploy/ the way kubectl, Prometheus and Grafana would,
@@ -679,7 +681,7 @@ func checkApp(t *testing.T, app k8sApp) {
 	if err != nil {
 		t.Fatalf("loomgate would exit 2 with this environment %q:\n%v", environ, err)
 	}
-	if mode == "base" && (cfg.Mode != "unbounded" || cfg.Bulkhead != 0) {
+	if mode == "base" && (cfg.Mode != limiter.Unbounded || cfg.Bulkhead != 0) {
 		t.Errorf("base: MODE=%s BULKHEAD=%d; want unbounded with no bulkhead, the pass-through that changes nothing", cfg.Mode, cfg.Bulkhead)
 	}
 	// The same environment starts in both modes, each with its own limit.
@@ -699,7 +701,7 @@ func checkApp(t *testing.T, app k8sApp) {
 		if m == "unbounded" {
 			want = fc.Bulkhead
 		}
-		if got := s.limiter.Stats().Limit; got != want {
+		if got := s.Stats().Limit; got != want {
 			t.Errorf("%s flipped to MODE=%s: limit %d; want %d", mode, m, got, want)
 		}
 	}

@@ -48,13 +48,14 @@ func (inProcess) Launch(ctx context.Context, arm bench.Arm) (bench.Target, func(
 		"LOOMGATE_LISTEN=127.0.0.1:0",
 		"LOOMGATE_ADMIN_LISTEN=127.0.0.1:0",
 		"LOOMGATE_UPSTREAM=http://" + stubLn.Addr().String(),
+		"LOOMGATE_DRAIN_TIMEOUT=" + launchDrain.String(),
 	}, arm.Sidecar.Environ()...)
 	cfg, err := parseConfig(environ)
 	if err != nil {
 		stopStub()
 		return bench.Target{}, nil, fmt.Errorf("arm %q: %w", arm.Label, err)
 	}
-	s, err := newSidecar(cfg, slog.New(slog.NewTextHandler(io.Discard, nil)), io.Discard)
+	s, err := newSidecar(cfg, slog.New(slog.DiscardHandler), io.Discard)
 	if err != nil {
 		stopStub()
 		return bench.Target{}, nil, fmt.Errorf("arm %q: %w", arm.Label, err)
@@ -70,9 +71,15 @@ func (inProcess) Launch(ctx context.Context, arm bench.Arm) (bench.Target, func(
 		stopStub()
 		return bench.Target{}, nil, err
 	}
-	s.serve(ln, adminLn)
+	runCtx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		s.Run(runCtx, ln, adminLn)
+	}()
 	stop := func() {
-		s.shutdown(launchDrain)
+		cancel()
+		<-done
 		stopStub()
 	}
 	return bench.Target{URL: "http://" + ln.Addr().String(), AdminURL: "http://" + adminLn.Addr().String()}, stop, nil

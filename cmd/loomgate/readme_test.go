@@ -44,7 +44,7 @@ func TestReadmeConfigurationTable(t *testing.T) {
 func TestReadmeMetricsTable(t *testing.T) {
 	upURL, _ := slowUpstream(t, 0)
 	s := startSidecar(t, map[string]string{"LOOMGATE_UPSTREAM": upURL})
-	mfs, err := s.registry.Gather()
+	mfs, err := s.Gatherer().Gather()
 	if err != nil {
 		t.Fatal(err)
 	}

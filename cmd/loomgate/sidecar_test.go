@@ -18,12 +18,13 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	dto "github.com/prometheus/client_model/go"
 
+	"github.com/loomgate/loomgate/sidecar"
 	"github.com/loomgate/loomgate/stub"
 )
 
 // testSidecar is a sidecar running in this process on loopback.
 type testSidecar struct {
-	*sidecar
+	*sidecar.Sidecar
 	URL, AdminURL string
 }
 
@@ -31,12 +32,12 @@ type testSidecar struct {
 // listeners are always on 127.0.0.1:0).
 func startSidecar(t testing.TB, env map[string]string) *testSidecar {
 	t.Helper()
-	return startSidecarWith(t, env, sidecarOptions{})
+	return startSidecarWith(t, env, sidecar.Options{})
 }
 
 // startSidecarWith is startSidecar with options the environment does not
 // carry.
-func startSidecarWith(t testing.TB, env map[string]string, opts sidecarOptions) *testSidecar {
+func startSidecarWith(t testing.TB, env map[string]string, opts sidecar.Options) *testSidecar {
 	t.Helper()
 	environ := []string{"LOOMGATE_LISTEN=127.0.0.1:0", "LOOMGATE_ADMIN_LISTEN=127.0.0.1:0"}
 	for k, v := range env {
@@ -46,7 +47,8 @@ func startSidecarWith(t testing.TB, env map[string]string, opts sidecarOptions) 
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := newSidecarWith(cfg, slog.New(slog.NewTextHandler(io.Discard, nil)), io.Discard, opts)
+	opts.Logger = slog.New(slog.DiscardHandler)
+	s, err := sidecar.New(cfg, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -58,9 +60,21 @@ func startSidecarWith(t testing.TB, env map[string]string, opts sidecarOptions) 
 	if err != nil {
 		t.Fatal(err)
 	}
-	s.serve(ln, adminLn)
-	t.Cleanup(func() { s.shutdown(10 * time.Second) })
-	return &testSidecar{sidecar: s, URL: "http://" + ln.Addr().String(), AdminURL: "http://" + adminLn.Addr().String()}
+	runSidecar(t, s, ln, adminLn)
+	return &testSidecar{Sidecar: s, URL: "http://" + ln.Addr().String(), AdminURL: "http://" + adminLn.Addr().String()}
+}
+
+// runSidecar runs s until the test ends, then drains it.
+func runSidecar(t testing.TB, s *sidecar.Sidecar, ln, adminLn net.Listener) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- s.Run(ctx, ln, adminLn) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("sidecar Run = %v", err)
+		}
+	})
 }
 
 // startStub runs the experiment upstream in this process on loopback and
@@ -110,7 +124,7 @@ func slowUpstream(t testing.TB, delay time.Duration) (url string, most *atomic.I
 // histogram returns a histogram's count and sum from the sidecar's registry.
 func (s *testSidecar) histogram(t testing.TB, name string) (count uint64, sum float64) {
 	t.Helper()
-	mfs, err := s.registry.Gather()
+	mfs, err := s.Gatherer().Gather()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -126,7 +140,7 @@ func (s *testSidecar) histogram(t testing.TB, name string) (count uint64, sum fl
 
 func (s *testSidecar) counter(t testing.TB, name string, labels ...string) float64 {
 	t.Helper()
-	mfs, err := s.registry.Gather()
+	mfs, err := s.Gatherer().Gather()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -251,7 +265,7 @@ func TestFixedPoolPinsThroughput(t *testing.T) {
 		t.Errorf(`loomgate_requests_total{outcome="ok"} = %v; want %d`, ok, sent)
 	}
 	t.Logf("%d sent, %.1f rps, mean queue %.3fs, service %.3fs, client latency %.3fs", sent, rps, meanQueue, meanService, clientMean)
-	if st := s.limiter.Stats(); st.InFlight != 0 || st.Queued != 0 {
+	if st := s.Stats(); st.InFlight != 0 || st.Queued != 0 {
 		t.Errorf("after the load limiter = %+v; want idle", st)
 	}
 }
@@ -280,7 +294,7 @@ func TestMetricsEndpoint(t *testing.T) {
 	// The Outcome arrives just after the response bytes; let it land.
 	waitUntil(t, func() bool { return s.counter(t, "loomgate_requests_total", "outcome", "ok") == 5 })
 
-	problems, err := testutil.GatherAndLint(s.registry)
+	problems, err := testutil.GatherAndLint(s.Gatherer())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -321,30 +335,6 @@ func TestMetricsEndpoint(t *testing.T) {
 	}
 }
 
-func TestHealthAndReadiness(t *testing.T) {
-	upURL, _ := slowUpstream(t, 0)
-	s := startSidecar(t, map[string]string{"LOOMGATE_UPSTREAM": upURL})
-	for path, want := range map[string]int{"/healthz": 200, "/readyz": 200, "/debug/pprof/": 404} {
-		resp, err := http.Get(s.AdminURL + path)
-		if err != nil {
-			t.Fatal(err)
-		}
-		resp.Body.Close()
-		if resp.StatusCode != want {
-			t.Errorf("GET %s = %d; want %d", path, resp.StatusCode, want)
-		}
-	}
-	s.ready.Store(false)
-	resp, err := http.Get(s.AdminURL + "/readyz")
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp.Body.Close()
-	if resp.StatusCode != 503 {
-		t.Errorf("GET /readyz while draining = %d; want 503", resp.StatusCode)
-	}
-}
-
 func waitUntil(t testing.TB, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
@@ -369,8 +359,7 @@ func TestAccessLogJSON(t *testing.T) {
 	}
 	ln, _ := net.Listen("tcp", "127.0.0.1:0")
 	adminLn, _ := net.Listen("tcp", "127.0.0.1:0")
-	s.serve(ln, adminLn)
-	defer s.shutdown(5 * time.Second)
+	runSidecar(t, s, ln, adminLn)
 
 	resp, err := http.Get("http://" + ln.Addr().String() + "/items?id=7")
 	if err != nil {

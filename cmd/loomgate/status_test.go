@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/loomgate/loomgate/sidecar"
+
 	"github.com/chromedp/chromedp"
 )
 
@@ -39,7 +41,7 @@ func TestStatusPage(t *testing.T) {
 		t.Errorf("Content-Type = %q; want application/json", ct)
 	}
 	// What the page reads: settings, live state and the version.
-	var doc adviceDoc
+	var doc sidecar.AdviceDoc
 	if err := json.NewDecoder(resp.Body).Decode(&doc); err != nil {
 		t.Fatal(err)
 	}
@@ -95,7 +97,7 @@ func TestStatusPageInBrowser(t *testing.T) {
 	}
 	defer wg.Wait()
 	defer stopLoad()
-	waitUntil(t, func() bool { return s.limiter.Stats().Queued >= clients-workers-2 })
+	waitUntil(t, func() bool { return s.Stats().Queued >= clients-workers-2 })
 
 	opts := append(chromedp.DefaultExecAllocatorOptions[:],
 		chromedp.ExecPath(chromium),
@@ -137,10 +139,13 @@ func TestStatusPageInBrowser(t *testing.T) {
 		}
 		return v
 	}
-	inFlight, queued, throughput, queue, mode := text("#inflight"), text("#queued"), text("#throughput"), text("#queue"), text("#mode")
+	inFlight, queued, throughput, queue, mode, inactive := text("#inflight"), text("#queued"), text("#throughput"), text("#queue"), text("#mode"), text("#inactive")
 	t.Logf("page shows in flight %s, queued %s, throughput %s rps, queue p50/p99 %s (%s)", inFlight, queued, throughput, queue, mode)
 	if !strings.Contains(mode, "mode fixed") || !strings.Contains(mode, "limit 4") {
 		t.Errorf("header = %q; want the mode and limit", mode)
+	}
+	if inactive != "inactive: bulkhead off" {
+		t.Errorf("inactive settings = %q; want the other mode's, \"inactive: bulkhead off\"", inactive)
 	}
 	if q, _ := strconv.Atoi(queued); q > clients-workers {
 		t.Errorf("page shows %d queued; at most %d can be", q, clients-workers)

@@ -1,47 +1,51 @@
-package main
+package sidecar
 
 import (
 	"encoding/json"
 	"net/http"
 	"time"
 
+	"github.com/loomgate/loomgate/limiter"
 	"github.com/loomgate/loomgate/metrics"
 	"github.com/loomgate/loomgate/proxy"
 )
 
-// adviceDoc is the JSON of GET /advice. Its field names are a contract for
+// AdviceDoc is the JSON of GET /advice. Its field names are a contract for
 // scripts: durations are in seconds and sizes in bytes, as in the metrics.
-type adviceDoc struct {
+type AdviceDoc struct {
 	Time           time.Time         `json:"time"`
 	Version        string            `json:"version"`
-	Live           liveDoc           `json:"live"`
-	Settings       settingsDoc       `json:"settings"`
-	Figures        figuresDoc        `json:"figures"`
-	Recommendation recommendationDoc `json:"recommendation"`
-	History        []bucketDoc       `json:"history"`
+	Live           LiveDoc           `json:"live"`
+	Settings       SettingsDoc       `json:"settings"`
+	Figures        FiguresDoc        `json:"figures"`
+	Recommendation RecommendationDoc `json:"recommendation"`
+	History        []BucketDoc       `json:"history"`
 }
 
-// liveDoc is admission at this instant, where figures are window averages.
-type liveDoc struct {
+// LiveDoc is admission at this instant, where figures are window averages.
+type LiveDoc struct {
 	InFlight      int64 `json:"in_flight"`
 	Queued        int64 `json:"queued"`
 	InFlightBytes int64 `json:"in_flight_bytes"`
 }
 
-// settingsDoc is the admission configuration in force.
-type settingsDoc struct {
-	Mode                string  `json:"mode"`
-	Workers             int     `json:"workers"`
-	QueueSize           int     `json:"queue_size"`
-	QueueTimeoutSeconds float64 `json:"queue_timeout_seconds"`
-	Bulkhead            int     `json:"bulkhead"`
-	BulkheadWaitSeconds float64 `json:"bulkhead_wait_seconds"`
-	MaxInflightBytes    int64   `json:"max_inflight_bytes"`
-	MemoryBudgetBytes   int64   `json:"memory_budget_bytes"`
+// SettingsDoc is the admission configuration: the mode in force and both
+// modes' settings, so that what a flip of the mode would bring is in view.
+// Inactive names the variables of the other mode.
+type SettingsDoc struct {
+	Mode                string   `json:"mode"`
+	Inactive            []string `json:"inactive"`
+	Workers             int      `json:"workers"`
+	QueueSize           int      `json:"queue_size"`
+	QueueTimeoutSeconds float64  `json:"queue_timeout_seconds"`
+	Bulkhead            int      `json:"bulkhead"`
+	BulkheadWaitSeconds float64  `json:"bulkhead_wait_seconds"`
+	MaxInflightBytes    int64    `json:"max_inflight_bytes"`
+	MemoryBudgetBytes   int64    `json:"memory_budget_bytes"`
 }
 
-// figuresDoc is metrics.Figures in the units of the metrics.
-type figuresDoc struct {
+// FiguresDoc is metrics.Figures in the units of the metrics.
+type FiguresDoc struct {
 	WindowSeconds          float64 `json:"window_seconds"`
 	Requests               int64   `json:"requests"`
 	Rejected               int64   `json:"rejected"`
@@ -63,7 +67,7 @@ type figuresDoc struct {
 	BytesPerRequest        float64 `json:"bytes_per_request"`
 }
 
-type recommendationDoc struct {
+type RecommendationDoc struct {
 	Mode      string   `json:"mode"`
 	Workers   int      `json:"workers"`
 	QueueSize int      `json:"queue_size"`
@@ -72,8 +76,8 @@ type recommendationDoc struct {
 	Reasons   []string `json:"reasons"`
 }
 
-// bucketDoc is one BucketWidth of the window, oldest first.
-type bucketDoc struct {
+// BucketDoc is one BucketWidth of the window, oldest first.
+type BucketDoc struct {
 	Start              time.Time `json:"start"`
 	Seconds            float64   `json:"seconds"`
 	Throughput         float64   `json:"throughput_rps"`
@@ -83,19 +87,22 @@ type bucketDoc struct {
 	Queued             float64   `json:"queued"`
 }
 
-func (s *sidecar) adviceDoc(snap metrics.Snapshot) adviceDoc {
+func (s *Sidecar) advice(snap metrics.Snapshot) AdviceDoc {
 	f, r := snap.Figures, snap.Recommendation
 	st := s.limiter.Stats()
-	doc := adviceDoc{
+	doc := AdviceDoc{
 		Time:    snap.Time,
-		Version: version,
-		Live:    liveDoc{InFlight: st.InFlight, Queued: st.Queued, InFlightBytes: st.Bytes},
-		Settings: settingsDoc{
-			Mode:              s.cfg.Mode,
+		Version: s.version,
+		Live:    LiveDoc{InFlight: st.InFlight, Queued: st.Queued, InFlightBytes: st.Bytes},
+		Settings: SettingsDoc{
+			Mode:     s.cfg.Mode.String(),
+			Inactive: InactiveVariables(s.cfg.Mode),
+			Workers:  s.cfg.Workers, QueueSize: s.cfg.QueueSize, QueueTimeoutSeconds: s.cfg.QueueTimeout.Seconds(),
+			Bulkhead: s.cfg.Bulkhead, BulkheadWaitSeconds: s.cfg.BulkheadWait.Seconds(),
 			MaxInflightBytes:  int64(s.cfg.MaxInflightBytes),
 			MemoryBudgetBytes: int64(s.cfg.MemoryBudgetBytes),
 		},
-		Figures: figuresDoc{
+		Figures: FiguresDoc{
 			WindowSeconds:          f.Span.Seconds(),
 			Requests:               f.Requests,
 			Rejected:               f.Rejected,
@@ -116,25 +123,17 @@ func (s *sidecar) adviceDoc(snap metrics.Snapshot) adviceDoc {
 			UpstreamMemoryBytes:    f.UpstreamMemoryBytes,
 			BytesPerRequest:        f.BytesPerRequest,
 		},
-		Recommendation: recommendationDoc{
+		Recommendation: RecommendationDoc{
 			Mode: r.Mode, Workers: r.Workers, QueueSize: r.QueueSize, Bulkhead: r.Bulkhead,
 			Summary: r.Summary, Reasons: r.Reasons,
 		},
-		History: make([]bucketDoc, 0, len(snap.History)),
-	}
-	// Only the settings of the mode in force: the other mode's are refused
-	// by the configuration, and showing their defaults would mislead.
-	if s.cfg.Mode == "fixed" {
-		doc.Settings.Workers, doc.Settings.QueueSize = s.cfg.Workers, s.cfg.QueueSize
-		doc.Settings.QueueTimeoutSeconds = s.cfg.QueueTimeout.Seconds()
-	} else {
-		doc.Settings.Bulkhead, doc.Settings.BulkheadWaitSeconds = s.cfg.Bulkhead, s.cfg.BulkheadWait.Seconds()
+		History: make([]BucketDoc, 0, len(snap.History)),
 	}
 	if doc.Recommendation.Reasons == nil {
 		doc.Recommendation.Reasons = []string{}
 	}
 	for _, b := range snap.History {
-		doc.History = append(doc.History, bucketDoc{
+		doc.History = append(doc.History, BucketDoc{
 			Start: b.Start, Seconds: b.Span.Seconds(), Throughput: b.Throughput,
 			MeanQueueSeconds: b.MeanQueue.Seconds(), MeanServiceSeconds: b.MeanService.Seconds(),
 			InFlight: b.InFlight, Queued: b.Queued,
@@ -144,7 +143,7 @@ func (s *sidecar) adviceDoc(snap metrics.Snapshot) adviceDoc {
 }
 
 // serveAdvice is GET /advice: JSON, or plain sentences with ?format=text.
-func (s *sidecar) serveAdvice(w http.ResponseWriter, r *http.Request) {
+func (s *Sidecar) serveAdvice(w http.ResponseWriter, r *http.Request) {
 	format := r.URL.Query().Get("format")
 	if format != "" && format != "json" && format != "text" {
 		http.Error(w, "format must be json or text", http.StatusBadRequest)
@@ -160,7 +159,7 @@ func (s *sidecar) serveAdvice(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Content-Type", "application/json")
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
-	enc.Encode(s.adviceDoc(snap))
+	enc.Encode(s.advice(snap))
 }
 
 // retryAfter is the proxy's RetryAfter: the expected wait of a rejected
@@ -175,11 +174,11 @@ func (s *sidecar) serveAdvice(w http.ResponseWriter, r *http.Request) {
 //
 // The ceiling is the longest the retry could itself wait before rejection:
 // QUEUE_TIMEOUT in fixed mode, BULKHEAD_WAIT in unbounded mode.
-func (s *sidecar) retryAfter(kind proxy.Kind) time.Duration {
+func (s *Sidecar) retryAfter(kind proxy.Kind) time.Duration {
 	st := s.limiter.Stats()
 	service := s.metrics.MeanService()
 	ceiling := s.cfg.BulkheadWait
-	if s.cfg.Mode == "fixed" {
+	if s.cfg.Mode == limiter.Fixed {
 		ceiling = s.cfg.QueueTimeout
 	}
 	switch kind {

@@ -1,0 +1,311 @@
+package sidecar
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"net"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/loomgate/loomgate/limiter"
+	"github.com/loomgate/loomgate/metrics"
+	"github.com/loomgate/loomgate/proxy"
+)
+
+// Config is the sidecar's whole configuration. Its tags are the single
+// source for the LOOMGATE_* variables: env names the variable (after the
+// prefix), envDefault its default, help says what it does, accepts what a
+// valid value looks like, and mode the admission mode it belongs to (in
+// the other mode it is checked as strictly, and inactive).
+type Config struct {
+	Listen               string           `env:"LISTEN" envDefault:":8080" help:"traffic listener" accepts:"host:port, e.g. :8080"`
+	AdminListen          string           `env:"ADMIN_LISTEN" envDefault:":9090" help:"admin listener: metrics, health, advice, status page; never subject to admission" accepts:"host:port, e.g. :9090, different from LOOMGATE_LISTEN"`
+	Upstream             string           `env:"UPSTREAM" envDefault:"http://127.0.0.1:8081" help:"the service behind the sidecar" accepts:"http://host:port with no path, query or user, port 1 to 65535"`
+	Mode                 limiter.Mode     `env:"MODE" envDefault:"unbounded" help:"admission policy" accepts:"fixed or unbounded"`
+	Workers              int              `mode:"fixed" env:"WORKERS" envDefault:"200" help:"fixed: requests served at once" accepts:"a whole number from 1 to 1000000"`
+	QueueSize            int              `mode:"fixed" env:"QUEUE_SIZE" envDefault:"10000" help:"fixed: waiters allowed in the FIFO queue; more are rejected at once" accepts:"a whole number from 0 to 1000000 (0 = reject when all workers are busy)"`
+	QueueTimeout         time.Duration    `mode:"fixed" env:"QUEUE_TIMEOUT" envDefault:"30s" help:"fixed: longest wait in the queue before rejection" accepts:"a duration with a unit, e.g. 30s or 250ms, above 0"`
+	Bulkhead             int              `mode:"unbounded" env:"BULKHEAD" envDefault:"0" help:"unbounded: max concurrent requests, 0 = off" accepts:"a whole number from 0 to 1000000"`
+	BulkheadWait         time.Duration    `mode:"unbounded" env:"BULKHEAD_WAIT" envDefault:"0s" help:"unbounded: how long a request may wait for the bulkhead, 0 = fail fast" accepts:"a duration with a unit, e.g. 0s or 100ms, not negative, 0 unless LOOMGATE_BULKHEAD is above 0"`
+	MaxInflightBytes     Size             `env:"MAX_INFLIGHT_BYTES" envDefault:"0" help:"memory bulkhead: bytes held by in-flight requests, 0 = off" accepts:"a size in bytes, e.g. 0, 268435456, 256MiB or 1GB"`
+	UpstreamTimeout      time.Duration    `env:"UPSTREAM_TIMEOUT" envDefault:"60s" help:"per request, from admission to the last response byte" accepts:"a duration with a unit, e.g. 60s, above 0"`
+	HeaderTimeout        time.Duration    `env:"HEADER_TIMEOUT" envDefault:"10s" help:"longest a client may take to send a request's line, headers and first 8 KiB of body (408 beyond)" accepts:"a duration with a unit, e.g. 10s, above 0"`
+	BodyTimeout          time.Duration    `env:"BODY_TIMEOUT" envDefault:"10s" help:"longest pause in the rest of a request body, which streams while holding a worker (408 beyond)" accepts:"a duration with a unit, e.g. 10s, above 0"`
+	MaxBodyBytes         Size             `env:"MAX_BODY_BYTES" envDefault:"16MiB" help:"request body limit (413 beyond)" accepts:"a size in bytes above 0, at most 2GiB, e.g. 16MiB or 1048576"`
+	DrainTimeout         time.Duration    `env:"DRAIN_TIMEOUT" envDefault:"30s" help:"on SIGTERM: how long queued and in-flight requests may finish" accepts:"a duration with a unit, e.g. 30s, not negative"`
+	ServerTiming         bool             `env:"SERVER_TIMING" envDefault:"true" help:"add the Server-Timing response header" accepts:"true or false"`
+	AccessLog            string           `env:"ACCESS_LOG" envDefault:"off" help:"one JSON line per request on stdout" accepts:"off or json"`
+	LogLevel             slog.Level       `env:"LOG_LEVEL" envDefault:"info" help:"level of the process log on stderr" accepts:"debug, info, warn or error"`
+	UpstreamMetricsURL   string           `env:"UPSTREAM_METRICS_URL" envDefault:"" help:"optional: the service's own Prometheus endpoint, for its memory" accepts:"empty, or an http:// or https:// URL"`
+	UpstreamMemoryMetric metrics.Selector `env:"UPSTREAM_MEMORY_METRIC" envDefault:"process_resident_memory_bytes" help:"the series to read there (summed)" accepts:"a metric name with optional = or != label matchers, e.g. jvm_memory_used_bytes{area=\"heap\"}"`
+	MemoryBudgetBytes    Size             `env:"MEMORY_BUDGET_BYTES" envDefault:"0" help:"memory the advice may plan for, 0 = none" accepts:"a size in bytes, e.g. 0 or 2GiB"`
+	Pprof                bool             `env:"PPROF" envDefault:"false" help:"serve /debug/pprof/ on the admin listener, to clients on loopback only (kubectl port-forward arrives there)" accepts:"true or false"`
+}
+
+// Limiter returns the limiter's part of the configuration: both modes'
+// settings, of which the limiter enforces Mode's.
+func (c Config) Limiter() limiter.Config {
+	return limiter.Config{
+		Mode:    c.Mode,
+		Workers: c.Workers, QueueSize: c.QueueSize, QueueTimeout: c.QueueTimeout,
+		Bulkhead: c.Bulkhead, BulkheadWait: c.BulkheadWait,
+		MaxInFlightBytes: int64(c.MaxInflightBytes),
+	}
+}
+
+// FieldError is a problem with one field of Config.
+type FieldError struct {
+	// Field is the Config field's name, e.g. "Workers".
+	Field string
+	// Problem says what is wrong, e.g. "is 0; want at least 1".
+	Problem string
+}
+
+func (e *FieldError) Error() string { return e.Field + " " + e.Problem }
+
+// ConfigError is every problem of a Config, so that an operator fixes them
+// in one round instead of one per restart.
+type ConfigError struct {
+	Problems []FieldError
+}
+
+func (e *ConfigError) Error() string {
+	var b strings.Builder
+	b.WriteString("invalid configuration:")
+	for _, p := range e.Problems {
+		b.WriteString("\n  ")
+		b.WriteString(p.Error())
+	}
+	return b.String()
+}
+
+// The fields of the parts' configurations that are not named as in Config.
+var partFields = map[string]string{
+	"MaxInFlightBytes": "MaxInflightBytes", // limiter
+}
+
+// Validate reports every problem of c as a *ConfigError, or nil. The rules
+// of a part (the limiter's, the proxy's, the metrics') are the part's own,
+// from its Validate: they are stated once, and only their field names are
+// mapped here.
+func (c Config) Validate() error {
+	var problems []FieldError
+	bad := func(field, format string, args ...any) {
+		problems = append(problems, FieldError{Field: field, Problem: fmt.Sprintf(format, args...)})
+	}
+	if err := validListen(c.Listen); err != nil {
+		bad("Listen", "%v", err)
+	}
+	if err := validListen(c.AdminListen); err != nil {
+		bad("AdminListen", "%v", err)
+	} else if c.AdminListen == c.Listen && !strings.HasSuffix(c.Listen, ":0") {
+		bad("AdminListen", "is the same as Listen; the admin listener must stay reachable when traffic is saturated")
+	}
+	const most = 1_000_000
+	for _, n := range []struct {
+		field  string
+		v, low int
+	}{{"Workers", c.Workers, 1}, {"QueueSize", c.QueueSize, 0}, {"Bulkhead", c.Bulkhead, 0}} {
+		if n.v > most {
+			bad(n.field, "is %d; want at most %d", n.v, most)
+		}
+	}
+	for _, d := range []struct {
+		field string
+		v     time.Duration
+	}{{"UpstreamTimeout", c.UpstreamTimeout}, {"HeaderTimeout", c.HeaderTimeout}, {"BodyTimeout", c.BodyTimeout}} {
+		// Zero means "the default" to the proxy, but the variables have
+		// defaults of their own: a zero here was written by someone.
+		if d.v <= 0 {
+			bad(d.field, "is %v; want above 0", d.v)
+		}
+	}
+	if c.MaxBodyBytes <= 0 {
+		bad("MaxBodyBytes", "is %d; want above 0", c.MaxBodyBytes)
+	}
+	if c.DrainTimeout < 0 {
+		bad("DrainTimeout", "is %v; want 0 or more", c.DrainTimeout)
+	}
+	if c.AccessLog != "off" && c.AccessLog != "json" {
+		bad("AccessLog", "is %q; want off or json", c.AccessLog)
+	}
+	if c.UpstreamMemoryMetric.Name == "" {
+		bad("UpstreamMemoryMetric", "names no metric")
+	}
+	// A placeholder admitter and registerer: what is checked here is the
+	// configuration, not the wiring.
+	// The limiter checks the fields of the mode it runs; checking both
+	// modes' settings as if each were in force makes a flip of the mode
+	// unable to fail at start.
+	asFixed, asUnbounded := c.Limiter(), c.Limiter()
+	asFixed.Mode, asUnbounded.Mode = limiter.Fixed, limiter.Unbounded
+	limiterProblems := asFixed.Validate()
+	if c.Mode != limiter.Fixed && c.Mode != limiter.Unbounded {
+		limiterProblems = c.Limiter().Validate()
+	}
+	parts := []error{
+		limiterProblems, asUnbounded.Validate(),
+		proxy.Config{Upstream: c.Upstream, Admitter: noAdmitter{}, MaxBodyBytes: int64(c.MaxBodyBytes)}.Validate(),
+		metrics.Config{
+			Registerer: noRegisterer{}, Outcomes: []string{"ok"}, State: func() metrics.State { return metrics.State{} },
+			TakePeaks: func() (int64, int64, int64) { return 0, 0, 0 }, UpstreamMetricsURL: c.UpstreamMetricsURL,
+			MemoryBudgetBytes: int64(c.MemoryBudgetBytes),
+		}.Validate(),
+	}
+	for _, err := range parts {
+		for _, e := range flatten(err) {
+			field, problem, ok := partProblem(e)
+			if !ok {
+				bad("", "%v", e)
+				continue
+			}
+			if f, renamed := partFields[field]; renamed {
+				field = f
+			}
+			bad(field, "%s", problem)
+		}
+	}
+	if len(problems) > 0 {
+		return &ConfigError{Problems: dedupe(problems)}
+	}
+	return nil
+}
+
+// dedupe keeps the first problem of each field: one line a variable.
+func dedupe(problems []FieldError) []FieldError {
+	seen := make(map[string]bool, len(problems))
+	out := problems[:0]
+	for _, p := range problems {
+		if p.Field != "" && seen[p.Field] {
+			continue
+		}
+		seen[p.Field] = true
+		out = append(out, p)
+	}
+	return out
+}
+
+// partProblem reads the field and the problem of a part's FieldError.
+func partProblem(err error) (field, problem string, ok bool) {
+	var le *limiter.FieldError
+	var pe *proxy.FieldError
+	var me *metrics.FieldError
+	switch {
+	case errors.As(err, &le):
+		return le.Field, le.Problem, true
+	case errors.As(err, &pe):
+		return pe.Field, pe.Problem, true
+	case errors.As(err, &me):
+		return me.Field, me.Problem, true
+	}
+	return "", "", false
+}
+
+// flatten lists the errors joined in err.
+func flatten(err error) []error {
+	if err == nil {
+		return nil
+	}
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		var all []error
+		for _, e := range j.Unwrap() {
+			all = append(all, flatten(e)...)
+		}
+		return all
+	}
+	return []error{err}
+}
+
+func validListen(addr string) error {
+	if addr == "" {
+		return errors.New("is empty")
+	}
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return errors.New("is not host:port")
+	}
+	if p, err := strconv.Atoi(port); err != nil || p < 0 || p > 65535 {
+		return fmt.Errorf("has port %q; want 0 to 65535", port)
+	}
+	if strings.ContainsAny(host, "/ ") {
+		return fmt.Errorf("has host %q, which is not a host name or address", host)
+	}
+	return nil
+}
+
+// Size is a number of bytes, written as a plain number or with a unit: B,
+// KB, MB, GB, TB (powers of 1000) or KiB, MiB, GiB, TiB and Ki, Mi, Gi, Ti
+// (powers of 1024, the last four as Kubernetes writes them). A decimal
+// such as 1.5GiB is accepted when it is a whole number of bytes.
+type Size int64
+
+var sizeUnits = map[string]int64{
+	"": 1, "b": 1,
+	"kb": 1e3, "mb": 1e6, "gb": 1e9, "tb": 1e12,
+	"kib": 1 << 10, "mib": 1 << 20, "gib": 1 << 30, "tib": 1 << 40,
+	"ki": 1 << 10, "mi": 1 << 20, "gi": 1 << 30, "ti": 1 << 40,
+}
+
+// UnmarshalText reads a Size.
+func (b *Size) UnmarshalText(text []byte) error {
+	s := strings.TrimSpace(string(text))
+	i := 0
+	for i < len(s) && (s[i] >= '0' && s[i] <= '9' || s[i] == '-' || s[i] == '.') {
+		i++
+	}
+	if i == 0 {
+		return errors.New("not a size")
+	}
+	mult, ok := sizeUnits[strings.ToLower(strings.TrimSpace(s[i:]))]
+	if !ok {
+		return fmt.Errorf("unknown unit %q", strings.TrimSpace(s[i:]))
+	}
+	if n, err := strconv.ParseInt(s[:i], 10, 64); err == nil {
+		if n != 0 && n*mult/mult != n {
+			return errors.New("too large")
+		}
+		*b = Size(n * mult)
+		return nil
+	}
+	f, err := strconv.ParseFloat(s[:i], 64)
+	if err != nil {
+		return errors.New("not a size")
+	}
+	v := f * float64(mult)
+	switch {
+	case math.Abs(v) >= 1<<62:
+		return errors.New("too large")
+	case v != math.Trunc(v):
+		return fmt.Errorf("%s is not a whole number of bytes", s)
+	}
+	*b = Size(v)
+	return nil
+}
+
+// String writes the size the way an operator would, for the start-up log.
+func (b Size) String() string {
+	for _, u := range []struct {
+		name string
+		size int64
+	}{{"GiB", 1 << 30}, {"MiB", 1 << 20}, {"KiB", 1 << 10}} {
+		if b != 0 && int64(b)%u.size == 0 {
+			return strconv.FormatInt(int64(b)/u.size, 10) + u.name
+		}
+	}
+	return strconv.FormatInt(int64(b), 10)
+}
+
+// InactiveVariables names the variables that mode does not use: the other
+// mode's, checked but not in force.
+func InactiveVariables(mode limiter.Mode) []string {
+	var names []string
+	for _, v := range Variables() {
+		if v.Mode != "" && v.Mode != mode.String() {
+			names = append(names, v.Name)
+		}
+	}
+	return names
+}

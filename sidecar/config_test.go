@@ -1,0 +1,46 @@
+package sidecar
+
+import (
+	"testing"
+)
+
+func TestSize(t *testing.T) {
+	tests := []struct {
+		in   string
+		want int64
+		ok   bool
+	}{
+		{"0", 0, true}, {"1048576", 1 << 20, true}, {"16MiB", 16 << 20, true}, {"16 MiB", 16 << 20, true},
+		{"512Ki", 512 << 10, true}, {"2GiB", 2 << 30, true}, {"1GB", 1e9, true}, {"10kb", 10e3, true},
+		{"-1", -1, true}, {"", 0, false}, {"MiB", 0, false}, {"12 parsecs", 0, false},
+		{"9223372036854775807GiB", 0, false}, {"1.5GiB", 3 << 29, true}, {"0.5Gi", 1 << 29, true},
+		{"1.5", 0, false}, {"0.1KiB", 0, false}, {"1G", 0, false},
+	}
+	for _, tt := range tests {
+		var b Size
+		err := b.UnmarshalText([]byte(tt.in))
+		if (err == nil) != tt.ok || (tt.ok && int64(b) != tt.want) {
+			t.Errorf("Size(%q) = %d, %v; want %d, ok=%v", tt.in, b, err, tt.want, tt.ok)
+		}
+	}
+	if got := Size(16 << 20).String(); got != "16MiB" {
+		t.Errorf("String() = %q; want 16MiB", got)
+	}
+}
+
+func FuzzSize(f *testing.F) {
+	for _, s := range []string{"16MiB", "0", "-5", "1e3", "99999999999999999999", "7 Gi"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		var b Size
+		if err := b.UnmarshalText([]byte(s)); err != nil {
+			return
+		}
+		// Whatever parses round-trips through its own rendering.
+		var again Size
+		if err := again.UnmarshalText([]byte(b.String())); err != nil || again != b {
+			t.Errorf("%q -> %d -> %q -> %d, %v", s, b, b.String(), again, err)
+		}
+	})
+}

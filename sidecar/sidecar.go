@@ -1,0 +1,270 @@
+package sidecar
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/loomgate/loomgate/limiter"
+	"github.com/loomgate/loomgate/metrics"
+	"github.com/loomgate/loomgate/proxy"
+)
+
+// ErrDrainTimeout is returned by Run when requests were still queued or in
+// flight at the end of DrainTimeout.
+var ErrDrainTimeout = errors.New("sidecar: drain timed out")
+
+// Options are settings the environment does not carry.
+type Options struct {
+	// Logger receives the process log. If nil, slog.Default().
+	Logger *slog.Logger
+	// AccessLog receives one JSON line per request when Config.AccessLog
+	// is "json". If nil, io.Discard.
+	AccessLog io.Writer
+	// Version is the build's version, for loomgate_build_info and /advice.
+	// If empty, "dev".
+	Version string
+	// SampleInterval and ScrapeInterval override the metrics package's
+	// defaults when not zero: tests that cannot wait a minute shorten them.
+	SampleInterval, ScrapeInterval time.Duration
+}
+
+// Sidecar is the proxy with its limiter, metrics and admin endpoints: what
+// `loomgate proxy` runs, and what the demo and the tests run in-process.
+type Sidecar struct {
+	cfg      Config
+	version  string
+	log      *slog.Logger
+	limiter  *limiter.Limiter
+	proxy    *proxy.Proxy
+	registry *prometheus.Registry
+	metrics  *metrics.Metrics
+	admin    *http.Server
+	ready    atomic.Bool
+}
+
+// New validates cfg and builds the parts; nothing listens yet.
+func New(cfg Config, opts Options) (*Sidecar, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	if opts.AccessLog == nil {
+		opts.AccessLog = io.Discard
+	}
+	if opts.Version == "" {
+		opts.Version = "dev"
+	}
+	s := &Sidecar{cfg: cfg, version: opts.Version, log: opts.Logger, registry: prometheus.NewRegistry()}
+	lim, err := limiter.New(cfg.Limiter())
+	if err != nil {
+		return nil, err
+	}
+	s.limiter = lim
+	stats := lim.Stats()
+	s.metrics, err = metrics.New(metrics.Config{
+		Registerer:       s.registry,
+		Outcomes:         outcomeNames(),
+		Mode:             cfg.Mode.String(),
+		Limit:            stats.Limit,
+		QueueLimit:       stats.QueueLimit,
+		MaxInFlightBytes: stats.MaxBytes,
+		Version:          s.version,
+		State: func() metrics.State {
+			st := lim.Stats()
+			return metrics.State{InFlight: st.InFlight, Queued: st.Queued, Bytes: st.Bytes}
+		},
+		TakePeaks:            lim.TakePeaks,
+		MemoryBudgetBytes:    int64(cfg.MemoryBudgetBytes),
+		UpstreamMetricsURL:   cfg.UpstreamMetricsURL,
+		UpstreamMemoryMetric: cfg.UpstreamMemoryMetric,
+		SampleInterval:       opts.SampleInterval,
+		ScrapeInterval:       opts.ScrapeInterval,
+		Logger:               s.log,
+	})
+	if err != nil {
+		return nil, err
+	}
+	obs := &observer{metrics: s.metrics}
+	if cfg.AccessLog == "json" {
+		obs.access = slog.New(slog.NewJSONHandler(opts.AccessLog, nil))
+	}
+	s.proxy, err = proxy.New(proxy.Config{
+		Upstream:        cfg.Upstream,
+		Admitter:        lim,
+		Observer:        obs,
+		UpstreamTimeout: cfg.UpstreamTimeout,
+		HeaderTimeout:   cfg.HeaderTimeout,
+		BodyTimeout:     cfg.BodyTimeout,
+		MaxBodyBytes:    int64(cfg.MaxBodyBytes),
+		// One connection per permit: the pool can never be a second queue.
+		MaxConns:     stats.Limit,
+		ServerTiming: cfg.ServerTiming,
+		// Every request reserves what it may hold, so that
+		// loomgate_in_flight_bytes means something with or without a
+		// memory bulkhead.
+		Reserve:    proxy.RequestBytes,
+		RetryAfter: s.retryAfter,
+		Logger:     s.log,
+	})
+	if err != nil {
+		return nil, err
+	}
+	s.admin = &http.Server{
+		Handler:           s.adminHandler(),
+		ReadHeaderTimeout: 10 * time.Second,
+		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelDebug),
+	}
+	return s, nil
+}
+
+// Run serves traffic on ln and the admin endpoints on adminLn until ctx
+// ends, then drains: /readyz fails, ln closes, and queued and in-flight
+// requests have DrainTimeout to finish. It returns nil after a complete
+// drain, ErrDrainTimeout after an incomplete one, or the error of a
+// listener that failed (after draining what it could).
+func (s *Sidecar) Run(ctx context.Context, ln, adminLn net.Listener) error {
+	// Each part runs in the group; the first to fail ends the others' run
+	// as ctx's end does.
+	g, gctx := errgroup.WithContext(ctx)
+	// The window's sampler and the upstream's scraper run for as long as
+	// the admin listener, which shows what they measure.
+	runCtx, stopRun := context.WithCancel(context.Background())
+	defer stopRun()
+	g.Go(func() error {
+		s.metrics.Run(runCtx)
+		return nil
+	})
+	g.Go(func() error {
+		if err := s.admin.Serve(adminLn); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			return fmt.Errorf("admin listener: %w", err)
+		}
+		return nil
+	})
+	served := make(chan struct{})
+	g.Go(func() error {
+		defer close(served)
+		// Serve returns nil once Shutdown has closed the listener.
+		if err := s.proxy.Serve(ln); err != nil {
+			return fmt.Errorf("traffic listener: %w", err)
+		}
+		return nil
+	})
+	s.ready.Store(true)
+	var drainErr error
+	g.Go(func() error {
+		<-gctx.Done()
+		drainErr = s.shutdown()
+		stopRun()
+		return nil
+	})
+	err := g.Wait()
+	if err == nil {
+		err = drainErr
+	}
+	return err
+}
+
+// shutdown fails readiness, stops accepting traffic and waits up to
+// DrainTimeout for queued and in-flight requests to finish, then stops the
+// admin listener.
+func (s *Sidecar) shutdown() error {
+	s.ready.Store(false)
+	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.DrainTimeout)
+	defer cancel()
+	err := s.proxy.Shutdown(ctx)
+	if err != nil {
+		st := s.limiter.Stats()
+		s.log.Warn("drain timed out; raise LOOMGATE_DRAIN_TIMEOUT if this repeats",
+			"timeout", s.cfg.DrainTimeout.String(), "in_flight", st.InFlight, "queued", st.Queued)
+		err = ErrDrainTimeout
+	}
+	// The admin listener outlives the drain so that the last scrape sees it.
+	actx, acancel := context.WithTimeout(context.Background(), time.Second)
+	defer acancel()
+	_ = s.admin.Shutdown(actx)
+	return err
+}
+
+// Stats is the limiter's state now.
+func (s *Sidecar) Stats() limiter.Stats { return s.limiter.Stats() }
+
+// Gatherer is the sidecar's Prometheus registry, what /metrics serves.
+func (s *Sidecar) Gatherer() prometheus.Gatherer { return s.registry }
+
+// Config is the configuration the sidecar runs with.
+func (s *Sidecar) Config() Config { return s.cfg }
+
+// observer turns proxy Outcomes into metrics and access log lines.
+type observer struct {
+	metrics *metrics.Metrics
+	access  *slog.Logger // nil when the access log is off
+}
+
+func (o *observer) Observe(out *proxy.Outcome) {
+	o.metrics.Record(metrics.Sample{
+		Outcome:        out.Kind.String(),
+		UpstreamStatus: out.UpstreamStatus,
+		Admission:      out.Admission,
+		Admitted:       out.Admitted,
+		Queue:          out.Queue,
+		Service:        out.Service,
+		Total:          out.Total,
+	})
+	if o.access == nil {
+		return
+	}
+	remote := ""
+	if out.Remote != nil {
+		remote = out.Remote.String()
+	}
+	o.access.LogAttrs(context.Background(), slog.LevelInfo, "request",
+		slog.String("method", string(out.Method)),
+		slog.String("target", string(out.Target)),
+		slog.String("remote", remote),
+		slog.Int("status", out.Status),
+		slog.Int("upstream_status", out.UpstreamStatus),
+		slog.String("outcome", out.Kind.String()),
+		slog.Float64("queue_ms", millis(out.Queue)),
+		slog.Float64("service_ms", millis(out.Service)),
+		slog.Float64("total_ms", millis(out.Total)),
+	)
+}
+
+func millis(d time.Duration) float64 {
+	return float64(d.Microseconds()) / 1000
+}
+
+// outcomeNames are the proxy's outcome kinds as label values.
+func outcomeNames() []string {
+	var names []string
+	for _, k := range proxy.Kinds() {
+		names = append(names, k.String())
+	}
+	return names
+}
+
+// noAdmitter and noRegisterer stand in for the real parts when only a
+// configuration is checked (Config.Validate).
+type noAdmitter struct{}
+
+func (noAdmitter) TryAcquire(int64) error               { return nil }
+func (noAdmitter) Acquire(context.Context, int64) error { return nil }
+func (noAdmitter) Release(int64)                        {}
+
+type noRegisterer struct{}
+
+func (noRegisterer) Register(prometheus.Collector) error  { return nil }
+func (noRegisterer) MustRegister(...prometheus.Collector) {}
+func (noRegisterer) Unregister(prometheus.Collector) bool { return false }
