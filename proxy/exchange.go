@@ -289,13 +289,23 @@ func isTimeout(err error) bool {
 	return errors.Is(err, fasthttp.ErrTimeout) || errors.As(err, &netErr) && netErr.Timeout()
 }
 
-// respond answers with the proxy's own short plain-text response.
+// setOutcomeHeader marks an answer the proxy makes itself, naming why, so
+// that a client and its retry policy can tell a loomgate 503 from the
+// upstream's own.
+func setOutcomeHeader(h *fasthttp.ResponseHeader, kind Kind) {
+	h.SetCanonical(headerOutcome, kindValues[kind])
+}
+
+// respond answers with the proxy's own short plain-text response. A
+// rejection's status is RejectStatus, whatever status says.
 func (e *exchange) respond(ctx *fasthttp.RequestCtx, status int, kind Kind, msg string) {
 	_ = e.resp.CloseBodyStream()
 	e.outcome.Kind = kind
 	out := &ctx.Response
 	out.Header.SetContentType(textPlain)
-	if status == fasthttp.StatusServiceUnavailable && kind != ClientClosed {
+	setOutcomeHeader(&out.Header, kind)
+	if kind.Rejection() {
+		status = e.p.rejectStatus
 		e.scratch = strconv.AppendInt(e.scratch[:0], e.retryAfterSeconds(kind), 10)
 		out.Header.SetCanonical(headerRetryAfter, e.scratch)
 	}

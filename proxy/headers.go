@@ -32,8 +32,11 @@ var (
 	headerRetryAfter     = []byte("Retry-After")
 	headerExpect         = []byte("Expect")
 	headerAllow          = []byte("Allow")
-	valueAllow           = []byte("GET, HEAD, POST, PUT, DELETE, OPTIONS, PATCH, TRACE")
-	valueHTTP            = []byte("http")
+	// headerOutcome is on every answer the proxy makes itself, with the
+	// outcome label value: the README documents it as a contract.
+	headerOutcome = []byte("Loomgate-Outcome")
+	valueAllow    = []byte("GET, HEAD, POST, PUT, DELETE, OPTIONS, PATCH, TRACE")
+	valueHTTP     = []byte("http")
 )
 
 // header is what RequestHeader and ResponseHeader have in common here.

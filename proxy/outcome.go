@@ -30,6 +30,20 @@ var kindNames = [numKinds]string{
 	"client_closed", "client_timeout", "bad_request", "internal_error",
 }
 
+// kindValues are kindNames as header values, made once.
+var kindValues = func() (v [numKinds][]byte) {
+	for i, name := range kindNames {
+		v[i] = []byte(name)
+	}
+	return v
+}()
+
+// Rejection reports whether k is admission's refusal, answered with
+// RejectStatus and Retry-After.
+func (k Kind) Rejection() bool {
+	return k >= RejectedQueueFull && k <= RejectedMemory
+}
+
 // String returns the kind as the metrics label and access log write it.
 func (k Kind) String() string {
 	if k < numKinds {

@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -84,6 +85,11 @@ type Config struct {
 	MaxConns int
 	// ServerTiming adds the Server-Timing header to every response.
 	ServerTiming bool
+	// RejectStatus answers a rejection by admission: 503 or 429. Clients
+	// that honour 429 with Retry-After (Kubernetes clients, many SDKs)
+	// back off on it, where a 503 may read as the service failing. If
+	// zero, 503.
+	RejectStatus int
 	// RetryAfter returns the delay a rejected client is told to wait, for
 	// the Retry-After header; it is rounded up to whole seconds, at least 1.
 	// If nil, 1 second.
@@ -100,16 +106,18 @@ type Config struct {
 
 // Proxy forwards requests to one upstream. Create it with New.
 type Proxy struct {
-	admit      Admitter
-	observer   Observer
-	timeout    time.Duration
-	bodyIdle   time.Duration
-	maxBody    int64
-	timing     bool
-	retryAfter func(Kind) time.Duration
-	reserve    func(int) int64
-	reserver   reserver // nil: response bodies are buffered uncharged
-	log        *slog.Logger
+	admit    Admitter
+	observer Observer
+	timeout  time.Duration
+	bodyIdle time.Duration
+	maxBody  int64
+	timing   bool
+	// rejectStatus answers admission's rejections: 503 or 429.
+	rejectStatus int
+	retryAfter   func(Kind) time.Duration
+	reserve      func(int) int64
+	reserver     reserver // nil: response bodies are buffered uncharged
+	log          *slog.Logger
 
 	client *fasthttp.HostClient
 	server *fasthttp.Server
@@ -183,6 +191,9 @@ func (cfg Config) Validate() error {
 	if cfg.MaxBodyBytes < 0 || cfg.MaxBodyBytes > math.MaxInt32 {
 		bad("MaxBodyBytes", fmt.Sprintf("is %d; want 0 (the default) to %d", cfg.MaxBodyBytes, math.MaxInt32))
 	}
+	if cfg.RejectStatus != 0 && cfg.RejectStatus != fasthttp.StatusServiceUnavailable && cfg.RejectStatus != fasthttp.StatusTooManyRequests {
+		bad("RejectStatus", fmt.Sprintf("is %d; want 503 or 429", cfg.RejectStatus))
+	}
 	if cfg.MaxConns < 0 {
 		bad("MaxConns", fmt.Sprintf("is %d; want 0 (no cap) or more", cfg.MaxConns))
 	}
@@ -197,16 +208,17 @@ func New(cfg Config) (*Proxy, error) {
 	addr, _ := ParseUpstream(cfg.Upstream)
 	host, _, _ := strings.Cut(strings.TrimPrefix(cfg.Upstream, "http://"), "/")
 	p := &Proxy{
-		admit:      cfg.Admitter,
-		observer:   cfg.Observer,
-		timeout:    cfg.UpstreamTimeout,
-		bodyIdle:   cfg.BodyTimeout,
-		maxBody:    cfg.MaxBodyBytes,
-		timing:     cfg.ServerTiming,
-		retryAfter: cfg.RetryAfter,
-		reserve:    cfg.Reserve,
-		log:        cfg.Logger,
-		host:       host,
+		admit:        cfg.Admitter,
+		observer:     cfg.Observer,
+		timeout:      cfg.UpstreamTimeout,
+		bodyIdle:     cfg.BodyTimeout,
+		maxBody:      cfg.MaxBodyBytes,
+		timing:       cfg.ServerTiming,
+		rejectStatus: cmp.Or(cfg.RejectStatus, fasthttp.StatusServiceUnavailable),
+		retryAfter:   cfg.RetryAfter,
+		reserve:      cfg.Reserve,
+		log:          cfg.Logger,
+		host:         host,
 	}
 	p.reserver, _ = cfg.Admitter.(reserver)
 	if p.timeout == 0 {
@@ -388,6 +400,7 @@ func (p *Proxy) handleMalformed(ctx *fasthttp.RequestCtx, err error) {
 	ctx.Response.Reset()
 	ctx.Response.SetStatusCode(status)
 	ctx.Response.Header.SetContentType(textPlain)
+	setOutcomeHeader(&ctx.Response.Header, kind)
 	ctx.Response.SetBodyString(msg)
 	p.log.Debug("malformed request", "remote", ctx.RemoteAddr().String(), "status", status, "err", err)
 	p.observeUnhandled(ctx, kind, status)

@@ -30,6 +30,7 @@ type Config struct {
 	QueueTimeout         time.Duration    `mode:"fixed" env:"QUEUE_TIMEOUT" envDefault:"30s" help:"fixed: longest wait in the queue before rejection" accepts:"a duration with a unit, e.g. 30s or 250ms, above 0"`
 	Bulkhead             int              `mode:"unbounded" env:"BULKHEAD" envDefault:"0" help:"unbounded: max concurrent requests, 0 = off" accepts:"a whole number from 0 to 1000000"`
 	BulkheadWait         time.Duration    `mode:"unbounded" env:"BULKHEAD_WAIT" envDefault:"0s" help:"unbounded: how long a request may wait for the bulkhead, 0 = fail fast" accepts:"a duration with a unit, e.g. 0s or 100ms, not negative, 0 unless LOOMGATE_BULKHEAD is above 0"`
+	RejectStatus         int              `env:"REJECT_STATUS" envDefault:"503" help:"status of admission's rejections (queue full or timed out, bulkhead, memory), with Retry-After" accepts:"503 or 429"`
 	MaxInflightBytes     Size             `env:"MAX_INFLIGHT_BYTES" envDefault:"0" help:"memory bulkhead: bytes held by in-flight requests, 0 = off" accepts:"a size in bytes, e.g. 0, 268435456, 256MiB or 1GB"`
 	UpstreamTimeout      time.Duration    `env:"UPSTREAM_TIMEOUT" envDefault:"60s" help:"per request, from admission to the last response byte" accepts:"a duration with a unit, e.g. 60s, above 0"`
 	HeaderTimeout        time.Duration    `env:"HEADER_TIMEOUT" envDefault:"10s" help:"longest a client may take to send a request's line, headers and first 8 KiB of body (408 beyond)" accepts:"a duration with a unit, e.g. 10s, above 0"`
@@ -148,7 +149,7 @@ func (c Config) Validate() error {
 	}
 	parts := []error{
 		limiterProblems, asUnbounded.Validate(),
-		proxy.Config{Upstream: c.Upstream, Admitter: noAdmitter{}, MaxBodyBytes: int64(c.MaxBodyBytes)}.Validate(),
+		proxy.Config{Upstream: c.Upstream, Admitter: noAdmitter{}, MaxBodyBytes: int64(c.MaxBodyBytes), RejectStatus: c.RejectStatus}.Validate(),
 		metrics.Config{
 			Registerer: noRegisterer{}, Outcomes: []string{"ok"}, State: func() metrics.State { return metrics.State{} },
 			TakePeaks: func() (int64, int64, int64) { return 0, 0, 0 }, UpstreamMetricsURL: c.UpstreamMetricsURL,

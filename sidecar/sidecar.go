@@ -111,6 +111,7 @@ func New(cfg Config, opts Options) (*Sidecar, error) {
 		// One connection per permit: the pool can never be a second queue.
 		MaxConns:     stats.Limit,
 		ServerTiming: cfg.ServerTiming,
+		RejectStatus: cfg.RejectStatus,
 		// Every request reserves what it may hold, so that
 		// loomgate_in_flight_bytes means something with or without a
 		// memory bulkhead.

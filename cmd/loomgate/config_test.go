@@ -22,7 +22,7 @@ func TestDefaults(t *testing.T) {
 		Listen: ":8080", AdminListen: ":9090", Upstream: "http://127.0.0.1:8081", Mode: limiter.Unbounded,
 		Workers: 200, QueueSize: 10000, QueueTimeout: 30 * time.Second, UpstreamTimeout: 60 * time.Second,
 		HeaderTimeout: 10 * time.Second, BodyTimeout: 10 * time.Second,
-		MaxBodyBytes: 16 << 20, DrainTimeout: 30 * time.Second, ServerTiming: true, AccessLog: "off",
+		MaxBodyBytes: 16 << 20, RejectStatus: 503, DrainTimeout: 30 * time.Second, ServerTiming: true, AccessLog: "off",
 		LogLevel: slog.LevelInfo, UpstreamMemoryMetric: metrics.MustParseSelector("process_resident_memory_bytes"),
 	}
 	if !reflect.DeepEqual(cfg, want) {
@@ -64,6 +64,8 @@ func TestParseConfigProblems(t *testing.T) {
 		{[]string{"LOOMGATE_MODE=adaptive"}, []string{`LOOMGATE_MODE="adaptive": unknown mode`}},
 		{[]string{"LOOMGATE_LOG_LEVEL=loud"}, []string{`LOOMGATE_LOG_LEVEL="loud": unknown level;`}},
 		{[]string{"LOOMGATE_UPSTREAM_MEMORY_METRIC=jvm{area=heap}"}, []string{`LOOMGATE_UPSTREAM_MEMORY_METRIC="jvm{area=heap}":`}},
+		{[]string{"LOOMGATE_REJECT_STATUS=429"}, nil},
+		{[]string{"LOOMGATE_REJECT_STATUS=404"}, []string{`LOOMGATE_REJECT_STATUS="404": want 503 or 429`}},
 		// Reported in the order of -h, not of discovery.
 		{[]string{"LOOMGATE_PPROF=x", "LOOMGATE_MODE=x", "LOOMGATE_LISTEN=nope"}, []string{`LOOMGATE_LISTEN=`, `LOOMGATE_MODE=`, `LOOMGATE_PPROF=`}},
 	}

@@ -1,11 +1,15 @@
 package main
 
 import (
+	"net/http"
 	"os"
+	"os/exec"
+	"path/filepath"
 	"regexp"
 	"sort"
 	"strings"
 	"testing"
+	"time"
 )
 
 // The README is the user's reference; these tests keep its tables true.
@@ -79,5 +83,73 @@ func TestReadmeMetricsTable(t *testing.T) {
 	}
 	if len(stale) > 0 {
 		t.Errorf("in README's metrics table but not exported: %v", stale)
+	}
+}
+
+// TestReadmeGoRetrySnippet runs the README's net/http retry snippet, as a
+// program of its own, against a sidecar whose only worker is busy: its
+// first attempt is rejected, and it must wait the Retry-After and get the
+// service's answer.
+func TestReadmeGoRetrySnippet(t *testing.T) {
+	text := readme(t)
+	at := strings.Index(text, "Go's `net/http`")
+	if at < 0 {
+		t.Fatal("README has no net/http retry snippet")
+	}
+	block := regexp.MustCompile("(?s)```go\n(.*?)```").FindStringSubmatch(text[at:])
+	if block == nil {
+		t.Fatal("no go code block after the net/http heading")
+	}
+	program := `package main
+
+import (
+	"fmt"
+	"net/http"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+)
+
+` + block[1] + `
+func main() {
+	req, _ := http.NewRequest("GET", os.Args[1], nil)
+	resp, err := do(http.DefaultClient, req)
+	if err != nil {
+		fmt.Println(err)
+		os.Exit(1)
+	}
+	fmt.Println(resp.StatusCode)
+}
+`
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "main.go"), []byte(program), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	upURL, _ := slowUpstream(t, 700*time.Millisecond)
+	s := startSidecar(t, map[string]string{
+		"LOOMGATE_UPSTREAM": upURL, "LOOMGATE_MODE": "fixed", "LOOMGATE_WORKERS": "1", "LOOMGATE_QUEUE_SIZE": "0",
+		"LOOMGATE_REJECT_STATUS": "429",
+	})
+	// Build first, so that the worker is busy when the program runs.
+	bin := filepath.Join(dir, "retry")
+	if out, err := exec.Command("go", "build", "-o", bin, filepath.Join(dir, "main.go")).CombinedOutput(); err != nil {
+		t.Fatalf("the README's snippet does not build: %v\n%s", err, out)
+	}
+	busy := make(chan struct{})
+	go func() {
+		defer close(busy)
+		if resp, err := http.Get(s.URL + "/busy"); err == nil {
+			resp.Body.Close()
+		}
+	}()
+	waitUntil(t, func() bool { return s.Stats().InFlight == 1 })
+	out, err := exec.Command(bin, s.URL+"/retried").CombinedOutput()
+	<-busy
+	if err != nil || strings.TrimSpace(string(out)) != "200" {
+		t.Errorf("snippet printed %q (%v); want 200 after one rejection and a wait", out, err)
+	}
+	if n := s.counter(t, "loomgate_requests_total", "outcome", "rejected_queue_full"); n != 1 {
+		t.Errorf("%v rejections; want the one the snippet retried", n)
 	}
 }

@@ -431,3 +431,33 @@ func TestPeaksForTwoScrapers(t *testing.T) {
 		t.Errorf("the scraper that came after saw in_flight_max %v; want 30, the same", got)
 	}
 }
+
+// TestRejectStatus429 runs LOOMGATE_REJECT_STATUS=429 end to end: a
+// rejection is a 429 with Retry-After and Loomgate-Outcome, counted under
+// its outcome like a 503.
+func TestRejectStatus429(t *testing.T) {
+	upURL, _ := slowUpstream(t, 500*time.Millisecond)
+	s := startSidecar(t, map[string]string{
+		"LOOMGATE_UPSTREAM": upURL, "LOOMGATE_MODE": "fixed", "LOOMGATE_WORKERS": "1", "LOOMGATE_QUEUE_SIZE": "0",
+		"LOOMGATE_REJECT_STATUS": "429",
+	})
+	busy := make(chan struct{})
+	go func() {
+		defer close(busy)
+		if resp, err := http.Get(s.URL + "/busy"); err == nil {
+			resp.Body.Close()
+		}
+	}()
+	waitUntil(t, func() bool { return s.Stats().InFlight == 1 })
+	resp, err := http.Get(s.URL + "/rejected")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	<-busy
+	if resp.StatusCode != 429 || resp.Header.Get("Retry-After") == "" || resp.Header.Get("Loomgate-Outcome") != "rejected_queue_full" {
+		t.Errorf("rejection = %d, Retry-After %q, Loomgate-Outcome %q; want 429, a delay, rejected_queue_full",
+			resp.StatusCode, resp.Header.Get("Retry-After"), resp.Header.Get("Loomgate-Outcome"))
+	}
+	waitUntil(t, func() bool { return s.counter(t, "loomgate_requests_total", "outcome", "rejected_queue_full") == 1 })
+}
