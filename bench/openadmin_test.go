@@ -10,7 +10,7 @@ import (
 
 var inf = math.Inf(1)
 
-func TestHistogramQuantileInterpolatesAsPrometheus(t *testing.T) {
+func TestOpenHistogramQuantileInterpolatesAsPrometheus(t *testing.T) {
 	bounds := []float64{0.1, 0.25, 0.5, 1, inf}
 	for _, tt := range []struct {
 		q      float64
@@ -145,7 +145,7 @@ func TestOpenStatsFollowsTheQueue(t *testing.T) {
 
 // The expression looks at the last minute only: a burst of slow waits
 // long ago no longer counts.
-func TestAlertExprSlides(t *testing.T) {
+func TestOpenAlertExprSlides(t *testing.T) {
 	s := func(at time.Duration, slow, total int) openSample {
 		return sampleAt(t, at, [5]int{total - slow, total - slow, total - slow, total, total}, 0, 0, 0, 0)
 	}

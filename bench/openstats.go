@@ -44,8 +44,10 @@ type OpenResult struct {
 	Late                   int64
 	SendLagP99, SendLagMax time.Duration
 
-	// Throughput is the 2xx answers to requests due in the window, per
-	// second of window.
+	// Throughput is the 2xx answers that arrived during the window, per
+	// second of it, whenever their requests were due: what the target
+	// served. (While a queue grows, the requests due in the window are
+	// served over a longer span, so counting those would overstate it.)
 	Throughput float64
 
 	// Latency of the 2xx answers, from the time each request was due to
@@ -109,6 +111,7 @@ type openRecorder struct {
 
 	counts        OpenCounts
 	sent, sentWin int64
+	okWin         int64 // 2xx answered in the window, due whenever
 	late          int64
 	maxLatUS      int64
 	maxLagUS      int64
@@ -131,6 +134,9 @@ func (rec *openRecorder) record(due, sent, done time.Time, a answer) {
 	}
 	if rec.win.contains(sent) {
 		rec.sentWin++
+	}
+	if a.err == nil && a.status >= 200 && a.status < 300 && rec.win.contains(done) {
+		rec.okWin++
 	}
 	if !rec.win.contains(due) {
 		return
@@ -219,7 +225,7 @@ func (r *openRun) result() OpenResult {
 	}
 	res.Counts.NotSent = r.notSentW
 	lat, lag := newHistogram(), newHistogram()
-	var maxLat, maxLag, sentWin int64
+	var maxLat, maxLag, sentWin, okWin int64
 	retry := map[int64]int64{}
 	for _, rec := range r.recs {
 		rec.flush()
@@ -234,6 +240,7 @@ func (r *openRun) result() OpenResult {
 		res.Sent += rec.sent
 		res.Late += rec.late
 		sentWin += rec.sentWin
+		okWin += rec.okWin
 		maxLat = max(maxLat, rec.maxLatUS)
 		maxLag = max(maxLag, rec.maxLagUS)
 		for s, n := range rec.retryFor {
@@ -250,7 +257,7 @@ func (r *openRun) result() OpenResult {
 	secs := res.Window.Seconds()
 	if secs > 0 {
 		res.SendRate = float64(sentWin) / secs
-		res.Throughput = float64(res.Counts.OK) / secs
+		res.Throughput = float64(okWin) / secs
 	}
 	res.Max = time.Duration(maxLat) * time.Microsecond
 	res.P50 = pctOf(lat, 50, res.Max)

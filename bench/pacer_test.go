@@ -12,7 +12,7 @@ import (
 	"github.com/valyala/fasthttp"
 )
 
-func TestPacerSchedule(t *testing.T) {
+func TestOpenPacerSchedule(t *testing.T) {
 	p := pacer{rate: 3}
 	for i, want := range []time.Duration{0, 333333333, 666666667, time.Second, 1333333333} {
 		if got := p.offset(int64(i)); got != want {

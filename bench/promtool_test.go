@@ -10,11 +10,11 @@ import (
 	"testing"
 )
 
-// TestHistogramQuantileMatchesPromtool has Prometheus itself evaluate
+// TestOpenHistogramQuantileMatchesPromtool has Prometheus itself evaluate
 // histogram_quantile(0.99, rate(..._bucket[1m])) over series whose rate is
 // known, and expects histogramQuantile's answer on those rates, to the last
 // bit. Skipped without promtool (Debian package prometheus).
-func TestHistogramQuantileMatchesPromtool(t *testing.T) {
+func TestOpenHistogramQuantileMatchesPromtool(t *testing.T) {
 	promtool, err := exec.LookPath("promtool")
 	if err != nil {
 		t.Skip("promtool not found; install the Debian package prometheus")
