@@ -272,3 +272,40 @@ func TestOpenConfigRefused(t *testing.T) {
 		t.Errorf("DefaultMaxInFlight() = %d with an open-file limit of %d; want %d descriptors each to fit", n, openFileLimit(), DescriptorsPerRequest)
 	}
 }
+
+// Above 1000 rps the pacer wakes once a millisecond and sends what is due,
+// each request late by less than a millisecond, counted in its latency.
+func TestOpenPacerWakesOncePerQuantum(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var mu sync.Mutex
+		wakes := map[time.Duration]int{}
+		begin := time.Now()
+		serve := sleeper(5 * time.Millisecond)
+		res, err := RunOpen(context.Background(), OpenConfig{
+			URL: "http://127.0.0.1:1/", Rate: 4000, Window: time.Second,
+			send: func(deadline time.Time) answer {
+				mu.Lock()
+				wakes[time.Since(begin)]++
+				mu.Unlock()
+				return serve(deadline)
+			},
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for at, n := range wakes {
+			if at%pacerQuantum != 0 || n > 4 {
+				t.Errorf("%d requests sent at %v; want at most 4 at a time, on whole milliseconds", n, at)
+			}
+		}
+		if len(wakes) < 990 || len(wakes) > 1001 {
+			t.Errorf("sends at %d distinct times in 1 s; want about 1000", len(wakes))
+		}
+		if res.Due != 4000 || res.Counts.OK != 4000 || res.SendRate < 3990 {
+			t.Errorf("due %d, counts %+v, sent %v/s; want 4000 on schedule", res.Due, res.Counts, res.SendRate)
+		}
+		if res.SendLagMax >= pacerQuantum || res.Late != 0 || res.Max >= 5*time.Millisecond+pacerQuantum {
+			t.Errorf("lag max %v, late %d, latency max %v; want under a quantum late", res.SendLagMax, res.Late, res.Max)
+		}
+	})
+}
