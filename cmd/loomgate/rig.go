@@ -147,6 +147,12 @@ const (
 	benchWarmup  = 2 * time.Second
 	benchWindow  = 10 * time.Second
 	benchTimeout = 30 * time.Second
+
+	// benchOpenTimeout is --timeout's default with --rate, counted from
+	// each request's due time: long enough for a sidecar's queue timeout
+	// of a few seconds to answer first, short enough that a run ends soon
+	// after its window.
+	benchOpenTimeout = 5 * time.Second
 )
 
 // runBench drives a URL, or runs a scenario, and prints the results.
@@ -160,13 +166,16 @@ func benchCommand(ctx context.Context, args []string, launcher bench.Launcher, s
 	target := fs.String("url", "", "URL every virtual user GETs: your service, or your sidecar in front of it")
 	admin := fs.String("admin", "", "a loomgate sidecar's admin URL, e.g. http://127.0.0.1:9090, to read its queue and service time")
 	levelsFlag := fs.String("c", "", "concurrency levels, comma-separated, one separate run each (default "+benchLevels+", or the scenario's)")
+	ratesFlag := fs.String("rate", "", "open loop instead of -c: arrival rates in requests per second, comma-separated, one separate run each (default the scenario's)")
+	maxInFlight := fs.Int("max-in-flight", 0, fmt.Sprintf("with --rate: most requests in flight, and so connections; more are counted as not sent (default %d, a sixth of the open-file limit)", bench.DefaultMaxInFlight()))
 	warmup := fs.Duration("warmup", 0, "warm-up before each window (default "+benchWarmup.String()+", or the scenario's)")
 	window := fs.Duration("window", 0, "measurement window of each level (default "+benchWindow.String()+", or the scenario's)")
-	timeout := fs.Duration("timeout", benchTimeout, "longest a request may take before it counts as a timeout")
+	timeout := fs.Duration("timeout", 0, "longest a request may take before it counts as a timeout (default "+benchTimeout.String()+"; with --rate "+benchOpenTimeout.String()+", counted from when the request was due)")
 	out := fs.String("out", "", "directory to write results.csv, results.json and report.html into")
-	scenarioName := fs.String("scenario", "", "run a scenario in this process instead of --url: "+strings.Join(bench.ScenarioNames(), ", ")+"; list describes them")
+	scenarioName := fs.String("scenario", "", "run a scenario in this process instead of --url: "+strings.Join(allScenarioNames(), ", ")+"; list describes them")
 	fs.Usage = func() {
 		fmt.Fprint(stderr, `Usage: loomgate bench --url URL [flags]
+       loomgate bench --url URL --rate R[,R2,...] [flags]
        loomgate bench --scenario NAME [flags]
 
 Closed-loop load: C virtual users, each on its own keep-alive connection, no
@@ -174,6 +183,14 @@ think time; one separate run per level, a warm-up, then a window in which
 only completed requests count. Progress goes to stderr, a markdown table and
 a few sentences to stdout. Every row is checked against X = C / R and, when
 the limit is known, X <= N / S; rows more than 10% off are flagged.
+
+With --rate, open-loop load instead: each request is sent when it is due,
+rate per second, whether or not earlier ones were answered, on as many
+connections as it takes up to --max-in-flight (requests past that are
+counted as not sent), and its latency counts from when it was due. The
+window's requests are followed to their answer, at most 5 s past the
+window. With --admin, the sidecar's queue over time, its rejections, and
+when the LoomgateQueueTimeHigh expression crossed 250 ms.
 
 Flags:
 `)
@@ -193,6 +210,29 @@ Flags:
 		return fail("unexpected argument %q; flags come as --name value (loomgate bench -h)", fs.Arg(0))
 	}
 
+	setFlags := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { setFlags[f.Name] = true })
+	open := *ratesFlag != ""
+	if open && *levelsFlag != "" {
+		return fail("-c and --rate are exclusive: -c is closed-loop users, --rate open-loop arrivals per second")
+	}
+	if *maxInFlight < 0 || setFlags["max-in-flight"] && *maxInFlight == 0 {
+		return fail("--max-in-flight %d: want at least 1 request", *maxInFlight)
+	}
+	var rates []float64
+	if open {
+		var err error
+		if rates, err = parseRates(*ratesFlag); err != nil {
+			return fail("--rate %q: %v", *ratesFlag, err)
+		}
+	}
+	if *timeout == 0 {
+		*timeout = benchTimeout
+		if open || isOpenScenario(*scenarioName) {
+			*timeout = benchOpenTimeout
+		}
+	}
+
 	var levels []int
 	if *levelsFlag != "" {
 		var err error
@@ -209,13 +249,39 @@ Flags:
 		}
 	}
 
+	openSc, isOpen := bench.LookupOpenScenario(*scenarioName)
+	_, isClosed := bench.LookupScenario(*scenarioName)
 	switch {
 	case *scenarioName == "list":
 		for _, sc := range bench.Scenarios() {
 			fmt.Fprintf(stdout, "%-10s %s\n           path %s, levels %s, arms: %s\n",
 				sc.Name, sc.Description, sc.Path, joinInts(sc.Levels), armLabels(sc.Arms))
 		}
+		for _, sc := range bench.OpenScenarios() {
+			fmt.Fprintf(stdout, "%-10s open loop: %s\n           path %s, rates %s rps, arms: %s\n",
+				sc.Name, sc.Description, sc.Path, joinRates(sc.Rates), armLabels(sc.Arms))
+		}
 		return 0
+	case *maxInFlight != 0 && !open && !isOpen:
+		return fail("--max-in-flight goes with --rate or an open-loop scenario (%s)", strings.Join(bench.OpenScenarioNames(), ", "))
+	case isOpen && *target != "":
+		return fail("--url and --scenario are exclusive: a scenario starts its own stub and sidecar")
+	case isOpen && *admin != "":
+		return fail("--admin goes with --url: a scenario reads the sidecar it starts")
+	case isOpen && *levelsFlag != "":
+		return fail("--scenario %s is open-loop: give it --rate, not -c", openSc.Name)
+	case isOpen:
+		if launcher == nil {
+			fmt.Fprintf(stderr, "loomgate bench: --scenario %s needs the in-process launcher (stub and sidecar in this process), which this build lacks; run loomgate stub and loomgate proxy yourself and use --url, --admin and --rate\n", openSc.Name)
+			return 1
+		}
+		results, err := bench.RunOpenScenario(ctx, openSc, launcher, bench.OpenScenarioOptions{
+			Rates: rates, Warmup: *warmup, Window: *window, Timeout: *timeout, MaxInFlight: *maxInFlight, Progress: stderr,
+		})
+		rep := bench.OpenReport{Title: "loomgate bench: " + openSc.Name, Description: openSc.Description, Generated: time.Now(), Results: results}
+		return finishOpen(rep, err, *out, stdout, stderr)
+	case isClosed && open:
+		return fail("--scenario %s is closed-loop; --rate goes with --url or an open-loop scenario (%s)", *scenarioName, strings.Join(bench.OpenScenarioNames(), ", "))
 	case *scenarioName != "" && *target != "":
 		return fail("--url and --scenario are exclusive: a scenario starts its own stub and sidecar")
 	case *scenarioName != "" && *admin != "":
@@ -223,7 +289,7 @@ Flags:
 	case *scenarioName != "":
 		sc, ok := bench.LookupScenario(*scenarioName)
 		if !ok {
-			return fail("--scenario %q: want one of %s, or list", *scenarioName, strings.Join(bench.ScenarioNames(), ", "))
+			return fail("--scenario %q: want one of %s, or list", *scenarioName, strings.Join(allScenarioNames(), ", "))
 		}
 		if launcher == nil {
 			fmt.Fprintf(stderr, "loomgate bench: --scenario %s needs the in-process launcher (stub and sidecar in this process), which this build lacks; run loomgate stub and loomgate proxy yourself and use --url and --admin\n", sc.Name)
@@ -235,7 +301,7 @@ Flags:
 		rep := bench.Report{Title: "loomgate bench: " + sc.Name, Description: sc.Description, Generated: time.Now(), Results: results}
 		return finish(rep, err, *out, stdout, stderr)
 	case *target == "":
-		return fail("give --url URL (your service, or its sidecar) or --scenario NAME (%s)", strings.Join(bench.ScenarioNames(), ", "))
+		return fail("give --url URL (your service, or its sidecar) or --scenario NAME (%s)", strings.Join(allScenarioNames(), ", "))
 	}
 
 	if err := checkURL(*target); err != nil {
@@ -246,14 +312,17 @@ Flags:
 			return fail("--admin %q: %v", *admin, err)
 		}
 	}
-	if levels == nil {
-		levels, _ = parseLevels(benchLevels)
-	}
 	if *warmup == 0 {
 		*warmup = benchWarmup
 	}
 	if *window == 0 {
 		*window = benchWindow
+	}
+	if open {
+		return benchOpen(ctx, *target, *admin, rates, *warmup, *window, *timeout, *maxInFlight, *out, stdout, stderr)
+	}
+	if levels == nil {
+		levels, _ = parseLevels(benchLevels)
 	}
 	var results []bench.Result
 	var err error
@@ -345,4 +414,93 @@ func armLabels(arms []bench.Arm) string {
 		s[i] = a.Label
 	}
 	return strings.Join(s, "; ")
+}
+
+// benchOpen drives a URL at each rate in turn and prints the results.
+func benchOpen(ctx context.Context, target, admin string, rates []float64, warmup, window, timeout time.Duration, maxInFlight int,
+	out string, stdout, stderr io.Writer) int {
+	var results []bench.OpenResult
+	var err error
+	for i, rate := range rates {
+		var res bench.OpenResult
+		res, err = bench.RunOpen(ctx, bench.OpenConfig{
+			URL: target, AdminURL: admin, Rate: rate, Warmup: warmup, Window: window, Timeout: timeout,
+			MaxInFlight: maxInFlight, Progress: stderr,
+			Label: fmt.Sprintf("[%d/%d] %s rps", i+1, len(rates), strconv.FormatFloat(rate, 'f', -1, 64)),
+		})
+		if err != nil {
+			break
+		}
+		results = append(results, res)
+	}
+	if errors.Is(err, bench.ErrConfig) {
+		fmt.Fprintf(stderr, "loomgate bench: %v\n", err)
+		return 2
+	}
+	rep := bench.OpenReport{Title: "loomgate bench: " + target, Generated: time.Now(), Results: results}
+	return finishOpen(rep, err, out, stdout, stderr)
+}
+
+// finishOpen is finish for open-loop results.
+func finishOpen(rep bench.OpenReport, runErr error, out string, stdout, stderr io.Writer) int {
+	code := 0
+	if runErr != nil {
+		code = 1
+		if errors.Is(runErr, context.Canceled) {
+			fmt.Fprintln(stderr, "loomgate bench: interrupted")
+		} else {
+			fmt.Fprintf(stderr, "loomgate bench: %v\n", runErr)
+		}
+	}
+	if len(rep.Results) == 0 {
+		return max(code, 1)
+	}
+	if err := bench.WriteOpenMarkdown(stdout, rep.Results); err != nil {
+		fmt.Fprintf(stderr, "loomgate bench: %v\n", err)
+		return 1
+	}
+	fmt.Fprintln(stdout)
+	for _, s := range bench.OpenSummary(rep.Results) {
+		fmt.Fprintf(stdout, "- %s\n", s)
+	}
+	if out != "" {
+		if err := rep.WriteDir(out); err != nil {
+			fmt.Fprintf(stderr, "loomgate bench: --out %s: %v\n", out, err)
+			return 1
+		}
+		fmt.Fprintf(stderr, "loomgate bench: wrote %s, %s and %s\n",
+			filepath.Join(out, bench.FileCSV), filepath.Join(out, bench.FileJSON), filepath.Join(out, bench.FileHTML))
+	}
+	return code
+}
+
+// parseRates reads "800,1200,3000": requests per second, fractions allowed.
+func parseRates(s string) ([]float64, error) {
+	var rates []float64
+	for part := range strings.SplitSeq(s, ",") {
+		r, err := strconv.ParseFloat(strings.TrimSpace(part), 64)
+		if err != nil || !(r > 0) || r > 1e6 {
+			return nil, fmt.Errorf("%q is not a rate; want requests per second above 0 and at most 1000000, comma-separated, e.g. 800,1200,3000", part)
+		}
+		rates = append(rates, r)
+	}
+	return rates, nil
+}
+
+func joinRates(v []float64) string {
+	s := make([]string, len(v))
+	for i, r := range v {
+		s[i] = strconv.FormatFloat(r, 'f', -1, 64)
+	}
+	return strings.Join(s, ",")
+}
+
+// allScenarioNames lists the closed-loop scenarios, then the open-loop ones.
+func allScenarioNames() []string {
+	return append(bench.ScenarioNames(), bench.OpenScenarioNames()...)
+}
+
+func isOpenScenario(name string) bool {
+	_, ok := bench.LookupOpenScenario(name)
+	return ok
 }

@@ -98,7 +98,7 @@ func TestBenchCommandRefusesBadInput(t *testing.T) {
 		code int
 		want string
 	}{
-		{nil, 2, "give --url URL (your service, or its sidecar) or --scenario NAME (crossover, fairfight, pool, cpu, memory, hidden)"},
+		{nil, 2, "give --url URL (your service, or its sidecar) or --scenario NAME (crossover, fairfight, pool, cpu, memory, hidden, open)"},
 		{[]string{"--url", "http://127.0.0.1:1/", "-c", "10,x"}, 2, `-c "10,x": "x" is not a level`},
 		{[]string{"--url", "http://127.0.0.1:1/", "-c", "0"}, 2, `"0" is not a level`},
 		{[]string{"--url", "127.0.0.1:8080"}, 2, `--url "127.0.0.1:8080": want an http:// or https:// URL`},
@@ -106,7 +106,20 @@ func TestBenchCommandRefusesBadInput(t *testing.T) {
 		{[]string{"--url", "http://127.0.0.1:1/", "--window", "-1s"}, 2, "--window -1s: want a duration that is not negative"},
 		{[]string{"--url", "http://127.0.0.1:1/", "--scenario", "pool"}, 2, "--url and --scenario are exclusive"},
 		{[]string{"--scenario", "pool", "--admin", "http://127.0.0.1:9090"}, 2, "--admin goes with --url"},
-		{[]string{"--scenario", "nope"}, 2, `--scenario "nope": want one of crossover, fairfight, pool, cpu, memory, hidden, or list`},
+		{[]string{"--scenario", "nope"}, 2, `--scenario "nope": want one of crossover, fairfight, pool, cpu, memory, hidden, open, or list`},
+		{[]string{"--scenario", "nope", "--rate", "10"}, 2, `--scenario "nope": want one of`},
+		{[]string{"--url", "http://127.0.0.1:1/", "--rate", "10", "-c", "5"}, 2, "-c and --rate are exclusive"},
+		{[]string{"--url", "http://127.0.0.1:1/", "--rate", "10,0"}, 2, `--rate "10,0": "0" is not a rate`},
+		{[]string{"--url", "http://127.0.0.1:1/", "--rate", "fast"}, 2, `"fast" is not a rate`},
+		{[]string{"--url", "http://127.0.0.1:1/", "--rate", "2000000"}, 2, `"2000000" is not a rate`},
+		{[]string{"--url", "http://127.0.0.1:1/", "--rate", "10", "--max-in-flight", "0"}, 2, "--max-in-flight 0: want at least 1"},
+		{[]string{"--url", "http://127.0.0.1:1/", "--max-in-flight", "10"}, 2, "--max-in-flight goes with --rate or an open-loop scenario (open)"},
+		{[]string{"--scenario", "crossover", "--rate", "100"}, 2, "--scenario crossover is closed-loop; --rate goes with --url or an open-loop scenario (open)"},
+		{[]string{"--scenario", "open", "-c", "100"}, 2, "--scenario open is open-loop: give it --rate, not -c"},
+		{[]string{"--scenario", "open", "--url", "http://127.0.0.1:1/"}, 2, "--url and --scenario are exclusive"},
+		{[]string{"--scenario", "open", "--admin", "http://127.0.0.1:9090"}, 2, "--admin goes with --url"},
+		{[]string{"--scenario", "open"}, 1, "--scenario open needs the in-process launcher"},
+		{[]string{"--url", "127.0.0.1:1", "--rate", "10"}, 2, `--url "127.0.0.1:1": want an http://`},
 		{[]string{"--scenario", "crossover"}, 1, "--scenario crossover needs the in-process launcher"},
 		{[]string{"--timeout", "soon"}, 2, `invalid value "soon" for flag -timeout`},
 		{[]string{"--url", "http://127.0.0.1:1/", "stray"}, 2, `unexpected argument "stray"`},
@@ -146,6 +159,11 @@ func TestBenchCommandListsScenarios(t *testing.T) {
 	}
 	if !strings.Contains(stdout.String(), "path /wait?ms=200, levels 50,100,200,500,1000,2000, arms: fixed 200; unbounded") {
 		t.Errorf("scenario list does not describe crossover:\n%s", stdout.String())
+	}
+	for _, want := range []string{"open       open loop: a 200 ms downstream call at a fixed arrival rate", "path /wait?ms=200, rates 800,1200,3000 rps, arms: fixed 200; unbounded"} {
+		if !strings.Contains(stdout.String(), want) {
+			t.Errorf("scenario list lacks %q:\n%s", want, stdout.String())
+		}
 	}
 }
 
@@ -192,6 +210,123 @@ func TestBenchCommandScenario(t *testing.T) {
 	}
 	if !strings.Contains(stderr.String(), "[2/2] hidden unbounded, no stub pool c2: ") {
 		t.Errorf("stderr lacks the scenario's progress:\n%s", stderr.String())
+	}
+}
+
+func TestBenchCommandRateAgainstURL(t *testing.T) {
+	base := startStub(t, stub.Config{})
+	out := filepath.Join(t.TempDir(), "results")
+	var stdout, stderr bytes.Buffer
+	begin := time.Now()
+	code := benchCommand(context.Background(), []string{
+		"--url", base + "/wait?ms=5", "--rate", "50,200", "--warmup", "100ms", "--window", "1s", "--out", out,
+	}, nil, &stdout, &stderr)
+	if code != 0 {
+		t.Fatalf("bench --rate = %d\nstderr:\n%s", code, stderr.String())
+	}
+	// Two runs of 1.1 s; the tail after each window is a few ms.
+	if took := time.Since(begin); took > 5*time.Second {
+		t.Errorf("bench --rate 50,200 with 1.1 s runs took %v", took)
+	}
+	for _, want := range []string{"| arm | rate | sent/s | 2xx/s | p50 | p90 | p99 | max | 2xx | 503 |", "/wait?ms=5 | 50 |", "/wait?ms=5 | 200 |", "| 200 | 0 | 0 | 0 | 0 | 0 | 0 |  | on time |",
+		"at 200 rps: 200 2xx/s, every request due succeeded"} {
+		if !strings.Contains(stdout.String(), want) {
+			t.Errorf("stdout lacks %q:\n%s", want, stdout.String())
+		}
+	}
+	for _, want := range []string{"[1/2] 50 rps: 50 rps on " + base + "/wait?ms=5, at most ", "[2/2] 200 rps: sent ", "wrote " + filepath.Join(out, "results.csv")} {
+		if !strings.Contains(stderr.String(), want) {
+			t.Errorf("stderr lacks %q:\n%s", want, stderr.String())
+		}
+	}
+	b, err := os.ReadFile(filepath.Join(out, "results.json"))
+	if err != nil || !strings.Contains(string(b), `"rate": 200`) {
+		t.Errorf("results.json: %v\n%s", err, b)
+	}
+}
+
+func TestBenchCommandOpenScenario(t *testing.T) {
+	var stdout, stderr bytes.Buffer
+	code := benchCommand(context.Background(), []string{
+		"--scenario", "open", "--rate", "100", "--warmup", "100ms", "--window", "500ms", "--max-in-flight", "500",
+	}, inProcess{}, &stdout, &stderr)
+	if code != 0 {
+		t.Fatalf("bench --scenario open = %d\nstderr:\n%s", code, stderr.String())
+	}
+	for _, want := range []string{"| queued start → end | peak queued | peak in flight | rejected | queue p99 > 250 ms | rig |", "| fixed 200 | 100 |", "| unbounded | 100 |"} {
+		if !strings.Contains(stdout.String(), want) {
+			t.Errorf("stdout lacks %q:\n%s", want, stdout.String())
+		}
+	}
+	if !strings.Contains(stderr.String(), "[2/2] open unbounded 100 rps: 100 rps on http://127.0.0.1:") || !strings.Contains(stderr.String(), "at most 500 in flight") {
+		t.Errorf("stderr lacks the scenario's progress:\n%s", stderr.String())
+	}
+}
+
+// The open scenario's physics, scaled down to run in seconds: a fixed pool
+// of 20 in front of 100 ms serves at most 200 rps. At 400 rps its queue
+// grows, its wait passes the alert's 250 ms and then its 300 ms timeout;
+// unbounded admission serves the rate with about 40 in flight.
+func TestOpenScenarioPhysicsThroughTheSidecar(t *testing.T) {
+	sc := bench.OpenScenario{
+		Name: "small", Path: "/wait?ms=100", Rates: []float64{100, 400},
+		Arms: []bench.Arm{
+			{Label: "fixed 20", Sidecar: bench.Sidecar{Mode: "fixed", Workers: 20, QueueSize: 1000, QueueTimeout: 300 * time.Millisecond}},
+			{Label: "unbounded", Sidecar: bench.Sidecar{Mode: "unbounded"}},
+		},
+		Warmup: 500 * time.Millisecond, Window: 1500 * time.Millisecond,
+	}
+	results, err := bench.RunOpenScenario(context.Background(), sc, inProcess{}, bench.OpenScenarioOptions{})
+	if err != nil {
+		t.Fatalf("RunOpenScenario = %v", err)
+	}
+	if len(results) != 4 {
+		t.Fatalf("%d results; want 4", len(results))
+	}
+	for _, r := range results {
+		if r.Sidecar == nil || !r.Sidecar.Loomgate || len(r.Sidecar.Timeline) < 8 {
+			t.Fatalf("%s %v rps: sidecar %+v; want its readings over the run", r.Arm, r.Rate, r.Sidecar)
+		}
+		if off := r.SendRate/r.Rate - 1; off < -0.05 || off > 0.05 {
+			t.Errorf("%s %v rps: sent %.1f/s; want the rate within 5%%", r.Arm, r.Rate, r.SendRate)
+		}
+	}
+	fixed100, fixed400, unb400 := results[0], results[1], results[3]
+	if fixed100.Counts.OK != fixed100.Due || fixed100.Sidecar.Alerted || fixed100.Sidecar.Rejected() != 0 {
+		t.Errorf("fixed 20 at 100 rps, under its 200 rps: counts %+v, alert %v, rejected %d; want all served, no alert",
+			fixed100.Counts, fixed100.Sidecar.Alerted, fixed100.Sidecar.Rejected())
+	}
+	sc400 := fixed400.Sidecar
+	if fixed400.Throughput < 160 || fixed400.Throughput > 215 {
+		t.Errorf("fixed 20 at 400 rps: %.0f 2xx/s; want its ceiling, 200", fixed400.Throughput)
+	}
+	if fixed400.Counts.Unavailable == 0 || sc400.Outcomes["rejected_queue_timeout"] == 0 || fixed400.RetryAfter.N == 0 {
+		t.Errorf("fixed 20 at 400 rps: counts %+v, outcomes %v, Retry-After %+v; want queue timeouts answered 503 with Retry-After",
+			fixed400.Counts, sc400.Outcomes, fixed400.RetryAfter)
+	}
+	if sc400.PeakQueued < 40 || sc400.Limit != 20 || sc400.PeakInFlight != 20 {
+		t.Errorf("fixed 20 at 400 rps: peak queued %d, limit %d, peak in flight %d; want a queue of ~60 in front of 20", sc400.PeakQueued, sc400.Limit, sc400.PeakInFlight)
+	}
+	if !sc400.Alerted || sc400.AlertAt > 1500*time.Millisecond || sc400.QueueP99Max < 250*time.Millisecond {
+		t.Errorf("fixed 20 at 400 rps: alert crossed %v at %v, p99 max %v; want it past 250ms within a second or so", sc400.Alerted, sc400.AlertAt, sc400.QueueP99Max)
+	}
+	if off := unb400.Throughput/400 - 1; off < -0.1 || off > 0.1 || unb400.Counts.OK != unb400.Due {
+		t.Errorf("unbounded at 400 rps: %.0f 2xx/s, counts %+v; want the rate, all served", unb400.Throughput, unb400.Counts)
+	}
+	if p := unb400.Sidecar.PeakInFlight; p < 30 || p > 80 || unb400.Sidecar.Alerted {
+		t.Errorf("unbounded at 400 rps: peak in flight %d, alert %v; want about 400 x 0.1 s = 40, no queue", p, unb400.Sidecar.Alerted)
+	}
+}
+
+func TestParseRates(t *testing.T) {
+	got, err := parseRates(" 800, 1200,0.5")
+	if err != nil || len(got) != 3 || got[0] != 800 || got[1] != 1200 || got[2] != 0.5 {
+		t.Errorf("parseRates = %v, %v; want [800 1200 0.5]", got, err)
+	}
+	for _, bad := range []string{"", "1,,2", "-5", "0", "NaN", "Inf", "ten"} {
+		if _, err := parseRates(bad); err == nil {
+			t.Errorf("parseRates(%q) = nil error; want one", bad)
+		}
 	}
 }
 
