@@ -265,7 +265,8 @@ type openRun struct {
 
 	stop atomic.Bool
 
-	// Live counts for the progress line, window or not.
+	// Live counts for the progress line, window or not: sent as each
+	// request goes out, the rest as it is answered.
 	liveSent, liveOK, liveErr, liveNotSent atomic.Int64
 	inFlight, peakInFlight                 atomic.Int64
 }
@@ -388,6 +389,7 @@ func (r *openRun) do(send func(time.Time) answer, rec *openRecorder, j openJob) 
 	for p := r.peakInFlight.Load(); n > p && !r.peakInFlight.CompareAndSwap(p, n); p = r.peakInFlight.Load() {
 	}
 	sent := time.Now()
+	r.liveSent.Add(1)
 	deadline := j.due.Add(r.cfg.Timeout)
 	if deadline.After(r.hardEnd) {
 		deadline = r.hardEnd
@@ -398,12 +400,11 @@ func (r *openRun) do(send func(time.Time) answer, rec *openRecorder, j openJob) 
 
 	switch k := classify(a.err, a.status); {
 	case errors.Is(a.err, fasthttp.ErrNoFreeConns):
+		r.liveSent.Add(-1)
 		r.liveNotSent.Add(1)
 	case k == kindOK:
-		r.liveSent.Add(1)
 		r.liveOK.Add(1)
 	default:
-		r.liveSent.Add(1)
 		r.liveErr.Add(1)
 	}
 	rec.record(j.due, sent, done, a)
@@ -466,7 +467,7 @@ func (r *openRun) progress(ctx context.Context) {
 			if !now.Before(r.win.start) {
 				phase = fmt.Sprintf("window %.0fs/%s", now.Sub(r.win.start).Seconds(), r.cfg.Window)
 			}
-			fmt.Fprintf(r.cfg.Progress, "%s: %s, sent %.0f/s, 2xx %.0f/s, in flight %d, %d errors, %d not sent\n",
+			fmt.Fprintf(r.cfg.Progress, "%s: %s, sent %.0f/s, 2xx %.0f/s, in flight %d, %d not 2xx, %d not sent\n",
 				r.cfg.Label, phase, float64(sent-lastSent)/secs, float64(ok-lastOK)/secs,
 				r.inFlight.Load(), r.liveErr.Load(), r.liveNotSent.Load())
 			lastSent, lastOK, lastAt = sent, ok, now
