@@ -1,9 +1,9 @@
-// Package bench is loomgate's closed-loop load rig: it drives a URL with a
-// fixed number of virtual users, measures throughput and latency over a
-// window, reads a loomgate sidecar's own account of queue and service time
-// when one is in front, checks every row against the physics of a closed
-// loop, and writes the results as a markdown table, CSV, JSON and a
-// self-contained HTML report.
+// Package bench is loomgate's load rig: it drives a URL with a fixed number
+// of virtual users (closed loop) or at a fixed arrival rate (open loop),
+// measures throughput and latency over a window, reads a loomgate sidecar's
+// own account of queue and service time when one is in front, checks every
+// closed-loop row against the physics of a closed loop, and writes the
+// results as a markdown table, CSV, JSON and a self-contained HTML report.
 //
 // # Closed loop
 //
@@ -24,6 +24,18 @@
 // more than Tolerance off are flagged with the reason, not hidden: a flagged
 // row means the rig, not the system under test, may be what was measured, or
 // that a limit is hiding somewhere.
+//
+// # Open loop
+//
+// RunOpen sends request i at start + i / OpenConfig.Rate whether or not the
+// ones before it were answered, on an idle connection or a new one, and
+// counts its latency from that due time, so a stall delays, and shows in,
+// every request due during it. The requests due in the window are
+// followed to their answer; those due while OpenConfig.MaxInFlight are in
+// flight are counted as not sent, never queued by the rig. With a sidecar,
+// its queue is read over the run and the queue-time alert's expression
+// evaluated at every reading. OpenScenario is the open-loop counterpart of
+// Scenario: rates instead of levels.
 //
 // # Scenarios
 //
