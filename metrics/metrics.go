@@ -3,9 +3,6 @@ package metrics
 import (
 	"errors"
 	"fmt"
-	"log/slog"
-	"net/http"
-	"net/url"
 	"runtime"
 	"time"
 
@@ -56,53 +53,12 @@ type Config struct {
 	// for PeakWindow, for every scraper; nothing else may call it. Required.
 	TakePeaks func() (inFlight, queued, bytes int64)
 
-	// MemoryBudgetBytes is the memory the advice may plan for in-flight
-	// requests at the upstream. If zero, the advice recommends no bulkhead
-	// for memory.
-	MemoryBudgetBytes int64
-	// UpstreamMetricsURL is the upstream's Prometheus endpoint (text
-	// format), read by Run for the upstream's memory. If empty, the
-	// upstream's memory is not read.
-	UpstreamMetricsURL string
-	// UpstreamMemoryMetric selects the series summed there. If its Name is
-	// empty, process_resident_memory_bytes.
-	UpstreamMemoryMetric Selector
-	// SampleInterval is how often Run reads State for the window's time
-	// averages. If zero, 250ms: a few samples per request at the service
-	// times that matter, for a lock taken four times a second.
+	// Advice supplies the advice's numbers, read at each scrape. If nil,
+	// the advice gauges read unknown.
+	Advice func() Advice
+	// SampleInterval is how often Run folds the limiter's peaks in. If
+	// zero, 250ms.
 	SampleInterval time.Duration
-	// ScrapeInterval is how often Run reads the upstream's memory. If
-	// zero, 5s: a dozen readings per window, and a scrape cheap beside
-	// Prometheus's own.
-	ScrapeInterval time.Duration
-	// Client reads UpstreamMetricsURL. If nil, a client of the package's
-	// own. Each read is bounded by ScrapeInterval, and by 3s, whatever the
-	// client's own timeout.
-	Client *http.Client
-	// Logger receives scrape failures, at debug level and at most once a
-	// minute. If nil, slog.Default().
-	Logger *slog.Logger
-}
-
-// DefaultMemoryMetric is the series read at UpstreamMetricsURL when
-// UpstreamMemoryMetric is not set: the resident memory that every
-// Prometheus client library's process collector exports.
-const DefaultMemoryMetric = "process_resident_memory_bytes"
-
-// Snapshot is the window and the advice at one moment: what /advice and a
-// status page show.
-type Snapshot struct {
-	// Time is when it was taken.
-	Time time.Time
-	// Settings are the admission settings in force.
-	Settings Settings
-	// Figures are the window's.
-	Figures Figures
-	// History is the window's buckets, oldest first, from the one in which
-	// traffic began.
-	History []BucketFigures
-	// Recommendation is Advise(Settings, Figures).
-	Recommendation Recommendation
 }
 
 // Sample is one finished request.
@@ -120,9 +76,8 @@ type Sample struct {
 	Queue, Service, Total time.Duration
 }
 
-// Metrics records Samples and exports them with the admission state. It
-// keeps a sliding window of the same figures for the advice, which Run
-// completes with the sampled state and the upstream's memory.
+// Metrics records Samples and exports them with the admission state and the
+// advice's numbers.
 type Metrics struct {
 	requests        map[string]prometheus.Counter
 	upstreamClasses [5]prometheus.Counter
@@ -130,12 +85,8 @@ type Metrics struct {
 	service         prometheus.Histogram
 	total           prometheus.Histogram
 
-	cfg          Config
-	settings     Settings
-	window       *window
-	peaks        *peaks
-	scrapeErrors prometheus.Counter
-	client       *http.Client
+	cfg   Config
+	peaks *peaks
 }
 
 // FieldError is a problem with one field of Config.
@@ -169,19 +120,6 @@ func (cfg Config) Validate() error {
 	if cfg.SampleInterval < 0 {
 		bad("SampleInterval", "is negative")
 	}
-	if cfg.ScrapeInterval < 0 {
-		bad("ScrapeInterval", "is negative")
-	}
-	if cfg.MemoryBudgetBytes < 0 {
-		bad("MemoryBudgetBytes", "is negative")
-	}
-	if cfg.UpstreamMetricsURL != "" {
-		// Read with net/http, which speaks both.
-		u, err := url.Parse(cfg.UpstreamMetricsURL)
-		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Hostname() == "" {
-			bad("UpstreamMetricsURL", "is not an http:// or https:// URL with a host")
-		}
-	}
 	return errors.Join(problems...)
 }
 
@@ -191,36 +129,17 @@ func New(cfg Config) (*Metrics, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	if cfg.UpstreamMemoryMetric.Name == "" {
-		cfg.UpstreamMemoryMetric = MustParseSelector(DefaultMemoryMetric)
-	}
 	if cfg.SampleInterval == 0 {
 		cfg.SampleInterval = 250 * time.Millisecond
 	}
-	if cfg.ScrapeInterval == 0 {
-		cfg.ScrapeInterval = 5 * time.Second
-	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.Default()
+	if cfg.Advice == nil {
+		cfg.Advice = noAdvice
 	}
 	m := &Metrics{
 		requests: make(map[string]prometheus.Counter, len(cfg.Outcomes)),
 		cfg:      cfg,
-		settings: Settings{
-			Mode: cfg.Mode, Limit: cfg.Limit, QueueLimit: cfg.QueueLimit,
-			MaxInFlightBytes: cfg.MaxInFlightBytes, MemoryBudgetBytes: cfg.MemoryBudgetBytes,
-		},
-		window: newWindow(time.Now()),
-		peaks:  newPeaks(time.Now(), cfg.TakePeaks),
-		client: cfg.Client,
+		peaks:    newPeaks(time.Now(), cfg.TakePeaks),
 	}
-	if m.client == nil {
-		m.client = &http.Client{Transport: &http.Transport{MaxIdleConns: 1, IdleConnTimeout: time.Minute}}
-	}
-	m.scrapeErrors = prometheus.NewCounter(prometheus.CounterOpts{
-		Name: "loomgate_upstream_scrape_errors_total",
-		Help: "Failed reads of the upstream's memory at LOOMGATE_UPSTREAM_METRICS_URL.",
-	})
 
 	requests := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "loomgate_requests_total",
@@ -270,7 +189,7 @@ func New(cfg Config) (*Metrics, error) {
 		constant("loomgate_mode_info", "The admission mode in force.", 1, prometheus.Labels{"mode": cfg.Mode}),
 		constant("loomgate_build_info", "The running build.", 1, prometheus.Labels{"version": cfg.Version, "goversion": runtime.Version()}),
 		newPeakCollector(m),
-		newAdviceCollector(m), m.scrapeErrors,
+		newAdviceCollector(cfg.Advice),
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 	}
@@ -284,7 +203,6 @@ func New(cfg Config) (*Metrics, error) {
 
 // Record adds one finished request. It does not allocate.
 func (m *Metrics) Record(s Sample) {
-	m.window.record(time.Now(), &s)
 	if c, ok := m.requests[s.Outcome]; ok {
 		c.Inc()
 	}

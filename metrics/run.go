@@ -2,185 +2,147 @@ package metrics
 
 import (
 	"context"
-	"errors"
-	"fmt"
-	"io"
-	"net/http"
-	"sync"
+	"math"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/common/expfmt"
-	"github.com/prometheus/common/model"
 )
 
-// maxScrapeBytes bounds what is read of the upstream's metrics page: a
-// large JVM exposes some hundreds of KiB.
-const maxScrapeBytes = 16 << 20
-
-// scrapeTimeout bounds one read of the upstream's metrics: a page that
-// takes longer is not worth waiting for every five seconds.
-const scrapeTimeout = 3 * time.Second
-
-// Run samples the admission state every SampleInterval for the window's
-// time averages and the high-water gauges and, with an UpstreamMetricsURL, reads the upstream's
-// memory every ScrapeInterval, until ctx ends. Without Run the window has
-// no in-flight or queued averages, and so no saturation verdict.
-//
-// The state is sampled rather than integrated at each change so that the
-// admission path stays free of clocks and locks; a few samples per service
-// time estimate the time average without bias, and its error is small
-// beside the thresholds it is compared with.
+// Run folds the limiter's peaks into the high-water gauges' slots every
+// SampleInterval until ctx ends, so that a peak is kept for the moment it
+// happened rather than the next scrape's. Without Run a scrape still folds
+// them in, at its own moment.
 func (m *Metrics) Run(ctx context.Context) {
-	var wg sync.WaitGroup
-	if m.cfg.UpstreamMetricsURL != "" {
-		wg.Go(func() { m.scrapeLoop(ctx) })
-	}
 	t := time.NewTicker(m.cfg.SampleInterval)
 	defer t.Stop()
 	for {
 		select {
 		case <-ctx.Done():
-			wg.Wait()
 			return
 		case now := <-t.C:
-			st := m.cfg.State()
-			m.window.sample(now, st.InFlight, st.Queued)
 			m.peaks.fold(now)
 		}
 	}
 }
 
-func (m *Metrics) scrapeLoop(ctx context.Context) {
-	t := time.NewTicker(m.cfg.ScrapeInterval)
-	defer t.Stop()
-	var failures int
-	var lastLog time.Time
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-		v, err := m.scrapeMemory(ctx)
-		if err != nil {
-			if ctx.Err() != nil {
-				return
-			}
-			m.scrapeErrors.Inc()
-			failures++
-			// An upstream without metrics would otherwise log every 5 s
-			// forever; the counter has every failure.
-			if now := time.Now(); now.Sub(lastLog) >= time.Minute {
-				m.cfg.Logger.Debug("cannot read the upstream's memory; check LOOMGATE_UPSTREAM_METRICS_URL and LOOMGATE_UPSTREAM_MEMORY_METRIC",
-					"url", m.cfg.UpstreamMetricsURL, "metric", m.cfg.UpstreamMemoryMetric.String(), "failures", failures, "err", err)
-				lastLog, failures = now, 0
-			}
-			continue
-		}
-		m.window.memoryReading(time.Now(), v)
-	}
+// Advice is what the advice estimates and predicts, as numbers to export.
+// The metrics package does not compute it; Config.Advice supplies it.
+type Advice struct {
+	// Capacity is the upstream's estimated capacity, NaN when unknown;
+	// LowerBound what it was seen to serve without its service time
+	// growing.
+	Capacity, LowerBound float64
+	// Saturated is set when the upstream queues inside.
+	Saturated bool
+	// Workers and Bulkhead are the recommended settings, 0 for none.
+	Workers, Bulkhead int
+	// UpstreamMemoryBytes and BytesPerRequest are the upstream's memory
+	// and its slope per request in flight, 0 when unknown.
+	UpstreamMemoryBytes, BytesPerRequest float64
+	// ScrapeErrors counts failed reads of the upstream's metrics.
+	ScrapeErrors int64
+	// Routes are the route classes' own estimates.
+	Routes []RouteAdvice
+	// Predictions are what each alternative setting would do.
+	Predictions []PredictionAdvice
 }
 
-// errNoSeries: the page was read but nothing matched the selector.
-var errNoSeries = errors.New("no series matches")
-
-// scrapeMemory reads the upstream's metrics page once and sums the selected
-// series.
-func (m *Metrics) scrapeMemory(ctx context.Context) (float64, error) {
-	// Bounded inside the interval, so that a hung endpoint never stacks
-	// scrapes up.
-	ctx, cancel := context.WithTimeout(ctx, min(m.cfg.ScrapeInterval, scrapeTimeout))
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, m.cfg.UpstreamMetricsURL, nil)
-	if err != nil {
-		return 0, err
-	}
-	// The classic text format: every client library serves it, and it is
-	// the one expfmt parses without negotiation.
-	req.Header.Set("Accept", "text/plain;version=0.0.4")
-	resp, err := m.client.Do(req)
-	if err != nil {
-		return 0, err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return 0, fmt.Errorf("status %s", resp.Status)
-	}
-	parser := expfmt.NewTextParser(model.UTF8Validation)
-	families, err := parser.TextToMetricFamilies(io.LimitReader(resp.Body, maxScrapeBytes))
-	if err != nil {
-		return 0, err
-	}
-	v, n := m.cfg.UpstreamMemoryMetric.Sum(families)
-	if n == 0 {
-		return 0, fmt.Errorf("%w %s", errNoSeries, m.cfg.UpstreamMemoryMetric)
-	}
-	return v, nil
+// RouteAdvice is one route class's estimate. Name comes from a bounded set
+// of classes, so that it can be a label.
+type RouteAdvice struct {
+	Name                string
+	Saturated           bool
+	Capacity, Stretch   float64
+	Throughput          float64
+	MeanServiceSeconds  float64
+	BaselineSecondsP25  float64
+	ServiceSecondsP25   float64
+	ServiceSecondsP99   float64
+	UnloadedMeanSeconds float64
 }
 
-// Snapshot returns the window's figures, history and advice now.
-func (m *Metrics) Snapshot() Snapshot {
-	now := time.Now()
-	f := m.window.figures(now)
-	return Snapshot{
-		Time:           now,
-		Settings:       m.settings,
-		Figures:        f,
-		History:        m.window.history(now),
-		Recommendation: Advise(m.settings, f),
-	}
-}
-
-// MeanService is the window's mean service time, 0 before any request was
-// served: what RetryAfter needs, computed without the rest of the figures.
-func (m *Metrics) MeanService() time.Duration {
-	return m.window.meanService(time.Now())
+// PredictionAdvice is one predicted setting. Setting is one of a fixed
+// set: "in_force", "recommended", "other_mode", "memory_budget".
+type PredictionAdvice struct {
+	Setting                              string
+	Throughput, P50, P99, Queue, Rejects float64 // rps and seconds
 }
 
 // adviceCollector exports the estimates and the advice, computed once per
 // scrape from the same figures /advice shows.
 type adviceCollector struct {
-	m                                      *Metrics
-	capacity, saturated, workers, bulkhead *prometheus.Desc
-	memory, bytesPerRequest                *prometheus.Desc
+	advice                                      func() Advice
+	capacity, lowerBound, saturated             *prometheus.Desc
+	workers, bulkhead, memory, bytesPerRequest  *prometheus.Desc
+	scrapeErrors                                *prometheus.Desc
+	routeSaturated, routeCapacity, routeStretch *prometheus.Desc
+	predThroughput, predP50, predP99, predQueue *prometheus.Desc
+	pRej                                        *prometheus.Desc
 }
 
-func newAdviceCollector(m *Metrics) *adviceCollector {
+func newAdviceCollector(advice func() Advice) *adviceCollector {
+	d := prometheus.NewDesc
 	return &adviceCollector{
-		m:               m,
-		capacity:        prometheus.NewDesc("loomgate_upstream_capacity_estimate", "Concurrency the upstream sustains: throughput x unloaded service time over the last minute; 0 until known.", nil, nil),
-		saturated:       prometheus.NewDesc("loomgate_upstream_saturated", "1 when the upstream holds well above its capacity and its service time has grown: it queues internally.", nil, nil),
-		workers:         prometheus.NewDesc("loomgate_advice_workers", "Recommended LOOMGATE_WORKERS, 0 when the advice names none.", nil, nil),
-		bulkhead:        prometheus.NewDesc("loomgate_advice_bulkhead", "Recommended LOOMGATE_BULKHEAD, 0 when the advice names none.", nil, nil),
-		memory:          prometheus.NewDesc("loomgate_upstream_memory_bytes", "The upstream's memory at its last scrape (LOOMGATE_UPSTREAM_MEMORY_METRIC), 0 when not read.", nil, nil),
-		bytesPerRequest: prometheus.NewDesc("loomgate_advice_bytes_per_request", "Slope of the upstream's memory against requests in flight, 0 until load has varied enough to fit it.", nil, nil),
+		advice:          advice,
+		capacity:        d("loomgate_upstream_capacity_estimate", "Concurrency beyond which the upstream's throughput stops growing: what it served at once, in unloaded service times, while it queued inside, over the last 15 minutes. NaN when unknown.", nil, nil),
+		lowerBound:      d("loomgate_upstream_capacity_lower_bound", "Most requests the upstream was seen to hold without its service time growing, over the last 15 minutes.", nil, nil),
+		saturated:       d("loomgate_upstream_saturated", "1 when the upstream queues inside for every route: service times grew with the load it holds while throughput stopped.", nil, nil),
+		workers:         d("loomgate_advice_workers", "Recommended LOOMGATE_WORKERS, 0 when the advice names none.", nil, nil),
+		bulkhead:        d("loomgate_advice_bulkhead", "Recommended LOOMGATE_BULKHEAD, 0 when the advice names none.", nil, nil),
+		memory:          d("loomgate_upstream_memory_bytes", "The upstream's memory at its last scrape (LOOMGATE_UPSTREAM_MEMORY_METRIC), 0 when not read.", nil, nil),
+		bytesPerRequest: d("loomgate_advice_bytes_per_request", "Slope of the upstream's memory against requests in flight, 0 until load has varied enough to fit it.", nil, nil),
+		scrapeErrors:    d("loomgate_upstream_scrape_errors_total", "Failed reads of the upstream's memory at LOOMGATE_UPSTREAM_METRICS_URL.", nil, nil),
+		routeSaturated:  d("loomgate_route_saturated", "1 when the route queues inside the upstream.", []string{"route"}, nil),
+		routeCapacity:   d("loomgate_route_capacity_estimate", "Concurrency the route sustains while it queues inside, NaN when unknown.", []string{"route"}, nil),
+		routeStretch:    d("loomgate_route_service_stretch", "The route's first quartile of service time over its unloaded one.", []string{"route"}, nil),
+		predThroughput:  d("loomgate_advice_predicted_throughput", "Predicted answers per second under each setting, for the measured demand.", []string{"setting"}, nil),
+		predP50:         d("loomgate_advice_predicted_latency_p50_seconds", "Predicted median client latency under each setting.", []string{"setting"}, nil),
+		predP99:         d("loomgate_advice_predicted_latency_p99_seconds", "Predicted 99th percentile of client latency under each setting.", []string{"setting"}, nil),
+		predQueue:       d("loomgate_advice_predicted_queue_wait_seconds", "Predicted mean wait in loomgate's queue under each setting.", []string{"setting"}, nil),
+		pRej:            d("loomgate_advice_predicted_rejections", "Predicted rejections per second under each setting.", []string{"setting"}, nil),
 	}
 }
 
 func (c *adviceCollector) Describe(ch chan<- *prometheus.Desc) {
-	ch <- c.capacity
-	ch <- c.saturated
-	ch <- c.workers
-	ch <- c.bulkhead
-	ch <- c.memory
-	ch <- c.bytesPerRequest
+	for _, d := range []*prometheus.Desc{c.capacity, c.lowerBound, c.saturated, c.workers, c.bulkhead, c.memory, c.bytesPerRequest,
+		c.scrapeErrors, c.routeSaturated, c.routeCapacity, c.routeStretch, c.predThroughput, c.predP50, c.predP99, c.predQueue, c.pRej} {
+		ch <- d
+	}
 }
 
 func (c *adviceCollector) Collect(ch chan<- prometheus.Metric) {
-	f := c.m.window.figures(time.Now())
-	r := Advise(c.m.settings, f)
-	saturated := 0.0
-	if f.Saturated {
-		saturated = 1
+	a := c.advice()
+	gauge := func(d *prometheus.Desc, v float64, labels ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, labels...)
 	}
-	gauge := func(d *prometheus.Desc, v float64) {
-		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v)
+	gauge(c.capacity, a.Capacity)
+	gauge(c.lowerBound, a.LowerBound)
+	gauge(c.saturated, boolValue(a.Saturated))
+	gauge(c.workers, float64(a.Workers))
+	gauge(c.bulkhead, float64(a.Bulkhead))
+	gauge(c.memory, a.UpstreamMemoryBytes)
+	gauge(c.bytesPerRequest, a.BytesPerRequest)
+	ch <- prometheus.MustNewConstMetric(c.scrapeErrors, prometheus.CounterValue, float64(a.ScrapeErrors))
+	for _, r := range a.Routes {
+		gauge(c.routeSaturated, boolValue(r.Saturated), r.Name)
+		gauge(c.routeCapacity, r.Capacity, r.Name)
+		gauge(c.routeStretch, r.Stretch, r.Name)
 	}
-	gauge(c.capacity, f.Capacity)
-	gauge(c.saturated, saturated)
-	gauge(c.workers, float64(r.Workers))
-	gauge(c.bulkhead, float64(r.Bulkhead))
-	gauge(c.memory, f.UpstreamMemoryBytes)
-	gauge(c.bytesPerRequest, f.BytesPerRequest)
+	for _, p := range a.Predictions {
+		gauge(c.predThroughput, p.Throughput, p.Setting)
+		gauge(c.predP50, p.P50, p.Setting)
+		gauge(c.predP99, p.P99, p.Setting)
+		gauge(c.predQueue, p.Queue, p.Setting)
+		gauge(c.pRej, p.Rejects, p.Setting)
+	}
 }
+
+func boolValue(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// noAdvice is Config.Advice's stand-in when there is none: nothing known.
+func noAdvice() Advice { return Advice{Capacity: math.NaN()} }

@@ -2,9 +2,11 @@ package sidecar
 
 import (
 	"encoding/json"
+	"math"
 	"net/http"
 	"time"
 
+	"github.com/loomgate/loomgate/advice"
 	"github.com/loomgate/loomgate/limiter"
 	"github.com/loomgate/loomgate/metrics"
 	"github.com/loomgate/loomgate/proxy"
@@ -44,36 +46,82 @@ type SettingsDoc struct {
 	MemoryBudgetBytes   int64    `json:"memory_budget_bytes"`
 }
 
-// FiguresDoc is metrics.Figures in the units of the metrics.
+// FiguresDoc is advice.Figures in the units of the metrics.
 type FiguresDoc struct {
-	WindowSeconds          float64 `json:"window_seconds"`
-	Requests               int64   `json:"requests"`
-	Rejected               int64   `json:"rejected"`
-	ArrivalRate            float64 `json:"arrival_rate_rps"`
-	Throughput             float64 `json:"throughput_rps"`
-	InFlight               float64 `json:"in_flight"`
-	Queued                 float64 `json:"queued"`
-	MeanQueueSeconds       float64 `json:"mean_queue_seconds"`
-	QueueP50Seconds        float64 `json:"queue_p50_seconds"`
-	QueueP99Seconds        float64 `json:"queue_p99_seconds"`
-	MeanServiceSeconds     float64 `json:"mean_service_seconds"`
-	ServiceP50Seconds      float64 `json:"service_p50_seconds"`
-	ServiceP99Seconds      float64 `json:"service_p99_seconds"`
-	UnloadedServiceSeconds float64 `json:"unloaded_service_seconds"`
-	QueueShare             float64 `json:"queue_share"`
-	UpstreamCapacity       float64 `json:"upstream_capacity"`
-	UpstreamSaturated      bool    `json:"upstream_saturated"`
-	UpstreamMemoryBytes    float64 `json:"upstream_memory_bytes"`
-	BytesPerRequest        float64 `json:"bytes_per_request"`
+	WindowSeconds      float64 `json:"window_seconds"`
+	Requests           int64   `json:"requests"`
+	Rejected           int64   `json:"rejected"`
+	ArrivalRate        float64 `json:"arrival_rate_rps"`
+	Throughput         float64 `json:"throughput_rps"`
+	InFlight           float64 `json:"in_flight"`
+	Queued             float64 `json:"queued"`
+	MeanQueueSeconds   float64 `json:"mean_queue_seconds"`
+	QueueP50Seconds    float64 `json:"queue_p50_seconds"`
+	QueueP99Seconds    float64 `json:"queue_p99_seconds"`
+	MeanServiceSeconds float64 `json:"mean_service_seconds"`
+	ServiceP50Seconds  float64 `json:"service_p50_seconds"`
+	ServiceP99Seconds  float64 `json:"service_p99_seconds"`
+	QueueShare         float64 `json:"queue_share"`
+	// UpstreamCapacity and its range are null when unknown; then
+	// CapacityUnknown says why.
+	UpstreamCapacity     *float64   `json:"upstream_capacity"`
+	CapacityLow          *float64   `json:"upstream_capacity_low"`
+	CapacityHigh         *float64   `json:"upstream_capacity_high"`
+	CapacityLowerBound   float64    `json:"upstream_capacity_lower_bound"`
+	CapacityUnknown      string     `json:"upstream_capacity_unknown,omitempty"`
+	UpstreamSaturated    bool       `json:"upstream_saturated"`
+	SaturatedRoutesAlone []string   `json:"saturated_routes_alone"`
+	LoadVaried           bool       `json:"load_varied"`
+	UpstreamMemoryBytes  float64    `json:"upstream_memory_bytes"`
+	BytesPerRequest      float64    `json:"bytes_per_request"`
+	Routes               []RouteDoc `json:"routes"`
+}
+
+// RouteDoc is one route class's figures.
+type RouteDoc struct {
+	Name               string   `json:"name"`
+	Requests           int64    `json:"requests"`
+	Throughput         float64  `json:"throughput_rps"`
+	InFlight           float64  `json:"in_flight"`
+	MeanServiceSeconds float64  `json:"mean_service_seconds"`
+	ServiceP25Seconds  float64  `json:"service_p25_seconds"`
+	ServiceP50Seconds  float64  `json:"service_p50_seconds"`
+	ServiceP99Seconds  float64  `json:"service_p99_seconds"`
+	UnloadedSeconds    float64  `json:"unloaded_mean_seconds"`
+	UnloadedP25Seconds float64  `json:"unloaded_p25_seconds"`
+	Stretch            float64  `json:"stretch"`
+	Saturated          bool     `json:"saturated"`
+	SlowerWithoutLoad  bool     `json:"slower_without_more_load"`
+	Capacity           *float64 `json:"capacity"`
+}
+
+// PredictionDoc is what one setting would do to the measured demand.
+type PredictionDoc struct {
+	Name             string  `json:"name"`
+	Setting          string  `json:"setting"`
+	Mode             string  `json:"mode"`
+	Limit            int     `json:"limit"`
+	QueueSize        int     `json:"queue_size"`
+	WaitSeconds      float64 `json:"wait_seconds"`
+	Throughput       float64 `json:"throughput_rps"`
+	P50Seconds       float64 `json:"latency_p50_seconds"`
+	P99Seconds       float64 `json:"latency_p99_seconds"`
+	MeanQueueSeconds float64 `json:"mean_queue_seconds"`
+	Rejected         float64 `json:"rejected_rps"`
+	InFlight         float64 `json:"in_flight"`
+	Queued           float64 `json:"queued"`
+	InFlightBytes    float64 `json:"in_flight_bytes"`
+	UpstreamMemBytes float64 `json:"upstream_in_flight_memory_bytes"`
 }
 
 type RecommendationDoc struct {
-	Mode      string   `json:"mode"`
-	Workers   int      `json:"workers"`
-	QueueSize int      `json:"queue_size"`
-	Bulkhead  int      `json:"bulkhead"`
-	Summary   string   `json:"summary"`
-	Reasons   []string `json:"reasons"`
+	Mode        string          `json:"mode"`
+	Workers     int             `json:"workers"`
+	QueueSize   int             `json:"queue_size"`
+	Bulkhead    int             `json:"bulkhead"`
+	Summary     string          `json:"summary"`
+	Reasons     []string        `json:"reasons"`
+	Predictions []PredictionDoc `json:"predictions"`
 }
 
 // BucketDoc is one BucketWidth of the window, oldest first.
@@ -87,8 +135,16 @@ type BucketDoc struct {
 	Queued             float64   `json:"queued"`
 }
 
-func (s *Sidecar) advice(snap metrics.Snapshot) AdviceDoc {
-	f, r := snap.Figures, snap.Recommendation
+// known is x, or nil when it is unknown (NaN): JSON has no NaN.
+func known(x float64) *float64 {
+	if math.IsNaN(x) || math.IsInf(x, 0) {
+		return nil
+	}
+	return &x
+}
+
+func (s *Sidecar) advice(snap advice.Snapshot) AdviceDoc {
+	f, r, e := snap.Figures, snap.Recommendation, snap.Figures.Estimate
 	st := s.limiter.Stats()
 	doc := AdviceDoc{
 		Time:    snap.Time,
@@ -103,34 +159,57 @@ func (s *Sidecar) advice(snap metrics.Snapshot) AdviceDoc {
 			MemoryBudgetBytes: int64(s.cfg.MemoryBudgetBytes),
 		},
 		Figures: FiguresDoc{
-			WindowSeconds:          f.Span.Seconds(),
-			Requests:               f.Requests,
-			Rejected:               f.Rejected,
-			ArrivalRate:            f.ArrivalRate,
-			Throughput:             f.Throughput,
-			InFlight:               f.InFlight,
-			Queued:                 f.Queued,
-			MeanQueueSeconds:       f.MeanQueue.Seconds(),
-			QueueP50Seconds:        f.QueueP50.Seconds(),
-			QueueP99Seconds:        f.QueueP99.Seconds(),
-			MeanServiceSeconds:     f.MeanService.Seconds(),
-			ServiceP50Seconds:      f.ServiceP50.Seconds(),
-			ServiceP99Seconds:      f.ServiceP99.Seconds(),
-			UnloadedServiceSeconds: f.UnloadedService.Seconds(),
-			QueueShare:             f.QueueShare,
-			UpstreamCapacity:       f.Capacity,
-			UpstreamSaturated:      f.Saturated,
-			UpstreamMemoryBytes:    f.UpstreamMemoryBytes,
-			BytesPerRequest:        f.BytesPerRequest,
+			WindowSeconds:        f.Span.Seconds(),
+			Requests:             f.Requests,
+			Rejected:             f.Rejected,
+			ArrivalRate:          f.ArrivalRate,
+			Throughput:           f.Throughput,
+			InFlight:             f.InFlight,
+			Queued:               f.Queued,
+			MeanQueueSeconds:     f.MeanQueue.Seconds(),
+			QueueP50Seconds:      f.QueueP50.Seconds(),
+			QueueP99Seconds:      f.QueueP99.Seconds(),
+			MeanServiceSeconds:   f.MeanService.Seconds(),
+			ServiceP50Seconds:    f.ServiceP50.Seconds(),
+			ServiceP99Seconds:    f.ServiceP99.Seconds(),
+			QueueShare:           f.QueueShare,
+			UpstreamCapacity:     known(e.Capacity),
+			CapacityLow:          known(e.CapacityLow),
+			CapacityHigh:         known(e.CapacityHigh),
+			CapacityLowerBound:   e.LowerBound,
+			CapacityUnknown:      e.Unknown,
+			UpstreamSaturated:    e.Saturated,
+			SaturatedRoutesAlone: append([]string{}, e.RouteLocal...),
+			LoadVaried:           e.LoadVaried,
+			UpstreamMemoryBytes:  f.UpstreamMemoryBytes,
+			BytesPerRequest:      f.BytesPerRequest,
+			Routes:               []RouteDoc{},
 		},
 		Recommendation: RecommendationDoc{
 			Mode: r.Mode, Workers: r.Workers, QueueSize: r.QueueSize, Bulkhead: r.Bulkhead,
-			Summary: r.Summary, Reasons: r.Reasons,
+			Summary: r.Summary, Reasons: append([]string{}, r.Reasons...), Predictions: []PredictionDoc{},
 		},
 		History: make([]BucketDoc, 0, len(snap.History)),
 	}
-	if doc.Recommendation.Reasons == nil {
-		doc.Recommendation.Reasons = []string{}
+	for _, rt := range f.Routes {
+		doc.Figures.Routes = append(doc.Figures.Routes, RouteDoc{
+			Name: rt.Name, Requests: rt.Requests, Throughput: rt.Throughput, InFlight: rt.InFlight,
+			MeanServiceSeconds: rt.MeanService.Seconds(), ServiceP25Seconds: rt.ServiceP25.Seconds(),
+			ServiceP50Seconds: rt.ServiceP50.Seconds(), ServiceP99Seconds: rt.ServiceP99.Seconds(),
+			UnloadedSeconds: rt.Baseline.Seconds(), UnloadedP25Seconds: rt.BaselineP25.Seconds(),
+			Stretch: rt.Stretch, Saturated: rt.Saturated, SlowerWithoutLoad: rt.Slower, Capacity: known(rt.Capacity),
+		})
+	}
+	for _, p := range r.Predictions {
+		mode := "unbounded"
+		if p.Fixed {
+			mode = "fixed"
+		}
+		doc.Recommendation.Predictions = append(doc.Recommendation.Predictions, PredictionDoc{
+			Name: p.Name, Setting: p.Setting.Describe(), Mode: mode, Limit: p.Limit, QueueSize: p.QueueSize, WaitSeconds: p.Wait.Seconds(),
+			Throughput: p.Throughput, P50Seconds: p.P50.Seconds(), P99Seconds: p.P99.Seconds(), MeanQueueSeconds: p.MeanQueue.Seconds(),
+			Rejected: p.Rejected, InFlight: p.InFlight, Queued: p.Queued, InFlightBytes: p.InFlightBytes, UpstreamMemBytes: p.UpstreamBytes,
+		})
 	}
 	for _, b := range snap.History {
 		doc.History = append(doc.History, BucketDoc{
@@ -142,6 +221,41 @@ func (s *Sidecar) advice(snap metrics.Snapshot) AdviceDoc {
 	return doc
 }
 
+// gauges turns the advice into the numbers metrics exports.
+func (s *Sidecar) gauges() metrics.Advice {
+	snap := s.advisor.Snapshot()
+	f, r, e := snap.Figures, snap.Recommendation, snap.Figures.Estimate
+	a := metrics.Advice{
+		Capacity: e.Capacity, LowerBound: e.LowerBound, Saturated: e.Saturated,
+		Workers: r.Workers, Bulkhead: r.Bulkhead,
+		UpstreamMemoryBytes: f.UpstreamMemoryBytes, BytesPerRequest: f.BytesPerRequest,
+		ScrapeErrors: s.advisor.ScrapeErrors(),
+	}
+	for _, rt := range f.Routes {
+		a.Routes = append(a.Routes, metrics.RouteAdvice{Name: rt.Name, Saturated: rt.Saturated, Capacity: rt.Capacity, Stretch: rt.Stretch})
+	}
+	for _, p := range r.Predictions {
+		a.Predictions = append(a.Predictions, metrics.PredictionAdvice{
+			Setting: predictionLabel(p.Name), Throughput: p.Throughput, P50: p.P50.Seconds(), P99: p.P99.Seconds(),
+			Queue: p.MeanQueue.Seconds(), Rejects: p.Rejected,
+		})
+	}
+	return a
+}
+
+// predictionLabel maps a prediction's name to the fixed set of label values.
+func predictionLabel(name string) string {
+	switch name {
+	case "in force":
+		return "in_force"
+	case "recommended":
+		return "recommended"
+	case "memory budget":
+		return "memory_budget"
+	}
+	return "other_mode"
+}
+
 // serveAdvice is GET /advice: JSON, or plain sentences with ?format=text.
 func (s *Sidecar) serveAdvice(w http.ResponseWriter, r *http.Request) {
 	format := r.URL.Query().Get("format")
@@ -149,7 +263,7 @@ func (s *Sidecar) serveAdvice(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "format must be json or text", http.StatusBadRequest)
 		return
 	}
-	snap := s.metrics.Snapshot()
+	snap := s.advisor.Snapshot()
 	w.Header().Set("Cache-Control", "no-store")
 	if format == "text" {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
@@ -163,7 +277,7 @@ func (s *Sidecar) serveAdvice(w http.ResponseWriter, r *http.Request) {
 }
 
 // retryAfter is the proxy's RetryAfter: the expected wait of a rejected
-// client from the live state, by metrics.RetryAfter's formula.
+// client from the live state, by advice.RetryAfter's formula.
 //
 //   - queue full: a retry would stand behind everyone queued, at queued+1;
 //   - queue timeout: behind the queue it leaves, at its length;
@@ -176,18 +290,18 @@ func (s *Sidecar) serveAdvice(w http.ResponseWriter, r *http.Request) {
 // QUEUE_TIMEOUT in fixed mode, BULKHEAD_WAIT in unbounded mode.
 func (s *Sidecar) retryAfter(kind proxy.Kind) time.Duration {
 	st := s.limiter.Stats()
-	service := s.metrics.MeanService()
+	service := s.advisor.MeanService()
 	ceiling := s.cfg.BulkheadWait
 	if s.cfg.Mode == limiter.Fixed {
 		ceiling = s.cfg.QueueTimeout
 	}
 	switch kind {
 	case proxy.RejectedQueueFull, proxy.RejectedBulkhead:
-		return metrics.RetryAfter(st.Queued+1, st.Limit, service, ceiling)
+		return advice.RetryAfter(st.Queued+1, st.Limit, service, ceiling)
 	case proxy.RejectedQueueTimeout:
-		return metrics.RetryAfter(st.Queued, st.Limit, service, ceiling)
+		return advice.RetryAfter(st.Queued, st.Limit, service, ceiling)
 	case proxy.RejectedMemory:
-		return metrics.RetryAfter(1, int(st.InFlight), service, ceiling)
+		return advice.RetryAfter(1, int(st.InFlight), service, ceiling)
 	}
 	return time.Second
 }

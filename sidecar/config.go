@@ -10,8 +10,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/loomgate/loomgate/advice"
 	"github.com/loomgate/loomgate/limiter"
-	"github.com/loomgate/loomgate/metrics"
 	"github.com/loomgate/loomgate/proxy"
 )
 
@@ -21,29 +21,30 @@ import (
 // valid value looks like, and mode the admission mode it belongs to (in
 // the other mode it is checked as strictly, and inactive).
 type Config struct {
-	Listen               string           `env:"LISTEN" envDefault:":8080" help:"traffic listener" accepts:"host:port, e.g. :8080"`
-	AdminListen          string           `env:"ADMIN_LISTEN" envDefault:":9090" help:"admin listener: metrics, health, advice, status page; never subject to admission" accepts:"host:port, e.g. :9090, different from LOOMGATE_LISTEN"`
-	Upstream             string           `env:"UPSTREAM" envDefault:"http://127.0.0.1:8081" help:"the service behind the sidecar" accepts:"http://host:port with no path, query or user, port 1 to 65535"`
-	Mode                 limiter.Mode     `env:"MODE" envDefault:"unbounded" help:"admission policy" accepts:"fixed or unbounded"`
-	Workers              int              `mode:"fixed" env:"WORKERS" envDefault:"200" help:"fixed: requests served at once" accepts:"a whole number from 1 to 1000000"`
-	QueueSize            int              `mode:"fixed" env:"QUEUE_SIZE" envDefault:"10000" help:"fixed: waiters allowed in the FIFO queue; more are rejected at once" accepts:"a whole number from 0 to 1000000 (0 = reject when all workers are busy)"`
-	QueueTimeout         time.Duration    `mode:"fixed" env:"QUEUE_TIMEOUT" envDefault:"30s" help:"fixed: longest wait in the queue before rejection" accepts:"a duration with a unit, e.g. 30s or 250ms, above 0"`
-	Bulkhead             int              `mode:"unbounded" env:"BULKHEAD" envDefault:"0" help:"unbounded: max concurrent requests, 0 = off" accepts:"a whole number from 0 to 1000000"`
-	BulkheadWait         time.Duration    `mode:"unbounded" env:"BULKHEAD_WAIT" envDefault:"0s" help:"unbounded: how long a request may wait for the bulkhead, 0 = fail fast" accepts:"a duration with a unit, e.g. 0s or 100ms, not negative, 0 unless LOOMGATE_BULKHEAD is above 0"`
-	RejectStatus         int              `env:"REJECT_STATUS" envDefault:"503" help:"status of admission's rejections (queue full or timed out, bulkhead, memory), with Retry-After" accepts:"503 or 429"`
-	MaxInflightBytes     Size             `env:"MAX_INFLIGHT_BYTES" envDefault:"0" help:"memory bulkhead: bytes held by in-flight requests, 0 = off" accepts:"a size in bytes, e.g. 0, 268435456, 256MiB or 1GB"`
-	UpstreamTimeout      time.Duration    `env:"UPSTREAM_TIMEOUT" envDefault:"60s" help:"per request, from admission to the last response byte" accepts:"a duration with a unit, e.g. 60s, above 0"`
-	HeaderTimeout        time.Duration    `env:"HEADER_TIMEOUT" envDefault:"10s" help:"longest a client may take to send a request's line, headers and first 8 KiB of body (408 beyond)" accepts:"a duration with a unit, e.g. 10s, above 0"`
-	BodyTimeout          time.Duration    `env:"BODY_TIMEOUT" envDefault:"10s" help:"longest pause in the rest of a request body, which streams while holding a worker (408 beyond)" accepts:"a duration with a unit, e.g. 10s, above 0"`
-	MaxBodyBytes         Size             `env:"MAX_BODY_BYTES" envDefault:"16MiB" help:"request body limit (413 beyond)" accepts:"a size in bytes above 0, at most 2GiB, e.g. 16MiB or 1048576"`
-	DrainTimeout         time.Duration    `env:"DRAIN_TIMEOUT" envDefault:"30s" help:"on SIGTERM: how long queued and in-flight requests may finish" accepts:"a duration with a unit, e.g. 30s, not negative"`
-	ServerTiming         bool             `env:"SERVER_TIMING" envDefault:"true" help:"add the Server-Timing response header" accepts:"true or false"`
-	AccessLog            string           `env:"ACCESS_LOG" envDefault:"off" help:"one JSON line per request on stdout" accepts:"off or json"`
-	LogLevel             slog.Level       `env:"LOG_LEVEL" envDefault:"info" help:"level of the process log on stderr" accepts:"debug, info, warn or error"`
-	UpstreamMetricsURL   string           `env:"UPSTREAM_METRICS_URL" envDefault:"" help:"optional: the service's own Prometheus endpoint, for its memory" accepts:"empty, or an http:// or https:// URL"`
-	UpstreamMemoryMetric metrics.Selector `env:"UPSTREAM_MEMORY_METRIC" envDefault:"process_resident_memory_bytes" help:"the series to read there (summed)" accepts:"a metric name with optional = or != label matchers, e.g. jvm_memory_used_bytes{area=\"heap\"}"`
-	MemoryBudgetBytes    Size             `env:"MEMORY_BUDGET_BYTES" envDefault:"0" help:"memory the advice may plan for, 0 = none" accepts:"a size in bytes, e.g. 0 or 2GiB"`
-	Pprof                bool             `env:"PPROF" envDefault:"false" help:"serve /debug/pprof/ on the admin listener, to clients on loopback only (kubectl port-forward arrives there)" accepts:"true or false"`
+	Listen               string          `env:"LISTEN" envDefault:":8080" help:"traffic listener" accepts:"host:port, e.g. :8080"`
+	AdminListen          string          `env:"ADMIN_LISTEN" envDefault:":9090" help:"admin listener: metrics, health, advice, status page; never subject to admission" accepts:"host:port, e.g. :9090, different from LOOMGATE_LISTEN"`
+	Upstream             string          `env:"UPSTREAM" envDefault:"http://127.0.0.1:8081" help:"the service behind the sidecar" accepts:"http://host:port with no path, query or user, port 1 to 65535"`
+	Mode                 limiter.Mode    `env:"MODE" envDefault:"unbounded" help:"admission policy" accepts:"fixed or unbounded"`
+	Workers              int             `mode:"fixed" env:"WORKERS" envDefault:"200" help:"fixed: requests served at once" accepts:"a whole number from 1 to 1000000"`
+	QueueSize            int             `mode:"fixed" env:"QUEUE_SIZE" envDefault:"10000" help:"fixed: waiters allowed in the FIFO queue; more are rejected at once" accepts:"a whole number from 0 to 1000000 (0 = reject when all workers are busy)"`
+	QueueTimeout         time.Duration   `mode:"fixed" env:"QUEUE_TIMEOUT" envDefault:"30s" help:"fixed: longest wait in the queue before rejection" accepts:"a duration with a unit, e.g. 30s or 250ms, above 0"`
+	Bulkhead             int             `mode:"unbounded" env:"BULKHEAD" envDefault:"0" help:"unbounded: max concurrent requests, 0 = off" accepts:"a whole number from 0 to 1000000"`
+	BulkheadWait         time.Duration   `mode:"unbounded" env:"BULKHEAD_WAIT" envDefault:"0s" help:"unbounded: how long a request may wait for the bulkhead, 0 = fail fast" accepts:"a duration with a unit, e.g. 0s or 100ms, not negative, 0 unless LOOMGATE_BULKHEAD is above 0"`
+	RejectStatus         int             `env:"REJECT_STATUS" envDefault:"503" help:"status of admission's rejections (queue full or timed out, bulkhead, memory), with Retry-After" accepts:"503 or 429"`
+	MaxInflightBytes     Size            `env:"MAX_INFLIGHT_BYTES" envDefault:"0" help:"memory bulkhead: bytes held by in-flight requests, 0 = off" accepts:"a size in bytes, e.g. 0, 268435456, 256MiB or 1GB"`
+	UpstreamTimeout      time.Duration   `env:"UPSTREAM_TIMEOUT" envDefault:"60s" help:"per request, from admission to the last response byte" accepts:"a duration with a unit, e.g. 60s, above 0"`
+	HeaderTimeout        time.Duration   `env:"HEADER_TIMEOUT" envDefault:"10s" help:"longest a client may take to send a request's line, headers and first 8 KiB of body (408 beyond)" accepts:"a duration with a unit, e.g. 10s, above 0"`
+	BodyTimeout          time.Duration   `env:"BODY_TIMEOUT" envDefault:"10s" help:"longest pause in the rest of a request body, which streams while holding a worker (408 beyond)" accepts:"a duration with a unit, e.g. 10s, above 0"`
+	MaxBodyBytes         Size            `env:"MAX_BODY_BYTES" envDefault:"16MiB" help:"request body limit (413 beyond)" accepts:"a size in bytes above 0, at most 2GiB, e.g. 16MiB or 1048576"`
+	DrainTimeout         time.Duration   `env:"DRAIN_TIMEOUT" envDefault:"30s" help:"on SIGTERM: how long queued and in-flight requests may finish" accepts:"a duration with a unit, e.g. 30s, not negative"`
+	ServerTiming         bool            `env:"SERVER_TIMING" envDefault:"true" help:"add the Server-Timing response header" accepts:"true or false"`
+	AccessLog            string          `env:"ACCESS_LOG" envDefault:"off" help:"one JSON line per request on stdout" accepts:"off or json"`
+	LogLevel             slog.Level      `env:"LOG_LEVEL" envDefault:"info" help:"level of the process log on stderr" accepts:"debug, info, warn or error"`
+	UpstreamMetricsURL   string          `env:"UPSTREAM_METRICS_URL" envDefault:"" help:"optional: the service's own Prometheus endpoint, for its memory" accepts:"empty, or an http:// or https:// URL"`
+	UpstreamMemoryMetric advice.Selector `env:"UPSTREAM_MEMORY_METRIC" envDefault:"process_resident_memory_bytes" help:"the series to read there (summed)" accepts:"a metric name with optional = or != label matchers, e.g. jvm_memory_used_bytes{area=\"heap\"}"`
+	Routes               string          `env:"ROUTES" envDefault:"" help:"route classes the advice compares like with like: name=[METHOD ]/path/prefix pairs, * for one segment; empty: method and first path segment, the first 32 seen" accepts:"empty, or e.g. checkout=POST /api/checkout,search=/api/search,orders=/users/*/orders"`
+	MemoryBudgetBytes    Size            `env:"MEMORY_BUDGET_BYTES" envDefault:"0" help:"memory the advice may plan for, 0 = none" accepts:"a size in bytes, e.g. 0 or 2GiB"`
+	Pprof                bool            `env:"PPROF" envDefault:"false" help:"serve /debug/pprof/ on the admin listener, to clients on loopback only (kubectl port-forward arrives there)" accepts:"true or false"`
 }
 
 // Limiter returns the limiter's part of the configuration: both modes'
@@ -136,6 +137,9 @@ func (c Config) Validate() error {
 	if c.UpstreamMemoryMetric.Name == "" {
 		bad("UpstreamMemoryMetric", "names no metric")
 	}
+	if _, err := advice.ParseRoutes(c.Routes); err != nil {
+		bad("Routes", "%v", err)
+	}
 	// A placeholder admitter and registerer: what is checked here is the
 	// configuration, not the wiring.
 	// The limiter checks the fields of the mode it runs; checking both
@@ -150,10 +154,9 @@ func (c Config) Validate() error {
 	parts := []error{
 		limiterProblems, asUnbounded.Validate(),
 		proxy.Config{Upstream: c.Upstream, Admitter: noAdmitter{}, MaxBodyBytes: int64(c.MaxBodyBytes), RejectStatus: c.RejectStatus}.Validate(),
-		metrics.Config{
-			Registerer: noRegisterer{}, Outcomes: []string{"ok"}, State: func() metrics.State { return metrics.State{} },
-			TakePeaks: func() (int64, int64, int64) { return 0, 0, 0 }, UpstreamMetricsURL: c.UpstreamMetricsURL,
-			MemoryBudgetBytes: int64(c.MemoryBudgetBytes),
+		advice.Config{
+			State: func() advice.State { return advice.State{} }, UpstreamMetricsURL: c.UpstreamMetricsURL,
+			Settings: advice.Settings{MemoryBudgetBytes: int64(c.MemoryBudgetBytes)},
 		}.Validate(),
 	}
 	for _, err := range parts {
@@ -193,14 +196,14 @@ func dedupe(problems []FieldError) []FieldError {
 func partProblem(err error) (field, problem string, ok bool) {
 	var le *limiter.FieldError
 	var pe *proxy.FieldError
-	var me *metrics.FieldError
+	var ae *advice.FieldError
 	switch {
+	case errors.As(err, &ae):
+		return ae.Field, ae.Problem, true
 	case errors.As(err, &le):
 		return le.Field, le.Problem, true
 	case errors.As(err, &pe):
 		return pe.Field, pe.Problem, true
-	case errors.As(err, &me):
-		return me.Field, me.Problem, true
 	}
 	return "", "", false
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/loomgate/loomgate/advice"
 	"github.com/loomgate/loomgate/limiter"
 	"github.com/loomgate/loomgate/metrics"
 	"github.com/loomgate/loomgate/proxy"
@@ -48,6 +49,7 @@ type Sidecar struct {
 	proxy    *proxy.Proxy
 	registry *prometheus.Registry
 	metrics  *metrics.Metrics
+	advisor  *advice.Advisor
 	admin    *http.Server
 	ready    atomic.Bool
 }
@@ -73,6 +75,33 @@ func New(cfg Config, opts Options) (*Sidecar, error) {
 	}
 	s.limiter = lim
 	stats := lim.Stats()
+	routes, err := advice.ParseRoutes(cfg.Routes)
+	if err != nil {
+		return nil, err
+	}
+	s.advisor, err = advice.New(advice.Config{
+		Settings: advice.Settings{
+			Fixed:   cfg.Mode == limiter.Fixed,
+			Workers: cfg.Workers, QueueSize: cfg.QueueSize, QueueTimeout: cfg.QueueTimeout,
+			Bulkhead: cfg.Bulkhead, BulkheadWait: cfg.BulkheadWait,
+			MaxInFlightBytes:  int64(cfg.MaxInflightBytes),
+			MemoryBudgetBytes: int64(cfg.MemoryBudgetBytes),
+			OverheadBytes:     proxy.RequestOverheadBytes,
+		},
+		Routes: routes,
+		State: func() advice.State {
+			st := lim.Stats()
+			return advice.State{InFlight: st.InFlight, Queued: st.Queued}
+		},
+		UpstreamMetricsURL:   cfg.UpstreamMetricsURL,
+		UpstreamMemoryMetric: cfg.UpstreamMemoryMetric,
+		SampleInterval:       opts.SampleInterval,
+		ScrapeInterval:       opts.ScrapeInterval,
+		Logger:               s.log,
+	})
+	if err != nil {
+		return nil, err
+	}
 	s.metrics, err = metrics.New(metrics.Config{
 		Registerer:       s.registry,
 		Outcomes:         outcomeNames(),
@@ -85,18 +114,14 @@ func New(cfg Config, opts Options) (*Sidecar, error) {
 			st := lim.Stats()
 			return metrics.State{InFlight: st.InFlight, Queued: st.Queued, Bytes: st.Bytes}
 		},
-		TakePeaks:            lim.TakePeaks,
-		MemoryBudgetBytes:    int64(cfg.MemoryBudgetBytes),
-		UpstreamMetricsURL:   cfg.UpstreamMetricsURL,
-		UpstreamMemoryMetric: cfg.UpstreamMemoryMetric,
-		SampleInterval:       opts.SampleInterval,
-		ScrapeInterval:       opts.ScrapeInterval,
-		Logger:               s.log,
+		TakePeaks:      lim.TakePeaks,
+		Advice:         s.gauges,
+		SampleInterval: opts.SampleInterval,
 	})
 	if err != nil {
 		return nil, err
 	}
-	obs := &observer{metrics: s.metrics}
+	obs := &observer{metrics: s.metrics, advisor: s.advisor}
 	if cfg.AccessLog == "json" {
 		obs.access = slog.New(slog.NewJSONHandler(opts.AccessLog, nil))
 	}
@@ -145,6 +170,10 @@ func (s *Sidecar) Run(ctx context.Context, ln, adminLn net.Listener) error {
 	defer stopRun()
 	g.Go(func() error {
 		s.metrics.Run(runCtx)
+		return nil
+	})
+	g.Go(func() error {
+		s.advisor.Run(runCtx)
 		return nil
 	})
 	g.Go(func() error {
@@ -207,9 +236,11 @@ func (s *Sidecar) Gatherer() prometheus.Gatherer { return s.registry }
 // Config is the configuration the sidecar runs with.
 func (s *Sidecar) Config() Config { return s.cfg }
 
-// observer turns proxy Outcomes into metrics and access log lines.
+// observer turns proxy Outcomes into metrics, the advice's window and
+// access log lines.
 type observer struct {
 	metrics *metrics.Metrics
+	advisor *advice.Advisor
 	access  *slog.Logger // nil when the access log is off
 }
 
@@ -222,6 +253,12 @@ func (o *observer) Observe(out *proxy.Outcome) {
 		Queue:          out.Queue,
 		Service:        out.Service,
 		Total:          out.Total,
+	})
+	o.advisor.Record(&advice.Sample{
+		Method: out.Method, Target: out.Target,
+		Admission: out.Admission, Admitted: out.Admitted,
+		Answered: out.Kind == proxy.OK && out.UpstreamStatus > 0 && out.UpstreamStatus < 500,
+		Queue:    out.Queue, Service: out.Service,
 	})
 	if o.access == nil {
 		return

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/caarlos0/env/v11"
+	"github.com/loomgate/loomgate/proxy"
 )
 
 // testConfig is the defaults of Config's tags with env's variables over
@@ -164,4 +165,24 @@ func TestConfigProblemsNameTheirFields(t *testing.T) {
 			t.Errorf("Validate(%q) names %q; want %q (%v)", tt.env, got, tt.wantFields, err)
 		}
 	}
+}
+
+// BenchmarkObserve is what every request costs the sidecar after its
+// response: the metrics and the advice's window.
+func BenchmarkObserve(b *testing.B) {
+	s, err := New(testConfig(b), Options{Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		b.Fatal(err)
+	}
+	obs := &observer{metrics: s.metrics, advisor: s.advisor}
+	o := proxy.Outcome{Kind: proxy.OK, Status: 200, UpstreamStatus: 200, Admission: true, Admitted: true,
+		Queue: time.Millisecond, Service: 40 * time.Millisecond, Total: 42 * time.Millisecond,
+		Method: []byte("GET"), Target: []byte("/users/7?x=1")}
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		o := o
+		for pb.Next() {
+			obs.Observe(&o)
+		}
+	})
 }

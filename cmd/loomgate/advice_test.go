@@ -120,37 +120,39 @@ func getAdvice(t testing.TB, admin string) sidecar.AdviceDoc {
 func logAdvice(t testing.TB, doc sidecar.AdviceDoc) {
 	t.Helper()
 	f := doc.Figures
-	t.Logf("window %.1fs: %d requests, %.0f rps, in flight %.1f, queued %.1f, service %.0f ms (unloaded %.0f ms), queue %.0f ms, queue share %.2f, capacity %.1f, saturated %v, memory %.0f MiB, %.0f KiB per request",
-		f.WindowSeconds, f.Requests, f.Throughput, f.InFlight, f.Queued, 1000*f.MeanServiceSeconds, 1000*f.UnloadedServiceSeconds,
-		1000*f.MeanQueueSeconds, f.QueueShare, f.UpstreamCapacity, f.UpstreamSaturated, f.UpstreamMemoryBytes/(1<<20), f.BytesPerRequest/1024)
+	capacity := math.NaN()
+	if f.UpstreamCapacity != nil {
+		capacity = *f.UpstreamCapacity
+	}
+	t.Logf("window %.1fs: %d requests, %.0f rps, in flight %.1f, queued %.1f, service %.0f ms, queue %.0f ms, queue share %.2f, capacity %.1f (%s, at least %.0f), saturated %v, memory %.0f MiB, %.0f KiB per request",
+		f.WindowSeconds, f.Requests, f.Throughput, f.InFlight, f.Queued, 1000*f.MeanServiceSeconds,
+		1000*f.MeanQueueSeconds, f.QueueShare, capacity, f.CapacityUnknown, f.CapacityLowerBound, f.UpstreamSaturated, f.UpstreamMemoryBytes/(1<<20), f.BytesPerRequest/1024)
+	for _, r := range f.Routes {
+		t.Logf("route %s: %d answers, %.0f rps, service %.0f ms, p25 %.0f ms over %.0f ms unloaded (%.1f×), saturated %v", r.Name, r.Requests, r.Throughput,
+			1000*r.MeanServiceSeconds, 1000*r.ServiceP25Seconds, 1000*r.UnloadedP25Seconds, r.Stretch, r.Saturated)
+	}
 	t.Logf("advice: %+v", doc.Recommendation)
 }
 
 // TestAdviceHiddenPool is the first acceptance experiment: an unbounded
-// sidecar in front of an upstream with a hidden pool of 50 workers, 200
-// clients on a 100 ms call. Each request spends 400 ms in the upstream, a
-// quarter of it working; the sidecar must see the saturation, estimate the
-// capacity at 50 and advise that more admission will not help.
+// sidecar in front of an upstream with a hidden pool of 50 workers, on a
+// 100 ms call: 10 clients, then 200. At 200 each request spends 400 ms in
+// the upstream, a quarter of it working; the sidecar must see the service
+// time grow with the load, estimate the capacity at 50 from the buckets in
+// which it queued (not the window's average, which the 10 clients' buckets
+// would pull down) and advise that more admission will not help.
 func TestAdviceHiddenPool(t *testing.T) {
 	if testing.Short() {
-		t.Skip("5 s of load")
+		t.Skip("13 s of load")
 	}
 	up := startStub(t, stub.Config{Pool: 50})
 	s := startSidecar(t, map[string]string{"LOOMGATE_UPSTREAM": up})
-	// The unloaded service time is the shortest seen in 15 minutes, which
-	// in service has its quiet moments; here one request alone provides
-	// it, and the clients arrive over 200 ms rather than at one instant,
-	// whose burst of connections on two cores under -race would delay
-	// even the first requests.
-	if resp, err := http.Get(s.URL + "/wait?ms=100"); err != nil {
-		t.Fatal(err)
-	} else {
-		resp.Body.Close()
-	}
+	// A whole 5 s bucket at the low load makes the baseline.
+	calm := startAdviceLoad(t, s.URL, "/wait?ms=100", 10, 0)
+	time.Sleep(6 * time.Second)
+	calm.Stop()
 	load := startAdviceLoad(t, s.URL, "/wait?ms=100", 200, 200*time.Millisecond)
-	// The window includes the start, in which little completes: 5 s keeps
-	// that part of it to a twentieth.
-	time.Sleep(5 * time.Second)
+	time.Sleep(7 * time.Second)
 	doc := getAdvice(t, s.AdminURL)
 	saturated := s.counter(t, "loomgate_upstream_saturated")
 	capacity := s.counter(t, "loomgate_upstream_capacity_estimate")
@@ -162,7 +164,10 @@ func TestAdviceHiddenPool(t *testing.T) {
 	if !f.UpstreamSaturated || saturated != 1 {
 		t.Errorf("upstream_saturated = %v, loomgate_upstream_saturated = %v; want true and 1", f.UpstreamSaturated, saturated)
 	}
-	for name, c := range map[string]float64{"/advice": f.UpstreamCapacity, "loomgate_upstream_capacity_estimate": capacity} {
+	if f.UpstreamCapacity == nil {
+		t.Fatalf("upstream_capacity unknown (%s); want about 50", f.CapacityUnknown)
+	}
+	for name, c := range map[string]float64{"/advice": *f.UpstreamCapacity, "loomgate_upstream_capacity_estimate": capacity} {
 		if math.Abs(c-50)/50 > 0.15 {
 			t.Errorf("%s capacity = %.1f; want 50 ± 15%% (the hidden pool)", name, c)
 		}

@@ -8,8 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/loomgate/loomgate/advice"
 	"github.com/loomgate/loomgate/limiter"
-	"github.com/loomgate/loomgate/metrics"
 	"github.com/loomgate/loomgate/sidecar"
 )
 
@@ -23,7 +23,7 @@ func TestDefaults(t *testing.T) {
 		Workers: 200, QueueSize: 10000, QueueTimeout: 30 * time.Second, UpstreamTimeout: 60 * time.Second,
 		HeaderTimeout: 10 * time.Second, BodyTimeout: 10 * time.Second,
 		MaxBodyBytes: 16 << 20, RejectStatus: 503, DrainTimeout: 30 * time.Second, ServerTiming: true, AccessLog: "off",
-		LogLevel: slog.LevelInfo, UpstreamMemoryMetric: metrics.MustParseSelector("process_resident_memory_bytes"),
+		LogLevel: slog.LevelInfo, UpstreamMemoryMetric: advice.MustParseSelector("process_resident_memory_bytes"),
 	}
 	if !reflect.DeepEqual(cfg, want) {
 		t.Errorf("defaults = %+v\nwant %+v", cfg, want)

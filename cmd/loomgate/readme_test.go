@@ -48,6 +48,15 @@ func TestReadmeConfigurationTable(t *testing.T) {
 func TestReadmeMetricsTable(t *testing.T) {
 	upURL, _ := slowUpstream(t, 0)
 	s := startSidecar(t, map[string]string{"LOOMGATE_UPSTREAM": upURL})
+	// Enough traffic for the route and prediction series to exist.
+	for range 150 {
+		resp, err := http.Get(s.URL + "/r")
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+	}
+	waitUntil(t, func() bool { return s.counter(t, "loomgate_requests_total", "outcome", "ok") == 150 })
 	mfs, err := s.Gatherer().Gather()
 	if err != nil {
 		t.Fatal(err)
@@ -62,7 +71,7 @@ func TestReadmeMetricsTable(t *testing.T) {
 	section := text[strings.Index(text, "## Metrics"):]
 	section = section[:strings.Index(section[3:], "\n## ")+3]
 	documented := map[string]bool{}
-	for _, m := range regexp.MustCompile("`(loomgate_[a-z_]+)").FindAllStringSubmatch(section, -1) {
+	for _, m := range regexp.MustCompile("`(loomgate_[a-z0-9_]+)").FindAllStringSubmatch(section, -1) {
 		documented[m[1]] = true
 	}
 	var missing, stale []string

@@ -147,6 +147,15 @@ func TestStatusPageInBrowser(t *testing.T) {
 	if inactive != "inactive: bulkhead off" {
 		t.Errorf("inactive settings = %q; want the other mode's, \"inactive: bulkhead off\"", inactive)
 	}
+	// The route class and the predictions, once the window holds enough
+	// requests for advice.
+	tablesCtx, cancelTables := context.WithTimeout(ctx, 30*time.Second)
+	defer cancelTables()
+	if _, err := chromedp.Run(tablesCtx, chromedp.Poll[chromedp.Void](`document.querySelector("#routes tbody").textContent.includes("GET /work") &&
+		document.querySelectorAll("#predictions tbody tr").length >= 2`, chromedp.WithPollingTimeout(25*time.Second))); err != nil {
+		shown, _ := chromedp.Run(ctx, chromedp.Text("main"))
+		t.Fatalf("page never showed the route and the predictions: %v\npage text:\n%s", err, shown)
+	}
 	if q, _ := strconv.Atoi(queued); q > clients-workers {
 		t.Errorf("page shows %d queued; at most %d can be", q, clients-workers)
 	}

@@ -1,4 +1,4 @@
-package metrics
+package advice
 
 import (
 	"errors"
@@ -9,7 +9,7 @@ import (
 )
 
 // ErrSelector is returned, wrapped with what is wrong, by ParseSelector.
-var ErrSelector = errors.New("metrics: bad selector")
+var ErrSelector = errors.New("advice: bad selector")
 
 // Selector picks series from a Prometheus exposition by name and labels.
 // It is written the way PromQL writes an instant vector selector, limited

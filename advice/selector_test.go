@@ -1,4 +1,4 @@
-package metrics
+package advice
 
 import (
 	"errors"
@@ -141,5 +141,5 @@ func ExampleParseSelector() {
 	// Output:
 	// jvm_memory_used_bytes 2
 	// jvm_memory_used_bytes{area="heap",id!="Metaspace"}
-	// metrics: bad selector: regular expression matchers are not supported; use = or !=
+	// advice: bad selector: regular expression matchers are not supported; use = or !=
 }

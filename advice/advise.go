@@ -1,4 +1,4 @@
-package metrics
+package advice
 
 import (
 	"fmt"
@@ -7,23 +7,59 @@ import (
 	"time"
 )
 
-// Settings are the admission settings in force, as the advice needs them.
+// Settings are the admission settings: the mode in force and both modes'
+// values, so that the other mode can be predicted as configured.
 type Settings struct {
-	// Mode is "fixed" or "unbounded".
-	Mode string
-	// Limit is WORKERS in fixed mode and BULKHEAD in unbounded mode; 0
-	// when nothing is limited.
-	Limit int
-	// QueueLimit is QUEUE_SIZE in fixed mode, 0 otherwise.
-	QueueLimit int
+	// Fixed is set in fixed mode.
+	Fixed bool
+	// Workers, QueueSize and QueueTimeout are fixed mode's.
+	Workers, QueueSize int
+	QueueTimeout       time.Duration
+	// Bulkhead and BulkheadWait are unbounded mode's.
+	Bulkhead     int
+	BulkheadWait time.Duration
 	// MaxInFlightBytes is the memory bulkhead, 0 when there is none.
 	MaxInFlightBytes int64
 	// MemoryBudgetBytes is the memory the advice may plan for in-flight
-	// requests, 0 when none is given.
+	// requests at the upstream, 0 when none is given.
 	MemoryBudgetBytes int64
+	// OverheadBytes is what loomgate reserves per request it holds.
+	OverheadBytes int64
 }
 
-// Recommendation is what the advice recommends, with its reasons.
+// Mode is "fixed" or "unbounded".
+func (s Settings) Mode() string {
+	if s.Fixed {
+		return "fixed"
+	}
+	return "unbounded"
+}
+
+// Limit is the limit in force: WORKERS, or BULKHEAD (0 for none).
+func (s Settings) Limit() int {
+	if s.Fixed {
+		return s.Workers
+	}
+	return s.Bulkhead
+}
+
+func (s Settings) inForce() Setting {
+	if s.Fixed {
+		return Setting{Name: "in force", Fixed: true, Limit: s.Workers, QueueSize: s.QueueSize, Wait: s.QueueTimeout}
+	}
+	return Setting{Name: "in force", Limit: s.Bulkhead, Wait: s.BulkheadWait}
+}
+
+// otherMode is the other mode as its (inactive) variables configure it.
+func (s Settings) otherMode() Setting {
+	if s.Fixed {
+		return Setting{Name: "unbounded", Limit: s.Bulkhead, Wait: s.BulkheadWait}
+	}
+	return Setting{Name: "fixed", Fixed: true, Limit: s.Workers, QueueSize: s.QueueSize, Wait: s.QueueTimeout}
+}
+
+// Recommendation is what the advice recommends, with its reasons and what
+// each alternative would do.
 type Recommendation struct {
 	// Mode is the mode to run: "fixed" or "unbounded".
 	Mode string
@@ -39,6 +75,10 @@ type Recommendation struct {
 	Reasons []string
 	// Summary says what to do in one or two sentences.
 	Summary string
+	// Predictions are what the settings in force, the recommendation, the
+	// other mode and a memory-budget bulkhead would each do to the
+	// measured demand; empty without enough traffic.
+	Predictions []Prediction
 }
 
 // The advice's judgements.
@@ -56,9 +96,12 @@ const (
 // and tested on its own:
 //
 //   - too little traffic: no advice;
-//   - the upstream saturated: more admission cannot help, so cap admission
-//     at its capacity, fixed with a queue if latency can stretch or a
-//     bulkhead that fails fast if not;
+//   - the upstream queues inside for every route: more admission cannot
+//     help, so cap admission at its capacity (never below what it served
+//     without its service time growing), fixed with a queue if latency can
+//     stretch or a bulkhead that fails fast if not;
+//   - only some routes queue inside: a global cap would throttle the
+//     healthy ones, so none; the bottleneck is behind those routes;
 //   - loomgate's own queue dominating an upstream that is not saturated:
 //     raise the limit to the demand (in flight + queued) with headroom, or
 //     admit everything;
@@ -67,30 +110,43 @@ const (
 //     request known, the bulkhead that keeps in-flight memory under it
 //     caps the rest.
 func Advise(s Settings, f Figures) Recommendation {
-	r := Recommendation{Mode: s.Mode}
+	r := Recommendation{Mode: s.Mode()}
 	if f.Requests < MinRequests {
 		r.Summary = fmt.Sprintf("Not enough traffic to advise yet: %d requests finished in the last %s; the advice needs %d.",
 			f.Requests, roundSpan(f.Span), MinRequests)
 		return r
 	}
+	e := f.Estimate
 	memCap := memoryBulkhead(s, f)
+	var recommended *Setting
 	switch {
-	case f.Saturated:
-		advise := max(int(math.Round(f.Capacity)), 1)
+	case e.Saturated && isKnown(e.Capacity):
+		advise := max(int(math.Round(e.Capacity)), int(math.Ceil(e.LowerBound)), 1)
 		r.Reasons = append(r.Reasons,
-			fmt.Sprintf("The upstream holds %.0f requests on average but completes only %.0f per second at %s each unloaded: it sustains about %d at once and queues the rest inside (a hidden pool, a lock or the CPU).",
-				f.InFlight, f.Throughput, ms(f.UnloadedService), advise),
-			fmt.Sprintf("Its service time has grown from %s unloaded to %s.", ms(f.UnloadedService), ms(f.MeanService)),
+			fmt.Sprintf("The upstream holds %.0f requests on average but serves about %s at once in its unloaded time: it queues the rest inside (a hidden pool, a lock or the CPU).",
+				f.InFlight, capacityText(e)),
+			stretchReason(f),
 			"More admission will not help: it only lengthens the queue inside the upstream.")
+		if e.LowerBound > e.Capacity {
+			r.Reasons = append(r.Reasons, fmt.Sprintf("It was seen to serve %.0f at once without its service time growing, so the cap is no lower.", e.LowerBound))
+		}
 		if memCap > 0 && memCap < advise {
 			advise = memCap
 		}
 		r.Mode, r.Workers, r.Bulkhead = "fixed", advise, advise
 		r.Summary = fmt.Sprintf("The upstream is saturated; more admission will not help. Cap admission at %d: LOOMGATE_MODE=fixed with LOOMGATE_WORKERS=%d if clients can wait in loomgate's queue, or LOOMGATE_MODE=unbounded with LOOMGATE_BULKHEAD=%d to fail fast.",
 			advise, advise, advise)
-	case f.QueueShare >= QueueDominates && (s.Mode == "fixed" || s.Limit > 0):
+		recommended = &Setting{Name: "recommended", Fixed: true, Limit: advise, QueueSize: max(s.QueueSize, 1), Wait: max(s.QueueTimeout, time.Second)}
+	case len(e.RouteLocal) > 0:
+		r.Reasons = append(r.Reasons,
+			fmt.Sprintf("Only %s queue inside the upstream; the other routes are served in their unloaded time.", strings.Join(quoted(e.RouteLocal), ", ")),
+			stretchReason(f),
+			"A limit in loomgate applies to every route: it would hold back the healthy ones to protect a bottleneck they do not use.")
+		r.Summary = fmt.Sprintf("A bottleneck behind %s only: set no global cap; give %s its own limit in the service (its pool, or a bulkhead in front of its dependency).",
+			strings.Join(quoted(e.RouteLocal), ", "), plural(len(e.RouteLocal), "that route", "those routes"))
+	case f.QueueShare >= QueueDominates && s.Limit() > 0:
 		demand := f.InFlight + f.Queued
-		advise := max(readableUp(demand*Headroom), s.Limit+1)
+		advise := max(readableUp(demand*Headroom), s.Limit()+1)
 		r.Reasons = append(r.Reasons,
 			fmt.Sprintf("Requests spend %.0f%% of their time in loomgate's queue (mean wait %s, service %s).",
 				100*f.QueueShare, ms(f.MeanQueue), ms(f.MeanService)),
@@ -101,18 +157,20 @@ func Advise(s Settings, f Figures) Recommendation {
 		if capped {
 			advise = memCap
 		}
-		if s.Mode == "fixed" {
+		if s.Fixed {
 			r.Mode, r.Workers = "fixed", advise
 			r.Summary = fmt.Sprintf("Raise LOOMGATE_WORKERS to %d or switch to LOOMGATE_MODE=unbounded.", advise)
 			if capped {
 				r.Summary = fmt.Sprintf("Raise LOOMGATE_WORKERS to %d, as far as the memory budget allows.", advise)
 			}
+			recommended = &Setting{Name: "recommended", Fixed: true, Limit: advise, QueueSize: s.QueueSize, Wait: s.QueueTimeout}
 		} else {
 			r.Mode, r.Bulkhead = "unbounded", advise
 			r.Summary = fmt.Sprintf("Raise LOOMGATE_BULKHEAD to %d or set it to 0 to admit every request.", advise)
 			if capped {
 				r.Summary = fmt.Sprintf("Raise LOOMGATE_BULKHEAD to %d, as far as the memory budget allows.", advise)
 			}
+			recommended = &Setting{Name: "recommended", Limit: advise, Wait: s.BulkheadWait}
 		}
 	default:
 		r.Mode = "unbounded"
@@ -120,11 +178,19 @@ func Advise(s Settings, f Figures) Recommendation {
 			fmt.Sprintf("Requests spend %.0f%% of their time in loomgate's queue.", 100*f.QueueShare),
 			notSaturated(f))
 		r.Summary = "Below saturation the modes are equivalent: keep the simpler one, LOOMGATE_MODE=unbounded, which has no limit to size."
-		if s.Mode == "fixed" {
-			r.Reasons = append(r.Reasons, fmt.Sprintf("LOOMGATE_WORKERS=%d does not hold requests back at this load (%.0f in flight on average).", s.Limit, f.InFlight))
+		if s.Fixed {
+			r.Reasons = append(r.Reasons, fmt.Sprintf("LOOMGATE_WORKERS=%d does not hold requests back at this load (%.0f in flight on average).", s.Workers, f.InFlight))
+		}
+		if !e.LoadVaried {
+			r.Reasons = append(r.Reasons, "The upstream's capacity is unknown: the load has not varied enough to show where its throughput stops growing. A short ramp shows it: loomgate bench --url http://<this sidecar>/<a path> -c 10,50,100,200,500 --window 10s, then read this advice again.")
 		}
 		if memCap > 0 {
 			r.Bulkhead = memCap
+		}
+		if !s.Fixed && s.Bulkhead == 0 {
+			recommended = nil
+		} else {
+			recommended = &Setting{Name: "recommended", Limit: r.Bulkhead, Wait: s.BulkheadWait}
 		}
 	}
 	switch {
@@ -137,13 +203,101 @@ func Advise(s Settings, f Figures) Recommendation {
 	case s.MemoryBudgetBytes > 0:
 		r.Reasons = append(r.Reasons, "A memory budget is set, but the upstream's memory per request is not known yet: set LOOMGATE_UPSTREAM_METRICS_URL and let the load vary.")
 	}
+
+	// A capacity seen in History, at another load, still holds; an
+	// upstream that never queued has none to model (NaN).
+	d := Demand{
+		Clients:         max(int(math.Round(f.InFlight+f.Queued)), 1),
+		Capacity:        e.Capacity,
+		Service:         f.service,
+		OverheadBytes:   float64(s.OverheadBytes),
+		BytesPerRequest: f.BytesPerRequest,
+	}
+	alternatives := []Setting{s.inForce()}
+	if recommended != nil {
+		alternatives = append(alternatives, *recommended)
+	}
+	alternatives = append(alternatives, s.otherMode())
+	if memCap > 0 {
+		alternatives = append(alternatives, Setting{Name: "memory budget", Limit: memCap})
+	}
+	for _, a := range alternatives {
+		r.Predictions = append(r.Predictions, Predict(a, d))
+	}
 	return r
+}
+
+// stretchReason says how the routes' service times compare with their
+// unloaded ones.
+func stretchReason(f Figures) string {
+	var parts []string
+	for _, rt := range f.Routes {
+		if rt.Baseline == 0 || rt.Requests < MinRequests/10 {
+			continue
+		}
+		parts = append(parts, fmt.Sprintf("%s %s (first quartile %.1f× its unloaded %s)", rt.Name, ms(rt.MeanService), rt.Stretch, ms(rt.BaselineP25)))
+	}
+	if len(parts) == 0 {
+		return "Service times have grown above their unloaded values."
+	}
+	return "Service time by route: " + strings.Join(parts, "; ") + "."
 }
 
 // notSaturated says why the upstream is not saturated, with the figures.
 func notSaturated(f Figures) string {
-	return fmt.Sprintf("The upstream is not saturated: it holds %.0f requests on average for a capacity of about %.0f, and serves them in %s (%s unloaded).",
-		f.InFlight, f.Capacity, ms(f.MeanService), ms(f.UnloadedService))
+	e := f.Estimate
+	b := fmt.Sprintf("The upstream is not saturated: its service times are what they are unloaded (%s)", routeStretches(f))
+	switch {
+	case isKnown(e.Capacity):
+		b += fmt.Sprintf(", and it sustained about %s at once when it queued", capacityText(e))
+	case e.LowerBound > 0:
+		b += fmt.Sprintf("; capacity %s, at least the %.0f it served at once without slowing", e.Unknown, e.LowerBound)
+	}
+	for _, rt := range f.Routes {
+		if rt.Slower {
+			b += fmt.Sprintf("; %s got slower without more load, a slower dependency rather than saturation", rt.Name)
+		}
+	}
+	return b + "."
+}
+
+func routeStretches(f Figures) string {
+	var parts []string
+	for _, rt := range f.Routes {
+		if rt.Baseline > 0 && rt.Requests >= MinRequests/10 {
+			parts = append(parts, fmt.Sprintf("%s %.1f×", rt.Name, rt.Stretch))
+		}
+	}
+	if len(parts) == 0 {
+		return "no route has a baseline yet"
+	}
+	return strings.Join(parts, ", ")
+}
+
+// capacityText writes the capacity with its range.
+func capacityText(e Estimate) string {
+	if !isKnown(e.Capacity) {
+		return e.Unknown
+	}
+	if math.Round(e.CapacityLow) == math.Round(e.CapacityHigh) {
+		return fmt.Sprintf("%.0f", e.Capacity)
+	}
+	return fmt.Sprintf("%.0f (%.0f to %.0f)", e.Capacity, e.CapacityLow, e.CapacityHigh)
+}
+
+func quoted(names []string) []string {
+	out := make([]string, len(names))
+	for i, n := range names {
+		out[i] = "“" + n + "”"
+	}
+	return out
+}
+
+func plural(n int, one, many string) string {
+	if n == 1 {
+		return one
+	}
+	return many
 }
 
 // memoryBulkhead is the most requests in flight that keep the upstream's
@@ -170,55 +324,6 @@ func readableUp(x float64) int {
 	}
 	step := math.Pow(10, math.Floor(math.Log10(x))-1)
 	return int(math.Ceil(x/step-eps) * step)
-}
-
-// Text writes the advice for people: the settings, the figures and the
-// recommendation, in a few plain sentences.
-func (s Snapshot) Text() string {
-	var b strings.Builder
-	st, f, r := s.Settings, s.Figures, s.Recommendation
-	switch {
-	case st.Mode == "fixed":
-		fmt.Fprintf(&b, "Mode fixed, WORKERS=%d, QUEUE_SIZE=%d.", st.Limit, st.QueueLimit)
-	case st.Limit > 0:
-		fmt.Fprintf(&b, "Mode unbounded, BULKHEAD=%d.", st.Limit)
-	default:
-		fmt.Fprintf(&b, "Mode unbounded, no bulkhead.")
-	}
-	if st.MaxInFlightBytes > 0 {
-		fmt.Fprintf(&b, " Memory bulkhead %s.", bytesText(float64(st.MaxInFlightBytes)))
-	}
-	if f.Requests > 0 {
-		fmt.Fprintf(&b, " Over the last %s: throughput %.0f rps (arrivals %.0f rps); service %s (unloaded %s, p99 %s); queue wait %s (p99 %s); %.0f in flight and %.0f queued on average.",
-			roundSpan(f.Span), f.Throughput, f.ArrivalRate, ms(f.MeanService), ms(f.UnloadedService), ms(f.ServiceP99),
-			ms(f.MeanQueue), ms(f.QueueP99), f.InFlight, f.Queued)
-		if f.Capacity > 0 {
-			verdict := "not saturated"
-			if f.Saturated {
-				verdict = "saturated"
-			}
-			fmt.Fprintf(&b, " Upstream capacity about %.0f, %s.", f.Capacity, verdict)
-		}
-	}
-	if f.UpstreamMemoryBytes > 0 {
-		fmt.Fprintf(&b, " Upstream memory %s", bytesText(f.UpstreamMemoryBytes))
-		if f.BytesPerRequest > 0 {
-			fmt.Fprintf(&b, ", %s per request in flight", bytesText(f.BytesPerRequest))
-		}
-		b.WriteString(".")
-	}
-	b.WriteString("\n\n")
-	b.WriteString(r.Summary)
-	b.WriteString("\n")
-	if len(r.Reasons) > 0 {
-		b.WriteString("\nWhy:\n")
-		for _, reason := range r.Reasons {
-			b.WriteString("- ")
-			b.WriteString(reason)
-			b.WriteString("\n")
-		}
-	}
-	return b.String()
 }
 
 // ms writes a duration in milliseconds, or seconds from 10 s, at a

@@ -1,4 +1,4 @@
-package metrics
+package advice
 
 import (
 	"testing"
@@ -67,7 +67,7 @@ func TestMemoryFit(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			w := newWindow(t0)
 			readings(w, t0, 3, tt.memory, tt.levels...)
-			if f := w.figures(t0.Add(time.Minute)); !near(f.BytesPerRequest, tt.want) {
+			if f := w.figures(t0.Add(time.Minute), nil); !near(f.BytesPerRequest, tt.want) {
 				t.Errorf("BytesPerRequest = %v; want %v", f.BytesPerRequest, tt.want)
 			}
 		})
@@ -81,7 +81,7 @@ func TestMemoryFitPersistsAndAges(t *testing.T) {
 	// stretch age out, and nothing new can be fitted, but what was
 	// measured stands.
 	at = readings(w, at, 90, func(x float64) float64 { return 1e8 + 1e6*x }, 30)
-	if f := w.figures(at); !near(f.BytesPerRequest, 1e6) || f.UpstreamMemoryBytes != 1e8+30e6 {
+	if f := w.figures(at, nil); !near(f.BytesPerRequest, 1e6) || f.UpstreamMemoryBytes != 1e8+30e6 {
 		t.Errorf("after a steady stretch: BytesPerRequest, UpstreamMemoryBytes = %v, %v; want the earlier 1e6 and the last reading 1.3e8",
 			f.BytesPerRequest, f.UpstreamMemoryBytes)
 	}
@@ -90,7 +90,7 @@ func TestMemoryFitPersistsAndAges(t *testing.T) {
 	}
 	// A new varied stretch with another slope replaces it.
 	at = readings(w, at, 3, func(x float64) float64 { return 1e8 + 2e6*x }, 10, 50)
-	if f := w.figures(at); f.BytesPerRequest < 1.5e6 {
+	if f := w.figures(at, nil); f.BytesPerRequest < 1.5e6 {
 		t.Errorf("after a new varied stretch BytesPerRequest = %v; want it near the new 2e6", f.BytesPerRequest)
 	}
 }

@@ -1,0 +1,316 @@
+package advice
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+)
+
+// State is a snapshot of admission, read by the sampler.
+type State struct {
+	InFlight, Queued int64
+}
+
+// Config describes what an Advisor watches.
+type Config struct {
+	// Settings are the admission settings, as the advice needs them.
+	Settings Settings
+	// Routes classifies requests. If nil, automatically (ParseRoutes("")).
+	Routes *Routes
+	// State returns current admission state. Required.
+	State func() State
+	// UpstreamMetricsURL is the upstream's Prometheus endpoint (text
+	// format), read by Run for the upstream's memory. If empty, the
+	// upstream's memory is not read.
+	UpstreamMetricsURL string
+	// UpstreamMemoryMetric selects the series summed there. If its Name is
+	// empty, process_resident_memory_bytes.
+	UpstreamMemoryMetric Selector
+	// SampleInterval is how often Run reads State for the window's time
+	// averages. If zero, 250ms: a few samples per request at the service
+	// times that matter, for a lock taken four times a second.
+	SampleInterval time.Duration
+	// ScrapeInterval is how often Run reads the upstream's memory. If
+	// zero, 5s: a dozen readings per window, and a scrape cheap beside
+	// Prometheus's own.
+	ScrapeInterval time.Duration
+	// Client reads UpstreamMetricsURL. If nil, a client of the package's
+	// own. Each read is bounded by ScrapeInterval, and by 3s, whatever the
+	// client's own timeout.
+	Client *http.Client
+	// Logger receives scrape failures, at debug level and at most once a
+	// minute. If nil, slog.Default().
+	Logger *slog.Logger
+}
+
+// DefaultMemoryMetric is the series read at UpstreamMetricsURL when
+// UpstreamMemoryMetric is not set: the resident memory that every
+// Prometheus client library's process collector exports.
+const DefaultMemoryMetric = "process_resident_memory_bytes"
+
+// Sample is one finished request.
+type Sample struct {
+	// Method and Target are the request line's, for the route class.
+	Method, Target []byte
+	// Admission is set when the request reached admission, admitted or
+	// not; only those have a queue wait to record.
+	Admission bool
+	// Admitted is set when the request went to the upstream.
+	Admitted bool
+	// Answered is set when the upstream answered in full, below 500: only
+	// those service times say what the work costs.
+	Answered       bool
+	Queue, Service time.Duration
+}
+
+// Advisor keeps the window of the last minutes and turns it into figures,
+// an estimate of the upstream and a recommendation.
+type Advisor struct {
+	cfg          Config
+	window       *window
+	scrapeErrors atomic.Int64
+
+	// The last snapshot, kept for a bucket's time: the estimate and the
+	// predictions are worth computing once per bucket, not per scrape.
+	mu       sync.Mutex
+	snap     Snapshot
+	snapTime time.Time
+}
+
+// Snapshot is the window and the advice at one moment: what /advice and a
+// status page show.
+type Snapshot struct {
+	// Time is when it was taken.
+	Time time.Time
+	// Settings are the admission settings in force.
+	Settings Settings
+	// Figures are the window's.
+	Figures Figures
+	// History is the window's buckets, oldest first, from the one in which
+	// traffic began.
+	History []BucketFigures
+	// Recommendation is Advise(Settings, Figures).
+	Recommendation Recommendation
+}
+
+// FieldError is a problem with one field of Config.
+type FieldError struct {
+	// Field is the field's name, e.g. "UpstreamMetricsURL".
+	Field string
+	// Problem says what is wrong.
+	Problem string
+}
+
+func (e *FieldError) Error() string { return "advice: " + e.Field + " " + e.Problem }
+
+// Validate reports every problem of cfg as FieldErrors joined, or nil.
+func (cfg Config) Validate() error {
+	var problems []error
+	bad := func(field, problem string) {
+		problems = append(problems, &FieldError{Field: field, Problem: problem})
+	}
+	if cfg.State == nil {
+		bad("State", "is required")
+	}
+	if cfg.SampleInterval < 0 {
+		bad("SampleInterval", "is negative")
+	}
+	if cfg.ScrapeInterval < 0 {
+		bad("ScrapeInterval", "is negative")
+	}
+	if cfg.Settings.MemoryBudgetBytes < 0 {
+		bad("MemoryBudgetBytes", "is negative")
+	}
+	if cfg.UpstreamMetricsURL != "" {
+		// Read with net/http, which speaks both.
+		u, err := url.Parse(cfg.UpstreamMetricsURL)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Hostname() == "" {
+			bad("UpstreamMetricsURL", "is not an http:// or https:// URL with a host")
+		}
+	}
+	return errors.Join(problems...)
+}
+
+// New returns an Advisor.
+func New(cfg Config) (*Advisor, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if cfg.Routes == nil {
+		cfg.Routes, _ = ParseRoutes("")
+	}
+	if cfg.UpstreamMemoryMetric.Name == "" {
+		cfg.UpstreamMemoryMetric = MustParseSelector(DefaultMemoryMetric)
+	}
+	if cfg.SampleInterval == 0 {
+		cfg.SampleInterval = 250 * time.Millisecond
+	}
+	if cfg.ScrapeInterval == 0 {
+		cfg.ScrapeInterval = 5 * time.Second
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.Client == nil {
+		cfg.Client = &http.Client{Transport: &http.Transport{MaxIdleConns: 1, IdleConnTimeout: time.Minute}}
+	}
+	return &Advisor{cfg: cfg, window: newWindow(time.Now())}, nil
+}
+
+// Record adds one finished request. It does not allocate.
+func (a *Advisor) Record(s *Sample) {
+	if !s.Admission {
+		return
+	}
+	a.window.record(time.Now(), a.cfg.Routes.Class(s.Method, s.Target), s)
+}
+
+// Routes are the route classes the Advisor sorts requests into.
+func (a *Advisor) Routes() *Routes { return a.cfg.Routes }
+
+// ScrapeErrors counts failed reads of UpstreamMetricsURL.
+func (a *Advisor) ScrapeErrors() int64 { return a.scrapeErrors.Load() }
+
+// MeanService is the window's mean service time, 0 before any request was
+// served: what RetryAfter needs, computed without the rest of the figures.
+func (a *Advisor) MeanService() time.Duration {
+	return a.window.meanService(time.Now())
+}
+
+// snapshotAge is how long a Snapshot is reused: the figures change by the
+// bucket, and the predictions cost milliseconds.
+const snapshotAge = time.Second
+
+// Snapshot returns the window's figures, history and advice now, or as of
+// at most a second ago.
+func (a *Advisor) Snapshot() Snapshot {
+	now := time.Now()
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if !a.snapTime.IsZero() && now.Sub(a.snapTime) < snapshotAge {
+		return a.snap
+	}
+	f := a.window.figures(now, a.cfg.Routes.Names())
+	a.snap = Snapshot{
+		Time:           now,
+		Settings:       a.cfg.Settings,
+		Figures:        f,
+		History:        a.window.history(now),
+		Recommendation: Advise(a.cfg.Settings, f),
+	}
+	a.snapTime = now
+	return a.snap
+}
+
+// maxScrapeBytes bounds what is read of the upstream's metrics page: a
+// large JVM exposes some hundreds of KiB.
+const maxScrapeBytes = 16 << 20
+
+// scrapeTimeout bounds one read of the upstream's metrics: a page that
+// takes longer is not worth waiting for every five seconds.
+const scrapeTimeout = 3 * time.Second
+
+// Run samples the admission state every SampleInterval for the window's
+// time averages and, with an UpstreamMetricsURL, reads the upstream's
+// memory every ScrapeInterval, until ctx ends. Without Run the window has
+// no in-flight or queued averages.
+//
+// The state is sampled rather than integrated at each change so that the
+// admission path stays free of clocks and locks; a few samples per service
+// time estimate the time average without bias.
+func (a *Advisor) Run(ctx context.Context) {
+	var wg sync.WaitGroup
+	if a.cfg.UpstreamMetricsURL != "" {
+		wg.Go(func() { a.scrapeLoop(ctx) })
+	}
+	t := time.NewTicker(a.cfg.SampleInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			wg.Wait()
+			return
+		case now := <-t.C:
+			st := a.cfg.State()
+			a.window.sample(now, st.InFlight, st.Queued)
+		}
+	}
+}
+
+func (a *Advisor) scrapeLoop(ctx context.Context) {
+	t := time.NewTicker(a.cfg.ScrapeInterval)
+	defer t.Stop()
+	var failures int
+	var lastLog time.Time
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		v, err := a.scrapeMemory(ctx)
+		if err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			a.scrapeErrors.Add(1)
+			failures++
+			// An upstream without metrics would otherwise log every 5 s
+			// forever; the counter has every failure.
+			if now := time.Now(); now.Sub(lastLog) >= time.Minute {
+				a.cfg.Logger.Debug("cannot read the upstream's memory; check LOOMGATE_UPSTREAM_METRICS_URL and LOOMGATE_UPSTREAM_MEMORY_METRIC",
+					"url", a.cfg.UpstreamMetricsURL, "metric", a.cfg.UpstreamMemoryMetric.String(), "failures", failures, "err", err)
+				lastLog, failures = now, 0
+			}
+			continue
+		}
+		a.window.memoryReading(time.Now(), v)
+	}
+}
+
+// errNoSeries: the page was read but nothing matched the selector.
+var errNoSeries = errors.New("no series matches")
+
+// scrapeMemory reads the upstream's metrics page once and sums the selected
+// series.
+func (a *Advisor) scrapeMemory(ctx context.Context) (float64, error) {
+	// Bounded inside the interval, so that a hung endpoint never stacks
+	// scrapes up.
+	ctx, cancel := context.WithTimeout(ctx, min(a.cfg.ScrapeInterval, scrapeTimeout))
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, a.cfg.UpstreamMetricsURL, nil)
+	if err != nil {
+		return 0, err
+	}
+	// The classic text format: every client library serves it, and it is
+	// the one expfmt parses without negotiation.
+	req.Header.Set("Accept", "text/plain;version=0.0.4")
+	resp, err := a.cfg.Client.Do(req)
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return 0, fmt.Errorf("status %s", resp.Status)
+	}
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	families, err := parser.TextToMetricFamilies(io.LimitReader(resp.Body, maxScrapeBytes))
+	if err != nil {
+		return 0, err
+	}
+	v, n := a.cfg.UpstreamMemoryMetric.Sum(families)
+	if n == 0 {
+		return 0, fmt.Errorf("%w %s", errNoSeries, a.cfg.UpstreamMemoryMetric)
+	}
+	return v, nil
+}

@@ -1,0 +1,20 @@
+// Package advice estimates, from what admission does to requests, whether
+// the upstream queues inside and what it can serve, and predicts what each
+// admission setting would do.
+//
+// Finished requests arrive as Samples and fill a sliding window (Window, in
+// BucketWidth buckets, kept for History) by route class (Routes: named
+// patterns, or method and first path segment, bounded by MaxRoutes). The
+// estimate compares each route with itself at other loads: a route is
+// queueing inside the upstream when its service time (the first quartile,
+// which neither a wide spread nor a mix of cheap and expensive requests
+// moves) has grown over its least loaded buckets' while the load grew with
+// it. Its capacity is what it served at once, in unloaded service times,
+// while it queued. Where the load never varied enough to tell, the
+// capacity is unknown, not a guess. Advise turns the figures into a
+// Recommendation, and Predict simulates each alternative setting against
+// the measured demand and service times.
+//
+// It knows nothing of the proxy: requests arrive as Samples, admission
+// state through Config.State. Exporting is the metrics package's job.
+package advice

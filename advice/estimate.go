@@ -1,0 +1,264 @@
+package advice
+
+import (
+	"math"
+	"slices"
+	"time"
+)
+
+// Judgements of the estimate. Noise in a bucket's quartile of a few dozen
+// requests is some tens of percent; half again above the baseline is
+// beyond it, and well below the fourfold growth of an upstream holding four
+// times what it serves.
+const (
+	// minClassRequests is the fewest answers of a class in a bucket for
+	// the bucket to say anything of the class's service time.
+	minClassRequests = 10
+	// Stretched is the growth of a class's first quartile of service time
+	// over its baseline from which the class is queueing inside.
+	Stretched = 1.5
+	// Unstretched is the growth below which the upstream is serving as it
+	// does unloaded.
+	Unstretched = 1.25
+	// LoadRise is how much more in flight than at the baseline a stretch
+	// must come with to be the load's doing: a service time that grew with
+	// no more load is a slower dependency, not saturation.
+	LoadRise = 1.5
+	// baselineShare is the part of a class's buckets, the least loaded,
+	// that make its baseline.
+	baselineShare = 0.25
+)
+
+// point is one bucket of History, as the estimate reads it.
+type point struct {
+	n     int64
+	span  time.Duration
+	load  float64 // requests in flight at the upstream, time-averaged
+	class [classes]classPoint
+}
+
+type classPoint struct {
+	n         int64
+	mean, p25 time.Duration
+	x         float64 // answers per second
+}
+
+// Estimate is what the estimate concludes about the upstream.
+type Estimate struct {
+	// Saturated is set when the upstream queues inside for every route:
+	// their service times grew with the load while throughput stopped.
+	Saturated bool
+	// RouteLocal names the routes that queue inside when others do not:
+	// a bottleneck behind them only, not the upstream's.
+	RouteLocal []string
+	// Capacity is the concurrency the upstream sustains, the median of
+	// what it served at once, in unloaded service times, while it queued
+	// inside; CapacityLow and CapacityHigh are the least and most of those
+	// buckets. NaN when unknown: it never queued in History.
+	Capacity, CapacityLow, CapacityHigh float64
+	// LowerBound is the most requests the upstream was seen to hold
+	// without its service time growing: whatever the capacity, it is no
+	// less. No recommendation caps below it.
+	LowerBound float64
+	// LoadVaried is set when History holds loads at least LoadRise apart:
+	// without that, saturation cannot be told from a slow minute.
+	LoadVaried bool
+	// Unknown says why Capacity is unknown, in a sentence; empty when it
+	// is known.
+	Unknown string
+}
+
+// routeEstimate is the estimate for one route class.
+type routeEstimate struct {
+	baseline, baselineP25 time.Duration // unloaded mean and first quartile; 0 when unknown
+	baseLoad              float64       // load of the baseline buckets
+	stretch               float64       // first quartile now ÷ baseline's; 0 when unknown
+	saturated             bool
+	capacity              float64 // NaN when unknown
+	slower                bool    // stretched now, without more load
+}
+
+// estimate judges the upstream from History's points and the last minute's
+// (from the live buckets, those with n ≥ liveFrom).
+func estimate(points []point, liveFrom int64) (Estimate, [classes]routeEstimate) {
+	e := Estimate{Capacity: math.NaN(), CapacityLow: math.NaN(), CapacityHigh: math.NaN()}
+	var routes [classes]routeEstimate
+	if len(points) == 0 {
+		e.Unknown = "unknown: no traffic yet"
+		return e, routes
+	}
+	lo, hi := math.Inf(1), 0.0
+	for _, p := range points {
+		if p.load > 0 {
+			lo, hi = min(lo, p.load), max(hi, p.load)
+		}
+	}
+	e.LoadVaried = hi > 0 && hi >= LoadRise*lo
+
+	// Each class's baseline: its least loaded buckets. The quartile, not
+	// the minimum, of service time: a median several times the minimum is
+	// normal, and a minimum only falls as requests accumulate.
+	for c := range routes {
+		var mine []point
+		for _, p := range points {
+			if p.class[c].n >= minClassRequests {
+				mine = append(mine, p)
+			}
+		}
+		r := &routes[c]
+		r.capacity = math.NaN()
+		if len(mine) == 0 {
+			continue
+		}
+		slices.SortStableFunc(mine, func(a, b point) int { return cmpFloat(a.load, b.load) })
+		base := mine[:max(1, int(math.Ceil(baselineShare*float64(len(mine)))))]
+		var p25s, means []time.Duration
+		for _, p := range base {
+			p25s = append(p25s, p.class[c].p25)
+			means = append(means, p.class[c].mean)
+			r.baseLoad = max(r.baseLoad, p.load)
+		}
+		r.baselineP25, r.baseline = median(p25s), median(means)
+	}
+
+	// Stretch per bucket and class, then what the last minute says.
+	stretched := func(p point, c int) bool {
+		r := &routes[c]
+		cp := p.class[c]
+		return cp.n >= minClassRequests && r.baselineP25 > 0 &&
+			float64(cp.p25) >= Stretched*float64(r.baselineP25) && p.load >= LoadRise*r.baseLoad
+	}
+	var liveAnswers, liveStretched [classes]int64
+	var liveP25 [classes][]time.Duration
+	for _, p := range points {
+		if p.n < liveFrom {
+			continue
+		}
+		for c := range routes {
+			if n := p.class[c].n; n >= minClassRequests {
+				liveAnswers[c] += n
+				liveP25[c] = append(liveP25[c], p.class[c].p25)
+				if stretched(p, c) {
+					liveStretched[c] += n
+				}
+			}
+		}
+	}
+	active, saturated := 0, 0
+	for c := range routes {
+		r := &routes[c]
+		if liveAnswers[c] == 0 || r.baselineP25 == 0 {
+			continue
+		}
+		active++
+		r.stretch = float64(median(liveP25[c])) / float64(r.baselineP25)
+		// Most of the minute's answers came from stretched buckets.
+		r.saturated = 2*liveStretched[c] > liveAnswers[c]
+		r.slower = !r.saturated && r.stretch >= Stretched
+		if r.saturated {
+			saturated++
+		}
+	}
+	e.Saturated = active > 0 && saturated == active
+
+	// Capacity: in the buckets where the upstream queued inside, the
+	// requests it served at once, in unloaded service times. Where the
+	// load changed within the window, only those buckets count, not the
+	// window's average throughput.
+	for c := range routes {
+		var served []float64
+		for _, p := range points {
+			if stretched(p, c) {
+				served = append(served, p.class[c].x*routes[c].baseline.Seconds())
+			}
+		}
+		if len(served) > 0 {
+			routes[c].capacity = medianFloat(served)
+		}
+	}
+	var served []float64
+	for _, p := range points {
+		if !allStretched(p, stretched) {
+			continue
+		}
+		w := 0.0
+		for c := range routes {
+			w += p.class[c].x * routes[c].baseline.Seconds()
+		}
+		served = append(served, w)
+	}
+	if len(served) > 0 {
+		e.Capacity = medianFloat(served)
+		e.CapacityLow, e.CapacityHigh = slices.Min(served), slices.Max(served)
+	}
+	// The lower bound: the most held while no class was stretched.
+	for _, p := range points {
+		calm := true
+		for c := range routes {
+			r := &routes[c]
+			if p.class[c].n >= minClassRequests && r.baselineP25 > 0 && float64(p.class[c].p25) >= Unstretched*float64(r.baselineP25) {
+				calm = false
+			}
+		}
+		if calm {
+			e.LowerBound = max(e.LowerBound, p.load)
+		}
+	}
+	switch {
+	case !math.IsNaN(e.Capacity):
+	case !e.LoadVaried:
+		e.Unknown = "unknown: not enough variation in load"
+	case saturated > 0 && !e.Saturated:
+		e.Unknown = "unknown: only some routes queue inside"
+	default:
+		e.Unknown = "unknown: the upstream never queued inside in the last 15 minutes"
+	}
+	return e, routes
+}
+
+// allStretched reports whether every class with enough answers in p is
+// stretched, and at least one has.
+func allStretched(p point, stretched func(point, int) bool) bool {
+	any := false
+	for c := range p.class {
+		if p.class[c].n < minClassRequests {
+			continue
+		}
+		if !stretched(p, c) {
+			return false
+		}
+		any = true
+	}
+	return any
+}
+
+func cmpFloat(a, b float64) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+func median(ds []time.Duration) time.Duration {
+	if len(ds) == 0 {
+		return 0
+	}
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+}
+
+func medianFloat(xs []float64) float64 {
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+}

@@ -1,0 +1,329 @@
+package advice
+
+import (
+	"math"
+	"time"
+)
+
+// MinRequests is the least traffic in the window for advice: with fewer
+// requests one slow or fast request moves the means by more than a
+// percent.
+const MinRequests = 100
+
+// Figures are what the window measured, and what the estimate makes of it.
+type Figures struct {
+	// Span is the time the figures cover: Window, or less when traffic
+	// began more recently.
+	Span time.Duration
+	// Requests counts admitted requests finished in the window, and
+	// Rejected the requests admission refused.
+	Requests, Rejected int64
+	// ArrivalRate is requests reaching admission per second, counted as
+	// they finish; Throughput is admitted requests finished per second. In
+	// a closed loop (clients that wait for each answer before the next)
+	// the two are equal whatever the demand, which is why demand is read
+	// from InFlight + Queued instead.
+	ArrivalRate, Throughput float64
+	// InFlight and Queued are time averages of admitted-and-unfinished and
+	// waiting requests, from the state sampled every SampleInterval.
+	InFlight, Queued float64
+	// MeanQueue is the mean wait for admission of the requests that reached
+	// it (rejected ones up to their rejection); MeanService the mean time
+	// from admission to the upstream's last byte.
+	MeanQueue, MeanService time.Duration
+	// QueueP50 ... ServiceP99 are quantiles of the window's histograms.
+	QueueP50, QueueP99, ServiceP50, ServiceP99 time.Duration
+	// QueueShare is the part of requests' time spent waiting for admission
+	// rather than being served, from 0 to 1.
+	QueueShare float64
+	// Routes are the route classes that had answers in the window.
+	Routes []RouteFigures
+	// Estimate is the judgement of the upstream, from History.
+	Estimate Estimate
+	// UpstreamMemoryBytes is the upstream's memory at the last scrape, 0
+	// when it is not read.
+	UpstreamMemoryBytes float64
+	// BytesPerRequest is the slope of the upstream's memory against
+	// in-flight requests, from the last fit that had enough variation in
+	// load to make one; 0 until then.
+	BytesPerRequest float64
+
+	// service is the window's distribution of service times in unloaded
+	// terms, for the predictions: each route's histogram scaled to its
+	// baseline.
+	service []weighted
+}
+
+// RouteFigures are one route class's figures.
+type RouteFigures struct {
+	// Name is the class: a LOOMGATE_ROUTES name, "GET /users" when
+	// automatic, or "other".
+	Name string
+	// Requests and Throughput count the route's full answers in the window.
+	Requests   int64
+	Throughput float64
+	// InFlight is the route's share of the upstream's requests in flight,
+	// throughput × mean service (Little's law).
+	InFlight float64
+	// MeanService and the quantiles are of the window's answers.
+	MeanService, ServiceP25, ServiceP50, ServiceP99 time.Duration
+	// Baseline and BaselineP25 are the route's mean and first quartile of
+	// service time in its least loaded buckets of History: its unloaded
+	// time. 0 when unknown.
+	Baseline, BaselineP25 time.Duration
+	// Stretch is the first quartile now over the baseline's.
+	Stretch float64
+	// Saturated is set when the route queues inside the upstream.
+	Saturated bool
+	// Slower is set when its service time grew without more load.
+	Slower bool
+	// Capacity is the concurrency the route sustains while it queues
+	// inside, in unloaded service times; NaN when unknown.
+	Capacity float64
+}
+
+// weighted is a service time and how often it occurs.
+type weighted struct {
+	d time.Duration
+	w float64
+}
+
+// figures computes the window's figures and the estimate at now.
+func (w *window) figures(now time.Time, names []string) Figures {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	from, _, d := w.span(now, WindowBuckets)
+	cur := w.bucketNumber(now)
+	f := Figures{Span: d}
+	var queueHist, servHist [numBuckets]uint64
+	var classHist [classes][numBuckets]uint64
+	var class [classes]classTotals
+	var arrivals, samples, inFlightSum, queuedSum int64
+	var queueSum, service time.Duration
+	for n := from; n <= cur; n++ {
+		b := &w.buckets[n%historyBuckets]
+		if b.n != n {
+			continue
+		}
+		arrivals += b.arrivals
+		f.Rejected += b.rejected
+		f.Requests += b.completed
+		queueSum += b.queueSum
+		service += b.service
+		samples += b.samples
+		inFlightSum += b.inFlightSum
+		queuedSum += b.queuedSum
+		for c := range class {
+			class[c].n += b.class[c].n
+			class[c].service += b.class[c].service
+		}
+		if l := &w.live[n%WindowBuckets]; l.n == n {
+			for i := range queueHist {
+				queueHist[i] += uint64(l.queueHist[i])
+				servHist[i] += uint64(l.servHist[i])
+			}
+			for c := range classHist {
+				if b.class[c].n == 0 {
+					continue
+				}
+				for i := range classHist[c] {
+					classHist[c][i] += uint64(l.classHist[c][i])
+				}
+			}
+		}
+	}
+	if d > 0 {
+		f.ArrivalRate = float64(arrivals) / d.Seconds()
+		f.Throughput = float64(f.Requests) / d.Seconds()
+	}
+	if samples > 0 {
+		f.InFlight = float64(inFlightSum) / float64(samples)
+		f.Queued = float64(queuedSum) / float64(samples)
+	}
+	if arrivals > 0 {
+		f.MeanQueue = queueSum / time.Duration(arrivals)
+		f.QueueP50 = seconds(quantile(0.5, windowBounds[:], queueHist[:]))
+		f.QueueP99 = seconds(quantile(0.99, windowBounds[:], queueHist[:]))
+	}
+	if f.Requests > 0 {
+		f.MeanService = service / time.Duration(f.Requests)
+		f.ServiceP50 = seconds(quantile(0.5, windowBounds[:], servHist[:]))
+		f.ServiceP99 = seconds(quantile(0.99, windowBounds[:], servHist[:]))
+	}
+	if total := queueSum + service; total > 0 {
+		f.QueueShare = float64(queueSum) / float64(total)
+	}
+
+	e, routes := estimate(w.historyPoints(now), from)
+	f.Estimate = e
+	for c := range class {
+		if class[c].n == 0 {
+			continue
+		}
+		r := routes[c]
+		name := OtherRoute
+		if c < len(names) {
+			name = names[c]
+		}
+		rf := RouteFigures{
+			Name: name, Requests: class[c].n,
+			MeanService: class[c].service / time.Duration(class[c].n),
+			ServiceP25:  seconds(quantile(0.25, windowBounds[:], classHist[c][:])),
+			ServiceP50:  seconds(quantile(0.5, windowBounds[:], classHist[c][:])),
+			ServiceP99:  seconds(quantile(0.99, windowBounds[:], classHist[c][:])),
+			Baseline:    r.baseline, BaselineP25: r.baselineP25,
+			Stretch: r.stretch, Saturated: r.saturated, Slower: r.slower, Capacity: r.capacity,
+		}
+		if d > 0 {
+			rf.Throughput = float64(rf.Requests) / d.Seconds()
+			rf.InFlight = class[c].service.Seconds() / d.Seconds()
+		}
+		if rf.Saturated && !e.Saturated {
+			f.Estimate.RouteLocal = append(f.Estimate.RouteLocal, name)
+		}
+		f.Routes = append(f.Routes, rf)
+		// The route's distribution in unloaded terms: its shape now,
+		// scaled to its baseline mean when it is stretched.
+		scale := 1.0
+		if r.baseline > 0 && rf.MeanService > 0 && r.saturated {
+			scale = float64(r.baseline) / float64(rf.MeanService)
+		}
+		for i, n := range classHist[c] {
+			if n == 0 {
+				continue
+			}
+			lower, upper := 0.0, windowBounds[len(windowBounds)-1]
+			if i > 0 {
+				lower = windowBounds[i-1]
+			}
+			if i < len(windowBounds) {
+				upper = windowBounds[i]
+			}
+			f.service = append(f.service, weighted{d: seconds(scale * (lower + upper) / 2), w: float64(n)})
+		}
+	}
+	if w.memoryRead {
+		f.UpstreamMemoryBytes = w.memory
+	}
+	f.BytesPerRequest = w.bytesPerRequest
+	return f
+}
+
+// historyPoints reads History's buckets for the estimate. The caller holds w.mu.
+func (w *window) historyPoints(now time.Time) []point {
+	cur := w.bucketNumber(now)
+	var ps []point
+	for n := max(cur-historyBuckets+1, 0); n <= cur; n++ {
+		b := &w.buckets[n%historyBuckets]
+		if b.n != n || b.completed == 0 {
+			continue
+		}
+		span := w.bucketSpan(n, now)
+		if span <= 0 {
+			continue
+		}
+		p := point{n: n, span: span}
+		busy := time.Duration(0)
+		l := &w.live[n%WindowBuckets]
+		for c := range b.class {
+			t := b.class[c]
+			if t.n == 0 {
+				continue
+			}
+			busy += t.service
+			p25 := b.p25[c]
+			if l.n == n {
+				p25 = seconds(quantile(0.25, windowBounds[:], l.classHist[c][:]))
+			}
+			p.class[c] = classPoint{n: t.n, mean: t.service / time.Duration(t.n), p25: p25, x: float64(t.n) / span.Seconds()}
+		}
+		// The sampler's time average where it ran; Little's law on the
+		// answers where it did not.
+		if b.samples > 0 {
+			p.load = float64(b.inFlightSum) / float64(b.samples)
+		} else {
+			p.load = busy.Seconds() / span.Seconds()
+		}
+		ps = append(ps, p)
+	}
+	return ps
+}
+
+// meanService is the window's mean service time at now, without the rest
+// of the figures: Retry-After asks for it on every rejection.
+func (w *window) meanService(now time.Time) time.Duration {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	from, _, _ := w.span(now, WindowBuckets)
+	var sum time.Duration
+	var n int64
+	for i := from; i <= w.bucketNumber(now); i++ {
+		if b := &w.buckets[i%historyBuckets]; b.n == i {
+			sum += b.service
+			n += b.completed
+		}
+	}
+	if n == 0 {
+		return 0
+	}
+	return sum / time.Duration(n)
+}
+
+// BucketFigures is one bucket of the window's history.
+type BucketFigures struct {
+	// Start is the bucket's start, or when traffic began if later.
+	Start time.Time
+	// Span is the time the bucket covers, less than BucketWidth for the
+	// current one and the one in which traffic began.
+	Span time.Duration
+	// Throughput is admitted requests finished per second.
+	Throughput float64
+	// MeanQueue and MeanService are the means over the bucket's requests.
+	MeanQueue, MeanService time.Duration
+	// InFlight and Queued are time averages, from the sampler.
+	InFlight, Queued float64
+}
+
+// history returns the window's buckets, oldest first, from the one in
+// which traffic began.
+func (w *window) history(now time.Time) []BucketFigures {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	from, _, _ := w.span(now, WindowBuckets)
+	cur := w.bucketNumber(now)
+	if w.first.IsZero() {
+		return nil
+	}
+	var out []BucketFigures
+	for n := from; n <= cur; n++ {
+		start := w.epoch.Add(time.Duration(n) * BucketWidth)
+		end := start.Add(BucketWidth)
+		if !end.After(w.first) {
+			continue
+		}
+		bf := BucketFigures{Start: start, Span: w.bucketSpan(n, now)}
+		if start.Before(w.first) {
+			bf.Start = w.first
+		}
+		if b := &w.buckets[n%historyBuckets]; b.n == n {
+			if bf.Span > 0 {
+				bf.Throughput = float64(b.completed) / bf.Span.Seconds()
+			}
+			if b.arrivals > 0 {
+				bf.MeanQueue = b.queueSum / time.Duration(b.arrivals)
+			}
+			if b.completed > 0 {
+				bf.MeanService = b.service / time.Duration(b.completed)
+			}
+			if b.samples > 0 {
+				bf.InFlight = float64(b.inFlightSum) / float64(b.samples)
+				bf.Queued = float64(b.queuedSum) / float64(b.samples)
+			}
+		}
+		out = append(out, bf)
+	}
+	return out
+}
+
+// nan reports NaN as the JSON-friendly absent value callers choose.
+func isKnown(x float64) bool { return !math.IsNaN(x) && !math.IsInf(x, 0) }

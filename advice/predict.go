@@ -1,0 +1,310 @@
+package advice
+
+import (
+	"math"
+	"math/rand/v2"
+	"slices"
+	"time"
+)
+
+// Setting is one admission configuration the advice predicts.
+type Setting struct {
+	// Name says which alternative it is: "in force", "recommended", the
+	// other mode, "memory budget".
+	Name string
+	// Fixed is fixed mode; otherwise unbounded.
+	Fixed bool
+	// Limit is WORKERS or BULKHEAD; 0 for none.
+	Limit int
+	// QueueSize bounds fixed mode's queue; 0 for none. Unbounded mode's
+	// bulkhead queue is bounded by Wait alone.
+	QueueSize int
+	// Wait is QUEUE_TIMEOUT or BULKHEAD_WAIT.
+	Wait time.Duration
+}
+
+// Prediction is what a Setting would do to the measured demand.
+type Prediction struct {
+	Setting
+	// Throughput is answers per second.
+	Throughput float64
+	// P50 and P99 are clients' latency: queue wait, the upstream's own
+	// queue, service.
+	P50, P99 time.Duration
+	// MeanQueue is the mean wait in loomgate's queue of admitted requests.
+	MeanQueue time.Duration
+	// Rejected is rejections per second.
+	Rejected float64
+	// InFlight is requests at the upstream, time-averaged; Queued those in
+	// loomgate's queue.
+	InFlight, Queued float64
+	// InFlightBytes is what loomgate reserves for them (its
+	// loomgate_in_flight_bytes); UpstreamBytes what the upstream holds
+	// for its in-flight requests, 0 unless its memory per request is known.
+	InFlightBytes, UpstreamBytes float64
+}
+
+// Demand is the load a prediction is made for.
+type Demand struct {
+	// Clients is the concurrency clients keep outstanding: in flight plus
+	// queued, time-averaged. The model is a closed loop, like the
+	// published experiments: each client sends its next request when its
+	// answer arrives; a rejected one comes back after a mean service time.
+	Clients int
+	// Capacity is the upstream's: its hidden pool, cores or lock, which
+	// queues what exceeds it. 0 or NaN: none, the upstream serves every
+	// request at its unloaded time.
+	Capacity float64
+	// Service is the unloaded service time distribution.
+	Service []weighted
+	// OverheadBytes is what loomgate reserves per request it holds, and
+	// BytesPerRequest the upstream's memory per request in flight (0 when
+	// unknown).
+	OverheadBytes, BytesPerRequest float64
+}
+
+// predictCompletions is how many answers a prediction simulates: a p99 of
+// 10000 has 100 answers above it, and four predictions take milliseconds.
+const predictCompletions = 10000
+
+// Predict simulates s under d: a discrete-event simulation of the clients,
+// loomgate's admission and the upstream's own capacity, with service times
+// drawn from the measured unloaded distribution. A simulation rather than
+// a formula: the formulas give means, and a p99 of widely spread service
+// times behind a queue needs the distribution. It is deterministic: the
+// same figures give the same prediction.
+func Predict(s Setting, d Demand) Prediction {
+	p := Prediction{Setting: s}
+	if d.Clients <= 0 || len(d.Service) == 0 {
+		return p
+	}
+	sim := newSimulation(s, d)
+	sim.run()
+	return sim.prediction()
+}
+
+type request struct {
+	client   int
+	arrived  float64 // seconds
+	admitted float64
+}
+
+type simulation struct {
+	s    Setting
+	d    Demand
+	rng  *rand.Rand
+	cum  []float64 // cumulative weights of d.Service
+	mean float64
+
+	now              float64
+	arrivals         eventHeap // clients' next requests
+	completions      eventHeap // the upstream's answers in service
+	admitted, inSvc  int
+	admitQ, upstream []request // FIFO queues: loomgate's and the upstream's
+	limit, capacity  int
+
+	// Measured after the warm-up.
+	warm, done                     int
+	start                          float64
+	latency                        []float64
+	queueSum                       float64
+	rejected                       int
+	areaInFlight, areaQueued, last float64
+}
+
+func newSimulation(s Setting, d Demand) *simulation {
+	sim := &simulation{s: s, d: d, rng: rand.New(rand.NewPCG(1, 2)), limit: math.MaxInt, capacity: math.MaxInt}
+	total := 0.0
+	for _, w := range d.Service {
+		total += w.w
+		sim.cum = append(sim.cum, total)
+		sim.mean += w.d.Seconds() * w.w
+	}
+	sim.mean /= total
+	if s.Limit > 0 {
+		sim.limit = s.Limit
+	}
+	if isKnown(d.Capacity) && d.Capacity > 0 {
+		sim.capacity = max(1, int(math.Round(d.Capacity)))
+	}
+	sim.warm = predictCompletions / 5
+	for c := range d.Clients {
+		// Arrivals spread over a millisecond, as clients do not start in
+		// the same instant.
+		sim.arrivals.push(event{at: float64(c) * 1e-3 / float64(d.Clients), req: request{client: c}})
+	}
+	return sim
+}
+
+func (sim *simulation) draw() float64 {
+	x := sim.rng.Float64() * sim.cum[len(sim.cum)-1]
+	i, _ := slices.BinarySearch(sim.cum, x)
+	return sim.d.Service[min(i, len(sim.d.Service)-1)].d.Seconds()
+}
+
+// advance moves the clock to t, accumulating the time averages.
+func (sim *simulation) advance(t float64) {
+	if sim.done >= sim.warm {
+		dt := t - sim.last
+		sim.areaInFlight += dt * float64(sim.inSvc+len(sim.upstream))
+		sim.areaQueued += dt * float64(len(sim.admitQ))
+	}
+	sim.now, sim.last = t, t
+}
+
+func (sim *simulation) run() {
+	for sim.done < sim.warm+predictCompletions {
+		next, kind := math.Inf(1), 0
+		if len(sim.arrivals) > 0 {
+			next, kind = sim.arrivals[0].at, 1
+		}
+		if len(sim.completions) > 0 && sim.completions[0].at < next {
+			next, kind = sim.completions[0].at, 2
+		}
+		if len(sim.admitQ) > 0 {
+			if dl := sim.admitQ[0].arrived + sim.s.Wait.Seconds(); dl < next {
+				next, kind = dl, 3
+			}
+		}
+		if kind == 0 {
+			return
+		}
+		sim.advance(next)
+		switch kind {
+		case 1:
+			e := sim.arrivals.pop()
+			sim.arrive(request{client: e.req.client, arrived: sim.now})
+		case 2:
+			e := sim.completions.pop()
+			sim.complete(e.req)
+		case 3:
+			r := sim.admitQ[0]
+			sim.admitQ = sim.admitQ[1:]
+			sim.reject(r)
+		}
+	}
+}
+
+func (sim *simulation) arrive(r request) {
+	switch {
+	case sim.admitted < sim.limit:
+		sim.admit(r)
+	case sim.s.Wait > 0 && (!sim.s.Fixed || len(sim.admitQ) < sim.s.QueueSize):
+		sim.admitQ = append(sim.admitQ, r)
+	default:
+		sim.reject(r)
+	}
+}
+
+func (sim *simulation) admit(r request) {
+	sim.admitted++
+	r.admitted = sim.now
+	if sim.inSvc < sim.capacity {
+		sim.serve(r)
+		return
+	}
+	sim.upstream = append(sim.upstream, r)
+}
+
+func (sim *simulation) serve(r request) {
+	sim.inSvc++
+	sim.completions.push(event{at: sim.now + sim.draw(), req: r})
+}
+
+func (sim *simulation) complete(r request) {
+	sim.inSvc--
+	sim.admitted--
+	if sim.done == sim.warm {
+		sim.start = sim.now
+	}
+	if sim.done >= sim.warm {
+		sim.latency = append(sim.latency, sim.now-r.arrived)
+		sim.queueSum += r.admitted - r.arrived
+	}
+	sim.done++
+	if len(sim.upstream) > 0 {
+		next := sim.upstream[0]
+		sim.upstream = sim.upstream[1:]
+		sim.serve(next)
+	}
+	if len(sim.admitQ) > 0 {
+		next := sim.admitQ[0]
+		sim.admitQ = sim.admitQ[1:]
+		sim.admit(next)
+	}
+	sim.arrivals.push(event{at: sim.now, req: request{client: r.client}})
+}
+
+func (sim *simulation) reject(r request) {
+	if sim.done >= sim.warm {
+		sim.rejected++
+	}
+	sim.arrivals.push(event{at: sim.now + sim.mean, req: request{client: r.client}})
+}
+
+func (sim *simulation) prediction() Prediction {
+	p := Prediction{Setting: sim.s}
+	elapsed := sim.now - sim.start
+	if elapsed <= 0 || len(sim.latency) == 0 {
+		return p
+	}
+	p.Throughput = float64(len(sim.latency)) / elapsed
+	p.Rejected = float64(sim.rejected) / elapsed
+	p.MeanQueue = secs(sim.queueSum / float64(len(sim.latency)))
+	slices.Sort(sim.latency)
+	p.P50 = secs(sim.latency[len(sim.latency)/2])
+	p.P99 = secs(sim.latency[len(sim.latency)*99/100])
+	p.InFlight = sim.areaInFlight / elapsed
+	p.Queued = sim.areaQueued / elapsed
+	p.InFlightBytes = (p.InFlight + p.Queued) * sim.d.OverheadBytes
+	p.UpstreamBytes = p.InFlight * sim.d.BytesPerRequest
+	return p
+}
+
+func secs(s float64) time.Duration { return time.Duration(s * float64(time.Second)) }
+
+type event struct {
+	at  float64
+	req request
+}
+
+// eventHeap is a binary min-heap of events by time, typed rather than
+// container/heap's, which boxes every event it is given.
+type eventHeap []event
+
+func (h *eventHeap) push(e event) {
+	*h = append(*h, e)
+	q := *h
+	for i := len(q) - 1; i > 0; {
+		parent := (i - 1) / 2
+		if q[parent].at <= q[i].at {
+			break
+		}
+		q[parent], q[i] = q[i], q[parent]
+		i = parent
+	}
+}
+
+func (h *eventHeap) pop() event {
+	q := *h
+	top := q[0]
+	last := len(q) - 1
+	q[0] = q[last]
+	q = q[:last]
+	for i := 0; ; {
+		small, l, r := i, 2*i+1, 2*i+2
+		if l < len(q) && q[l].at < q[small].at {
+			small = l
+		}
+		if r < len(q) && q[r].at < q[small].at {
+			small = r
+		}
+		if small == i {
+			break
+		}
+		q[i], q[small] = q[small], q[i]
+		i = small
+	}
+	*h = q
+	return top
+}

@@ -1,0 +1,201 @@
+package advice
+
+import (
+	"bytes"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+)
+
+// MaxRoutes bounds the route classes: a label, a window and a baseline
+// each, whatever paths clients try. Requests past it go to the class
+// OtherRoute.
+const MaxRoutes = 32
+
+// OtherRoute is the class of requests that match no route, and of new ones
+// once MaxRoutes are taken.
+const OtherRoute = "other"
+
+// Routes classifies requests into a bounded set of route classes, so that
+// service times are compared like with like: a cheap and an expensive
+// endpoint, or one behind a pool and one not, each have their own baseline.
+//
+// The zero value classifies automatically, by method and first path
+// segment ("GET /users"), the first MaxRoutes seen each a class of their
+// own for the life of the process. ParseRoutes reads named patterns
+// instead. Routes is safe for concurrent use.
+type Routes struct {
+	patterns []pattern // nil: automatic
+
+	mu   sync.Mutex   // serialises additions of automatic classes
+	auto atomic.Value // map[string]int, copied on each addition
+	// names are the classes' names by index: OtherRoute first, then the
+	// patterns' or the automatic classes in the order seen. Appended under
+	// mu, read through namesSnapshot.
+	names atomic.Value // []string
+}
+
+// pattern is one named route of LOOMGATE_ROUTES.
+type pattern struct {
+	name     string
+	method   []byte   // nil: any
+	segments [][]byte // "*" matches any one segment
+}
+
+// ParseRoutes reads route classes written as comma-separated name=pattern
+// pairs, tried in order, the first match winning:
+//
+//	checkout=POST /api/checkout, search=/api/search, user=/users/*/orders
+//
+// A pattern is an optional method and a path: the request's path matches
+// when it starts with the pattern's segments, "*" standing for any one
+// segment. Names are letters, digits, '_' and '-', at most 32 characters;
+// "other" is taken. An empty string is the automatic classification.
+func ParseRoutes(s string) (*Routes, error) {
+	r := &Routes{}
+	if strings.TrimSpace(s) == "" {
+		r.names.Store([]string{OtherRoute})
+		r.auto.Store(map[string]int{})
+		return r, nil
+	}
+	names := []string{OtherRoute}
+	seen := map[string]bool{OtherRoute: true}
+	for _, item := range strings.Split(s, ",") {
+		item = strings.TrimSpace(item)
+		name, spec, ok := strings.Cut(item, "=")
+		name, spec = strings.TrimSpace(name), strings.TrimSpace(spec)
+		switch {
+		case !ok || spec == "":
+			return nil, fmt.Errorf("%q is not name=pattern", item)
+		case !validRouteName(name):
+			return nil, fmt.Errorf("%q: a name is 1 to 32 letters, digits, '_' or '-'", name)
+		case seen[name]:
+			return nil, fmt.Errorf("%q is named twice (or is %q, which is taken)", name, OtherRoute)
+		}
+		seen[name] = true
+		p := pattern{name: name}
+		if method, path, ok := strings.Cut(spec, " "); ok {
+			p.method, spec = []byte(strings.ToUpper(method)), strings.TrimSpace(path)
+		}
+		if !strings.HasPrefix(spec, "/") {
+			return nil, fmt.Errorf("%s=%s: the path must start with /", name, spec)
+		}
+		for seg := range strings.SplitSeq(strings.Trim(spec, "/"), "/") {
+			if seg != "" {
+				p.segments = append(p.segments, []byte(seg))
+			}
+		}
+		r.patterns = append(r.patterns, p)
+		names = append(names, name)
+	}
+	if len(r.patterns) > MaxRoutes {
+		return nil, fmt.Errorf("%d routes; at most %d", len(r.patterns), MaxRoutes)
+	}
+	r.names.Store(names)
+	return r, nil
+}
+
+func validRouteName(s string) bool {
+	if s == "" || len(s) > 32 {
+		return false
+	}
+	for _, c := range s {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '-') {
+			return false
+		}
+	}
+	return true
+}
+
+// Names returns the class names by index, OtherRoute first.
+func (r *Routes) Names() []string {
+	names, _ := r.names.Load().([]string)
+	if names == nil {
+		return []string{OtherRoute}
+	}
+	return names
+}
+
+// Class returns the index of the class of a request, by its method and
+// target (the request line's, with any query). It does not allocate.
+func (r *Routes) Class(method, target []byte) int {
+	path := target
+	if i := bytes.IndexAny(path, "?#"); i >= 0 {
+		path = path[:i]
+	}
+	if r.patterns != nil {
+		for i := range r.patterns {
+			if r.patterns[i].match(method, path) {
+				return i + 1
+			}
+		}
+		return 0
+	}
+	// method + first segment, e.g. "GET /users" for /users/7.
+	seg := path
+	if len(seg) > 0 && seg[0] == '/' {
+		seg = seg[1:]
+	}
+	if i := bytes.IndexByte(seg, '/'); i >= 0 {
+		seg = seg[:i]
+	}
+	if len(method)+2+len(seg) > maxKey {
+		return 0
+	}
+	var key [maxKey]byte
+	k := append(append(append(key[:0], method...), ' ', '/'), seg...)
+	auto, _ := r.auto.Load().(map[string]int)
+	if i, ok := auto[string(k)]; ok {
+		return i
+	}
+	return r.add(string(k))
+}
+
+// maxKey bounds an automatic class's name; a longer method and segment is
+// "other", so that classifying never allocates.
+const maxKey = 64
+
+// add makes key an automatic class if there is room, or returns 0.
+func (r *Routes) add(key string) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	auto, _ := r.auto.Load().(map[string]int)
+	if i, ok := auto[key]; ok {
+		return i
+	}
+	if len(auto) >= MaxRoutes {
+		return 0
+	}
+	next := make(map[string]int, len(auto)+1)
+	for k, v := range auto {
+		next[k] = v
+	}
+	names := append(append([]string(nil), r.Names()...), key)
+	next[key] = len(names) - 1
+	r.names.Store(names)
+	r.auto.Store(next)
+	return len(names) - 1
+}
+
+func (p *pattern) match(method, path []byte) bool {
+	if p.method != nil && !bytes.Equal(p.method, method) {
+		return false
+	}
+	rest := path
+	for _, seg := range p.segments {
+		rest = bytes.TrimPrefix(rest, []byte{'/'})
+		if len(rest) == 0 {
+			return false
+		}
+		end := bytes.IndexByte(rest, '/')
+		if end < 0 {
+			end = len(rest)
+		}
+		if !(len(seg) == 1 && seg[0] == '*') && !bytes.Equal(seg, rest[:end]) {
+			return false
+		}
+		rest = rest[end:]
+	}
+	return true
+}

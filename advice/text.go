@@ -1,0 +1,104 @@
+package advice
+
+import (
+	"fmt"
+	"math"
+	"strings"
+)
+
+// Text writes the advice for people: the settings, the figures, the
+// estimate, the recommendation and what each alternative would do, in
+// plain sentences.
+func (s Snapshot) Text() string {
+	var b strings.Builder
+	st, f, r := s.Settings, s.Figures, s.Recommendation
+	switch {
+	case st.Fixed:
+		fmt.Fprintf(&b, "Mode fixed, WORKERS=%d, QUEUE_SIZE=%d.", st.Workers, st.QueueSize)
+	case st.Bulkhead > 0:
+		fmt.Fprintf(&b, "Mode unbounded, BULKHEAD=%d.", st.Bulkhead)
+	default:
+		fmt.Fprintf(&b, "Mode unbounded, no bulkhead.")
+	}
+	if st.MaxInFlightBytes > 0 {
+		fmt.Fprintf(&b, " Memory bulkhead %s.", bytesText(float64(st.MaxInFlightBytes)))
+	}
+	if f.Requests > 0 {
+		fmt.Fprintf(&b, " Over the last %s: throughput %.0f rps (arrivals %.0f rps); service %s (p50 %s, p99 %s); queue wait %s (p99 %s); %.0f in flight and %.0f queued on average.",
+			roundSpan(f.Span), f.Throughput, f.ArrivalRate, ms(f.MeanService), ms(f.ServiceP50), ms(f.ServiceP99),
+			ms(f.MeanQueue), ms(f.QueueP99), f.InFlight, f.Queued)
+		e := f.Estimate
+		verdict := "not saturated"
+		switch {
+		case e.Saturated:
+			verdict = "saturated"
+		case len(e.RouteLocal) > 0:
+			verdict = "saturated behind " + strings.Join(quoted(e.RouteLocal), ", ") + " only"
+		}
+		fmt.Fprintf(&b, " Upstream %s; capacity %s", verdict, capacityText(e))
+		if e.LowerBound > 0 {
+			fmt.Fprintf(&b, ", at least %.0f", e.LowerBound)
+		}
+		b.WriteString(".")
+	}
+	if f.UpstreamMemoryBytes > 0 {
+		fmt.Fprintf(&b, " Upstream memory %s", bytesText(f.UpstreamMemoryBytes))
+		if f.BytesPerRequest > 0 {
+			fmt.Fprintf(&b, ", %s per request in flight", bytesText(f.BytesPerRequest))
+		}
+		b.WriteString(".")
+	}
+	b.WriteString("\n\n")
+	b.WriteString(r.Summary)
+	b.WriteString("\n")
+	if len(r.Reasons) > 0 {
+		b.WriteString("\nWhy:\n")
+		for _, reason := range r.Reasons {
+			b.WriteString("- ")
+			b.WriteString(reason)
+			b.WriteString("\n")
+		}
+	}
+	if len(f.Routes) > 1 {
+		b.WriteString("\nBy route:\n")
+		for _, rt := range f.Routes {
+			fmt.Fprintf(&b, "- %s: %.0f rps, service %s (p25 %s, unloaded %s, %.1f×)%s\n", rt.Name, rt.Throughput, ms(rt.MeanService),
+				ms(rt.ServiceP25), ms(rt.BaselineP25), rt.Stretch, routeVerdict(rt))
+		}
+	}
+	if len(r.Predictions) > 0 {
+		fmt.Fprintf(&b, "\nWhat each setting would do for %.0f clients:\n", math.Round(f.InFlight+f.Queued))
+		for _, p := range r.Predictions {
+			fmt.Fprintf(&b, "- %s (%s): %.0f rps, latency p50 %s p99 %s, queue wait %s, %.0f rejected/s, %.0f in flight\n",
+				p.Name, p.Setting.Describe(), p.Throughput, ms(p.P50), ms(p.P99), ms(p.MeanQueue), p.Rejected, p.InFlight)
+		}
+	}
+	return b.String()
+}
+
+func routeVerdict(rt RouteFigures) string {
+	switch {
+	case rt.Saturated && isKnown(rt.Capacity):
+		return fmt.Sprintf(": queues inside, capacity %.0f", rt.Capacity)
+	case rt.Saturated:
+		return ": queues inside"
+	case rt.Slower:
+		return ": slower without more load"
+	}
+	return ""
+}
+
+// Describe writes the setting the way the variables set it.
+func (s Setting) Describe() string {
+	switch {
+	case s.Fixed && s.QueueSize > 0:
+		return fmt.Sprintf("MODE=fixed, WORKERS=%d, QUEUE_SIZE=%d, QUEUE_TIMEOUT=%s", s.Limit, s.QueueSize, s.Wait)
+	case s.Fixed:
+		return fmt.Sprintf("MODE=fixed, WORKERS=%d, no queue", s.Limit)
+	case s.Limit > 0 && s.Wait > 0:
+		return fmt.Sprintf("MODE=unbounded, BULKHEAD=%d, BULKHEAD_WAIT=%s", s.Limit, s.Wait)
+	case s.Limit > 0:
+		return fmt.Sprintf("MODE=unbounded, BULKHEAD=%d", s.Limit)
+	}
+	return "MODE=unbounded, no bulkhead"
+}

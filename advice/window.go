@@ -1,0 +1,322 @@
+package advice
+
+import (
+	"math"
+	"sync"
+	"time"
+)
+
+// The window's geometry. Figures are computed over the last minute, which
+// is long enough to smooth one slow request away and short enough to follow
+// a change of load; 5 s buckets let it slide in steps a person can follow
+// on a status page. The estimate looks further back, over History: how the
+// upstream answered at other levels of load is what tells saturation from a
+// slow minute.
+const (
+	// BucketWidth is the window's resolution.
+	BucketWidth = 5 * time.Second
+	// WindowBuckets is the window's length in buckets: 60 s.
+	WindowBuckets = 12
+	// Window is the span the figures cover once traffic has run that long.
+	Window = WindowBuckets * BucketWidth
+	// History is how far back the estimate compares load and service time.
+	History        = 15 * time.Minute
+	historyBuckets = int64(History / BucketWidth)
+	// classes is the route classes' slots: OtherRoute and MaxRoutes more.
+	classes = MaxRoutes + 1
+)
+
+// maxMemoryPoints bounds the memory readings kept for the fit: one per
+// scrape in the window, at the shortest interval worth using.
+const maxMemoryPoints = 256
+
+// classTotals is one route class's part of a bucket. Only answers the
+// upstream gave in full count: a refused connection or a quick 503 says
+// nothing of the work.
+type classTotals struct {
+	n       int64
+	service time.Duration // sum
+}
+
+// bucket holds what happened in one BucketWidth of time, for History.
+type bucket struct {
+	n int64 // bucket number since the window's epoch; -1 for never used
+
+	arrivals  int64 // finished requests that reached admission
+	rejected  int64 // of which not admitted
+	completed int64 // finished requests that were admitted
+	queueSum  time.Duration
+	service   time.Duration // sum, of every admitted request
+
+	// Admission state read by the sampler.
+	samples, inFlightSum, queuedSum int64
+
+	class [classes]classTotals
+	// p25 is each class's first quartile of service time, kept once the
+	// bucket leaves the live window and its histograms are reused.
+	p25 [classes]time.Duration
+}
+
+// live holds a bucket's histograms, for the buckets of the last Window.
+type live struct {
+	n         int64
+	queueHist [numBuckets]uint32
+	servHist  [numBuckets]uint32
+	classHist [classes][numBuckets]uint32
+}
+
+// windowBounds are the window's own histogram bounds, in seconds: from
+// 100µs to past 60s, each 2^(1/8) (about 9%) above the last. The classic
+// buckets are too coarse for a status page: a steady 200 ms falls between
+// 0.1 and 0.25 and would read as a p50 of 175 ms; here a quantile is off
+// by at most one bucket, 9%.
+var windowBounds = func() [numBuckets - 1]float64 {
+	var b [numBuckets - 1]float64
+	for i := range b {
+		b[i] = windowMin * math.Exp2(float64(i)/windowSteps)
+	}
+	return b
+}()
+
+const (
+	windowMin   = 100e-6 // seconds
+	windowSteps = 8      // bounds per doubling
+	// numBuckets covers 100µs to 60s (2^19.2 of range) in 1/8-doublings,
+	// +Inf included.
+	numBuckets = 156
+)
+
+// memoryPoint is one reading of the upstream's memory, with the in-flight
+// requests averaged since the previous reading.
+type memoryPoint struct {
+	at       time.Time
+	inFlight float64
+	bytes    float64
+}
+
+// window keeps the sliding window. Record and the sampler feed it; every
+// method takes the time, so that tests give exact series.
+type window struct {
+	mu    sync.Mutex
+	epoch time.Time // bucket n covers [epoch+n*BucketWidth, epoch+(n+1)*BucketWidth)
+	// first is the moment traffic was first seen; before it there is
+	// nothing to average, and idle time would only dilute the rates.
+	first time.Time
+
+	buckets [historyBuckets]bucket
+	live    [WindowBuckets]live
+
+	// In-flight samples since the previous memory reading.
+	sinceReadingSum, sinceReadingCount int64
+	points                             []memoryPoint
+	memory                             float64 // last reading
+	memoryRead                         bool
+	// bytesPerRequest is the slope of the last usable fit, 0 before one.
+	bytesPerRequest float64
+}
+
+func newWindow(epoch time.Time) *window {
+	w := &window{epoch: epoch, points: make([]memoryPoint, 0, maxMemoryPoints)}
+	for i := range w.buckets {
+		w.buckets[i].n = -1
+	}
+	for i := range w.live {
+		w.live[i].n = -1
+	}
+	return w
+}
+
+// bucketNumber is the number of the bucket that holds t.
+func (w *window) bucketNumber(t time.Time) int64 {
+	d := t.Sub(w.epoch)
+	if d < 0 {
+		return 0
+	}
+	return int64(d / BucketWidth)
+}
+
+// current returns bucket n and its histograms, emptied if their slots last
+// held older ones, or nil if a slot already holds a newer one: an event
+// stamped before taking the lock and delayed by a whole window must not
+// wipe out the present. The caller holds w.mu.
+func (w *window) current(n int64) (*bucket, *live) {
+	b := &w.buckets[n%historyBuckets]
+	l := &w.live[n%WindowBuckets]
+	if b.n > n || l.n > n {
+		return nil, nil
+	}
+	if l.n != n {
+		// The histograms' previous bucket leaves the live window: keep
+		// what the estimate needs of them.
+		if l.n >= 0 {
+			if old := &w.buckets[l.n%historyBuckets]; old.n == l.n {
+				summarise(old, l)
+			}
+		}
+		*l = live{n: n}
+	}
+	if b.n != n {
+		*b = bucket{n: n}
+	}
+	return b, l
+}
+
+// summarise keeps the class quartiles of b from its histograms.
+func summarise(b *bucket, l *live) {
+	for c := range b.class {
+		if b.class[c].n > 0 {
+			b.p25[c] = seconds(quantile(0.25, windowBounds[:], l.classHist[c][:]))
+		}
+	}
+}
+
+// record adds one finished request at now, in class. It allocates
+// nothing: it is called on every request.
+func (w *window) record(now time.Time, class int, s *Sample) {
+	if !s.Admission {
+		return // a bad request never met admission; it tells nothing here
+	}
+	// The indexes are computed before the lock, to keep it short.
+	qi, si := bucketIndex(s.Queue), bucketIndex(s.Service)
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.first.IsZero() {
+		w.first = now.Add(-s.Queue - s.Service)
+		if w.first.Before(w.epoch) {
+			w.first = w.epoch
+		}
+	}
+	b, l := w.current(w.bucketNumber(now))
+	if b == nil {
+		return
+	}
+	b.arrivals++
+	b.queueSum += s.Queue
+	l.queueHist[qi]++
+	if !s.Admitted {
+		b.rejected++
+		return
+	}
+	b.completed++
+	b.service += s.Service
+	l.servHist[si]++
+	if s.Answered && class >= 0 && class < classes {
+		b.class[class].n++
+		b.class[class].service += s.Service
+		l.classHist[class][si]++
+	}
+}
+
+// sample adds one reading of the admission state at now.
+func (w *window) sample(now time.Time, inFlight, queued int64) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.first.IsZero() {
+		if inFlight+queued == 0 {
+			return
+		}
+		w.first = now
+	}
+	b, _ := w.current(w.bucketNumber(now))
+	if b == nil {
+		return
+	}
+	b.samples++
+	b.inFlightSum += inFlight
+	b.queuedSum += queued
+	w.sinceReadingSum += inFlight
+	w.sinceReadingCount++
+}
+
+// bucketIndex is the window histogram's bucket of d: the first whose upper
+// bound is at least d, or the +Inf bucket. It computes the index rather
+// than searching 155 bounds, then corrects the floating-point edge.
+func bucketIndex(d time.Duration) int {
+	s := d.Seconds()
+	if s <= windowMin {
+		return 0
+	}
+	i := int(math.Ceil(math.Log2(s/windowMin) * windowSteps))
+	if i >= len(windowBounds) {
+		return len(windowBounds)
+	}
+	if i > 0 && s <= windowBounds[i-1] {
+		i--
+	} else if s > windowBounds[i] {
+		i++
+	}
+	return i
+}
+
+// span returns the first bucket of the last n at now, where that span
+// starts, and the time it covers: the current bucket partly, and less when
+// traffic began more recently.
+func (w *window) span(now time.Time, n int64) (from int64, start time.Time, d time.Duration) {
+	cur := w.bucketNumber(now)
+	from = max(cur-n+1, 0)
+	start = w.epoch.Add(time.Duration(from) * BucketWidth)
+	if w.first.IsZero() {
+		return from, now, 0
+	}
+	if w.first.After(start) {
+		start = w.first
+	}
+	return from, start, max(now.Sub(start), 0)
+}
+
+// bucketSpan is the time bucket n covers at now: BucketWidth, less for the
+// current one and the one in which traffic began.
+func (w *window) bucketSpan(n int64, now time.Time) time.Duration {
+	start := w.epoch.Add(time.Duration(n) * BucketWidth)
+	end := start.Add(BucketWidth)
+	if start.Before(w.first) {
+		start = w.first
+	}
+	if end.After(now) {
+		end = now
+	}
+	return max(end.Sub(start), 0)
+}
+
+// quantile estimates the q-quantile from histogram bucket counts the way
+// Prometheus's histogram_quantile does: find the bucket holding the
+// rank and interpolate linearly inside it, the first bucket starting at 0;
+// a rank in the +Inf bucket answers the highest finite bound. counts has
+// one more entry than bounds (the +Inf bucket) and is not cumulative. It
+// returns NaN when there are no observations.
+func quantile[C uint32 | uint64](q float64, bounds []float64, counts []C) float64 {
+	var total uint64
+	for _, c := range counts {
+		total += uint64(c)
+	}
+	if total == 0 || math.IsNaN(q) {
+		return math.NaN()
+	}
+	rank := min(max(q, 0), 1) * float64(total)
+	var below uint64 // observations in the buckets before i
+	for i, c := range counts {
+		// The first non-empty bucket that reaches the rank: a rank of 0
+		// (q = 0) must not stop in an empty first bucket.
+		if c == 0 || float64(below+uint64(c)) < rank {
+			below += uint64(c)
+			continue
+		}
+		if i == len(bounds) {
+			return bounds[len(bounds)-1]
+		}
+		lower := 0.0
+		if i > 0 {
+			lower = bounds[i-1]
+		}
+		return lower + (bounds[i]-lower)*(rank-float64(below))/float64(c)
+	}
+	return bounds[len(bounds)-1] // not reached: the last non-empty bucket reaches any rank
+}
+
+// seconds converts a float number of seconds to a Duration; NaN is 0.
+func seconds(s float64) time.Duration {
+	if math.IsNaN(s) {
+		return 0
+	}
+	return time.Duration(s * float64(time.Second))
+}
