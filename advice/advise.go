@@ -145,13 +145,13 @@ func Advise(s Settings, f Figures) Recommendation {
 		r.Summary = fmt.Sprintf("A bottleneck behind %s only: set no global cap; give %s its own limit in the service (its pool, or a bulkhead in front of its dependency).",
 			strings.Join(quoted(e.RouteLocal), ", "), plural(len(e.RouteLocal), "that route", "those routes"))
 	case f.QueueShare >= QueueDominates && s.Limit() > 0:
-		demand := f.InFlight + f.Queued
+		demand := f.Demand
 		advise := max(readableUp(demand*Headroom), s.Limit()+1)
 		r.Reasons = append(r.Reasons,
 			fmt.Sprintf("Requests spend %.0f%% of their time in loomgate's queue (mean wait %s, service %s).",
 				100*f.QueueShare, ms(f.MeanQueue), ms(f.MeanService)),
 			notSaturated(f),
-			fmt.Sprintf("Clients keep %.0f requests outstanding on average (in flight + queued); %d serve them with %.0f%% headroom.",
+			fmt.Sprintf("Clients keep %.0f requests outstanding (in flight + queued, the last 10 s); %d serve them with %.0f%% headroom.",
 				demand, advise, 100*(Headroom-1)))
 		capped := memCap > 0 && memCap < advise
 		if capped {
@@ -207,9 +207,8 @@ func Advise(s Settings, f Figures) Recommendation {
 	// A capacity seen in History, at another load, still holds; an
 	// upstream that never queued has none to model (NaN).
 	d := Demand{
-		Clients:         max(int(math.Round(f.InFlight+f.Queued)), 1),
+		Routes:          f.demand,
 		Capacity:        e.Capacity,
-		Service:         f.service,
 		OverheadBytes:   float64(s.OverheadBytes),
 		BytesPerRequest: f.BytesPerRequest,
 	}

@@ -38,9 +38,9 @@ type point struct {
 }
 
 type classPoint struct {
-	n         int64
-	mean, p25 time.Duration
-	x         float64 // answers per second
+	n                   int64
+	mean, p25, p50, p99 time.Duration
+	x                   float64 // answers per second
 }
 
 // Estimate is what the estimate concludes about the upstream.
@@ -56,9 +56,9 @@ type Estimate struct {
 	// inside; CapacityLow and CapacityHigh are the least and most of those
 	// buckets. NaN when unknown: it never queued in History.
 	Capacity, CapacityLow, CapacityHigh float64
-	// LowerBound is the most requests the upstream was seen to hold
-	// without its service time growing: whatever the capacity, it is no
-	// less. No recommendation caps below it.
+	// LowerBound is the most requests the upstream was seen to serve at
+	// once without its service time growing: whatever the capacity, it is
+	// no less. No recommendation caps below it.
 	LowerBound float64
 	// LoadVaried is set when History holds loads at least LoadRise apart:
 	// without that, saturation cannot be told from a slow minute.
@@ -70,12 +70,13 @@ type Estimate struct {
 
 // routeEstimate is the estimate for one route class.
 type routeEstimate struct {
-	baseline, baselineP25 time.Duration // unloaded mean and first quartile; 0 when unknown
-	baseLoad              float64       // load of the baseline buckets
-	stretch               float64       // first quartile now ÷ baseline's; 0 when unknown
-	saturated             bool
-	capacity              float64 // NaN when unknown
-	slower                bool    // stretched now, without more load
+	baseline, baselineP25    time.Duration // unloaded mean and first quartile; 0 when unknown
+	baselineP50, baselineP99 time.Duration
+	baseLoad                 float64 // load of the baseline buckets
+	stretch                  float64 // first quartile now ÷ baseline's; 0 when unknown
+	saturated                bool
+	capacity                 float64 // NaN when unknown
+	slower                   bool    // stretched now, without more load
 }
 
 // estimate judges the upstream from History's points and the last minute's
@@ -111,14 +112,22 @@ func estimate(points []point, liveFrom int64) (Estimate, [classes]routeEstimate)
 			continue
 		}
 		slices.SortStableFunc(mine, func(a, b point) int { return cmpFloat(a.load, b.load) })
+		// The least loaded quarter, and of it only the buckets near the
+		// least load: with few buckets a quarter would reach into load
+		// that already stretched the service time.
 		base := mine[:max(1, int(math.Ceil(baselineShare*float64(len(mine)))))]
-		var p25s, means []time.Duration
+		for len(base) > 1 && base[len(base)-1].load > Unstretched*base[0].load {
+			base = base[:len(base)-1]
+		}
+		var p25s, p50s, p99s, means []time.Duration
 		for _, p := range base {
 			p25s = append(p25s, p.class[c].p25)
+			p50s = append(p50s, p.class[c].p50)
+			p99s = append(p99s, p.class[c].p99)
 			means = append(means, p.class[c].mean)
 			r.baseLoad = max(r.baseLoad, p.load)
 		}
-		r.baselineP25, r.baseline = median(p25s), median(means)
+		r.baselineP25, r.baselineP50, r.baselineP99, r.baseline = median(p25s), median(p50s), median(p99s), median(means)
 	}
 
 	// Stretch per bucket and class, then what the last minute says.
@@ -191,12 +200,18 @@ func estimate(points []point, liveFrom int64) (Estimate, [classes]routeEstimate)
 		e.Capacity = medianFloat(served)
 		e.CapacityLow, e.CapacityHigh = slices.Min(served), slices.Max(served)
 	}
-	// The lower bound: the most held while no class was stretched.
+	// The lower bound: the most held while no class was stretched, by
+	// any of its quartile, median and p99. All three: in a bucket in which
+	// the load rose, the early answers keep the quartile and the median
+	// down while the average held counts the late arrivals, which queued
+	// and make the tail.
 	for _, p := range points {
 		calm := true
 		for c := range routes {
-			r := &routes[c]
-			if p.class[c].n >= minClassRequests && r.baselineP25 > 0 && float64(p.class[c].p25) >= Unstretched*float64(r.baselineP25) {
+			r, cp := &routes[c], p.class[c]
+			if cp.n >= minClassRequests && r.baselineP25 > 0 &&
+				(float64(cp.p25) >= Unstretched*float64(r.baselineP25) || float64(cp.p50) >= Unstretched*float64(r.baselineP50) ||
+					float64(cp.p99) >= Unstretched*float64(r.baselineP99)) {
 				calm = false
 			}
 		}

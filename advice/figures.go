@@ -33,9 +33,15 @@ type Figures struct {
 	MeanQueue, MeanService time.Duration
 	// QueueP50 ... ServiceP99 are quantiles of the window's histograms.
 	QueueP50, QueueP99, ServiceP50, ServiceP99 time.Duration
+	// LatencyP50 and LatencyP99 are of admitted requests' time in
+	// loomgate, queue and service: what the predictions predict.
+	LatencyP50, LatencyP99 time.Duration
 	// QueueShare is the part of requests' time spent waiting for admission
 	// rather than being served, from 0 to 1.
 	QueueShare float64
+	// Demand is the clients outstanding now (in flight + queued, over the
+	// last 10 s): what the predictions are made for.
+	Demand float64
 	// Routes are the route classes that had answers in the window.
 	Routes []RouteFigures
 	// Estimate is the judgement of the upstream, from History.
@@ -48,10 +54,10 @@ type Figures struct {
 	// load to make one; 0 until then.
 	BytesPerRequest float64
 
-	// service is the window's distribution of service times in unloaded
-	// terms, for the predictions: each route's histogram scaled to its
-	// baseline.
-	service []weighted
+	// routes are the window's demand by route in unloaded terms, for the
+	// predictions: each route's histogram, scaled to its baseline where it
+	// queued, and its share of the clients.
+	demand []RouteDemand
 }
 
 // RouteFigures are one route class's figures.
@@ -95,7 +101,7 @@ func (w *window) figures(now time.Time, names []string) Figures {
 	from, _, d := w.span(now, WindowBuckets)
 	cur := w.bucketNumber(now)
 	f := Figures{Span: d}
-	var queueHist, servHist [numBuckets]uint64
+	var queueHist, servHist, totalHist [numBuckets]uint64
 	var classHist [classes][numBuckets]uint64
 	var class [classes]classTotals
 	var arrivals, samples, inFlightSum, queuedSum int64
@@ -121,6 +127,7 @@ func (w *window) figures(now time.Time, names []string) Figures {
 			for i := range queueHist {
 				queueHist[i] += uint64(l.queueHist[i])
 				servHist[i] += uint64(l.servHist[i])
+				totalHist[i] += uint64(l.totalHist[i])
 			}
 			for c := range classHist {
 				if b.class[c].n == 0 {
@@ -149,6 +156,8 @@ func (w *window) figures(now time.Time, names []string) Figures {
 		f.MeanService = service / time.Duration(f.Requests)
 		f.ServiceP50 = seconds(quantile(0.5, windowBounds[:], servHist[:]))
 		f.ServiceP99 = seconds(quantile(0.99, windowBounds[:], servHist[:]))
+		f.LatencyP50 = seconds(quantile(0.5, windowBounds[:], totalHist[:]))
+		f.LatencyP99 = seconds(quantile(0.99, windowBounds[:], totalHist[:]))
 	}
 	if total := queueSum + service; total > 0 {
 		f.QueueShare = float64(queueSum) / float64(total)
@@ -156,6 +165,7 @@ func (w *window) figures(now time.Time, names []string) Figures {
 
 	e, routes := estimate(w.historyPoints(now), from)
 	f.Estimate = e
+	var busy []float64
 	for c := range class {
 		if class[c].n == 0 {
 			continue
@@ -188,6 +198,10 @@ func (w *window) figures(now time.Time, names []string) Figures {
 		if r.baseline > 0 && rf.MeanService > 0 && r.saturated {
 			scale = float64(r.baseline) / float64(rf.MeanService)
 		}
+		rd := RouteDemand{Capacity: math.NaN()}
+		if r.saturated && !e.Saturated {
+			rd.Capacity = r.capacity
+		}
 		for i, n := range classHist[c] {
 			if n == 0 {
 				continue
@@ -199,14 +213,75 @@ func (w *window) figures(now time.Time, names []string) Figures {
 			if i < len(windowBounds) {
 				upper = windowBounds[i]
 			}
-			f.service = append(f.service, weighted{d: seconds(scale * (lower + upper) / 2), w: float64(n)})
+			rd.Service = append(rd.Service, weighted{d: seconds(scale * (lower + upper) / 2), w: float64(n)})
+		}
+		f.demand = append(f.demand, rd)
+		// The route's part of the load now: its answers' service time in
+		// the last two buckets.
+		var recent time.Duration
+		for n := max(cur-1, from); n <= cur; n++ {
+			if b := &w.buckets[n%historyBuckets]; b.n == n {
+				recent += b.class[c].service
+			}
+		}
+		busy = append(busy, recent.Seconds())
+	}
+	// The clients outstanding now, in flight plus queued over the last two
+	// buckets (the minute's average would mix in load that has changed),
+	// shared out by the routes' part of the requests in flight, largest
+	// remainders first.
+	var nowSamples, nowSum int64
+	for n := max(cur-1, from); n <= cur; n++ {
+		if b := &w.buckets[n%historyBuckets]; b.n == n {
+			nowSamples += b.samples
+			nowSum += b.inFlightSum + b.queuedSum
 		}
 	}
+	f.Demand = f.InFlight + f.Queued
+	if nowSamples > 0 {
+		f.Demand = float64(nowSum) / float64(nowSamples)
+	}
+	shareClients(f.demand, busy, int(math.Round(f.Demand)))
 	if w.memoryRead {
 		f.UpstreamMemoryBytes = w.memory
 	}
 	f.BytesPerRequest = w.bytesPerRequest
 	return f
+}
+
+// shareClients gives each route its part of n clients, in proportion to
+// weights, by largest remainder, at least one to a route with any weight.
+func shareClients(routes []RouteDemand, weights []float64, n int) {
+	total := 0.0
+	for _, w := range weights {
+		total += w
+	}
+	if total <= 0 || n <= 0 {
+		return
+	}
+	given := 0
+	rest := make([]float64, len(routes))
+	for i, w := range weights {
+		exact := w / total * float64(n)
+		routes[i].Clients = int(exact)
+		rest[i] = exact - float64(routes[i].Clients)
+		given += routes[i].Clients
+	}
+	for ; given < n; given++ {
+		best := 0
+		for i := range rest {
+			if rest[i] > rest[best] {
+				best = i
+			}
+		}
+		routes[best].Clients++
+		rest[best] = -1
+	}
+	for i, w := range weights {
+		if w > 0 && routes[i].Clients == 0 {
+			routes[i].Clients = 1
+		}
+	}
 }
 
 // historyPoints reads History's buckets for the estimate. The caller holds w.mu.
@@ -231,11 +306,13 @@ func (w *window) historyPoints(now time.Time) []point {
 				continue
 			}
 			busy += t.service
-			p25 := b.p25[c]
+			p25, p50, p99 := b.p25[c], b.p50[c], b.p99[c]
 			if l.n == n {
 				p25 = seconds(quantile(0.25, windowBounds[:], l.classHist[c][:]))
+				p50 = seconds(quantile(0.5, windowBounds[:], l.classHist[c][:]))
+				p99 = seconds(quantile(0.99, windowBounds[:], l.classHist[c][:]))
 			}
-			p.class[c] = classPoint{n: t.n, mean: t.service / time.Duration(t.n), p25: p25, x: float64(t.n) / span.Seconds()}
+			p.class[c] = classPoint{n: t.n, mean: t.service / time.Duration(t.n), p25: p25, p50: p50, p99: p99, x: float64(t.n) / span.Seconds()}
 		}
 		// The sampler's time average where it ran; Little's law on the
 		// answers where it did not.

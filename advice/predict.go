@@ -46,21 +46,39 @@ type Prediction struct {
 
 // Demand is the load a prediction is made for.
 type Demand struct {
-	// Clients is the concurrency clients keep outstanding: in flight plus
-	// queued, time-averaged. The model is a closed loop, like the
-	// published experiments: each client sends its next request when its
-	// answer arrives; a rejected one comes back after a mean service time.
-	Clients int
-	// Capacity is the upstream's: its hidden pool, cores or lock, which
-	// queues what exceeds it. 0 or NaN: none, the upstream serves every
-	// request at its unloaded time.
+	// Routes are the demand by route class. The model is a closed loop,
+	// like the published experiments: each client sends its next request
+	// when its answer arrives; a rejected one comes back after a mean
+	// service time.
+	Routes []RouteDemand
+	// Capacity is the upstream's, shared by every route: its hidden
+	// pool, cores or lock, which queues what exceeds it. 0 or NaN: none.
 	Capacity float64
-	// Service is the unloaded service time distribution.
-	Service []weighted
 	// OverheadBytes is what loomgate reserves per request it holds, and
 	// BytesPerRequest the upstream's memory per request in flight (0 when
 	// unknown).
 	OverheadBytes, BytesPerRequest float64
+}
+
+// RouteDemand is one route's part of the demand.
+type RouteDemand struct {
+	// Clients is the concurrency its clients keep outstanding: its share
+	// of in flight plus queued, time-averaged.
+	Clients int
+	// Service is its unloaded service time distribution.
+	Service []weighted
+	// Capacity is a bottleneck behind this route alone (its pool), 0 or
+	// NaN for none.
+	Capacity float64
+}
+
+// clients is the demand's total.
+func (d Demand) clients() int {
+	n := 0
+	for _, r := range d.Routes {
+		n += r.Clients
+	}
+	return n
 }
 
 // predictCompletions is how many answers a prediction simulates: a p99 of
@@ -75,7 +93,7 @@ const predictCompletions = 10000
 // same figures give the same prediction.
 func Predict(s Setting, d Demand) Prediction {
 	p := Prediction{Setting: s}
-	if d.Clients <= 0 || len(d.Service) == 0 {
+	if d.clients() <= 0 {
 		return p
 	}
 	sim := newSimulation(s, d)
@@ -85,23 +103,37 @@ func Predict(s Setting, d Demand) Prediction {
 
 type request struct {
 	client   int
+	route    int
 	arrived  float64 // seconds
 	admitted float64
 }
 
-type simulation struct {
-	s    Setting
-	d    Demand
-	rng  *rand.Rand
-	cum  []float64 // cumulative weights of d.Service
-	mean float64
+// pool is a bottleneck inside the upstream: at most cap served at once,
+// the rest waiting FIFO.
+type pool struct {
+	cap, busy int
+	queue     []request
+}
 
-	now              float64
-	arrivals         eventHeap // clients' next requests
-	completions      eventHeap // the upstream's answers in service
-	admitted, inSvc  int
-	admitQ, upstream []request // FIFO queues: loomgate's and the upstream's
-	limit, capacity  int
+type simulation struct {
+	s   Setting
+	d   Demand
+	rng *rand.Rand
+	// cum are the cumulative weights of each route's Service.
+	cum  [][]float64
+	mean float64 // of every route's service times, weighted by clients
+
+	now         float64
+	arrivals    eventHeap // clients' next requests
+	completions eventHeap // the upstream's answers in service
+	admitted    int
+	admitQ      []request // loomgate's FIFO queue
+	limit       int
+	// pools are the upstream's bottlenecks: one shared by every route when
+	// the upstream has a capacity, else one per route (unbounded where the
+	// route has none).
+	pools  []pool
+	shared bool
 
 	// Measured after the warm-up.
 	warm, done                     int
@@ -113,40 +145,77 @@ type simulation struct {
 }
 
 func newSimulation(s Setting, d Demand) *simulation {
-	sim := &simulation{s: s, d: d, rng: rand.New(rand.NewPCG(1, 2)), limit: math.MaxInt, capacity: math.MaxInt}
-	total := 0.0
-	for _, w := range d.Service {
-		total += w.w
-		sim.cum = append(sim.cum, total)
-		sim.mean += w.d.Seconds() * w.w
+	sim := &simulation{s: s, d: d, rng: rand.New(rand.NewPCG(1, 2)), limit: math.MaxInt}
+	clients := 0
+	for _, r := range d.Routes {
+		total, mean := 0.0, 0.0
+		var cum []float64
+		for _, w := range r.Service {
+			total += w.w
+			cum = append(cum, total)
+			mean += w.d.Seconds() * w.w
+		}
+		sim.cum = append(sim.cum, cum)
+		if total > 0 {
+			sim.mean += mean / total * float64(r.Clients)
+			clients += r.Clients
+		}
 	}
-	sim.mean /= total
+	if clients > 0 {
+		sim.mean /= float64(clients)
+	}
 	if s.Limit > 0 {
 		sim.limit = s.Limit
 	}
+	capOf := func(c float64) int {
+		if isKnown(c) && c > 0 {
+			return max(1, int(math.Round(c)))
+		}
+		return math.MaxInt
+	}
 	if isKnown(d.Capacity) && d.Capacity > 0 {
-		sim.capacity = max(1, int(math.Round(d.Capacity)))
+		sim.shared = true
+		sim.pools = []pool{{cap: capOf(d.Capacity)}}
+	} else {
+		for _, r := range d.Routes {
+			sim.pools = append(sim.pools, pool{cap: capOf(r.Capacity)})
+		}
 	}
 	sim.warm = predictCompletions / 5
-	for c := range d.Clients {
-		// Arrivals spread over a millisecond, as clients do not start in
-		// the same instant.
-		sim.arrivals.push(event{at: float64(c) * 1e-3 / float64(d.Clients), req: request{client: c}})
+	n, c := d.clients(), 0
+	for route, r := range d.Routes {
+		if len(r.Service) == 0 {
+			continue
+		}
+		for range r.Clients {
+			// Arrivals spread over a millisecond, as clients do not start
+			// in the same instant.
+			sim.arrivals.push(event{at: float64(c) * 1e-3 / float64(n), req: request{client: c, route: route}})
+			c++
+		}
 	}
 	return sim
 }
 
-func (sim *simulation) draw() float64 {
-	x := sim.rng.Float64() * sim.cum[len(sim.cum)-1]
-	i, _ := slices.BinarySearch(sim.cum, x)
-	return sim.d.Service[min(i, len(sim.d.Service)-1)].d.Seconds()
+func (sim *simulation) pool(r request) *pool {
+	if sim.shared {
+		return &sim.pools[0]
+	}
+	return &sim.pools[r.route]
+}
+
+func (sim *simulation) draw(route int) float64 {
+	cum, service := sim.cum[route], sim.d.Routes[route].Service
+	x := sim.rng.Float64() * cum[len(cum)-1]
+	i, _ := slices.BinarySearch(cum, x)
+	return service[min(i, len(service)-1)].d.Seconds()
 }
 
 // advance moves the clock to t, accumulating the time averages.
 func (sim *simulation) advance(t float64) {
 	if sim.done >= sim.warm {
 		dt := t - sim.last
-		sim.areaInFlight += dt * float64(sim.inSvc+len(sim.upstream))
+		sim.areaInFlight += dt * float64(sim.admitted)
 		sim.areaQueued += dt * float64(len(sim.admitQ))
 	}
 	sim.now, sim.last = t, t
@@ -173,7 +242,7 @@ func (sim *simulation) run() {
 		switch kind {
 		case 1:
 			e := sim.arrivals.pop()
-			sim.arrive(request{client: e.req.client, arrived: sim.now})
+			sim.arrive(request{client: e.req.client, route: e.req.route, arrived: sim.now})
 		case 2:
 			e := sim.completions.pop()
 			sim.complete(e.req)
@@ -199,20 +268,22 @@ func (sim *simulation) arrive(r request) {
 func (sim *simulation) admit(r request) {
 	sim.admitted++
 	r.admitted = sim.now
-	if sim.inSvc < sim.capacity {
-		sim.serve(r)
+	if p := sim.pool(r); p.busy < p.cap {
+		sim.serve(p, r)
 		return
+	} else {
+		p.queue = append(p.queue, r)
 	}
-	sim.upstream = append(sim.upstream, r)
 }
 
-func (sim *simulation) serve(r request) {
-	sim.inSvc++
-	sim.completions.push(event{at: sim.now + sim.draw(), req: r})
+func (sim *simulation) serve(p *pool, r request) {
+	p.busy++
+	sim.completions.push(event{at: sim.now + sim.draw(r.route), req: r})
 }
 
 func (sim *simulation) complete(r request) {
-	sim.inSvc--
+	p := sim.pool(r)
+	p.busy--
 	sim.admitted--
 	if sim.done == sim.warm {
 		sim.start = sim.now
@@ -222,24 +293,24 @@ func (sim *simulation) complete(r request) {
 		sim.queueSum += r.admitted - r.arrived
 	}
 	sim.done++
-	if len(sim.upstream) > 0 {
-		next := sim.upstream[0]
-		sim.upstream = sim.upstream[1:]
-		sim.serve(next)
+	if len(p.queue) > 0 {
+		next := p.queue[0]
+		p.queue = p.queue[1:]
+		sim.serve(p, next)
 	}
 	if len(sim.admitQ) > 0 {
 		next := sim.admitQ[0]
 		sim.admitQ = sim.admitQ[1:]
 		sim.admit(next)
 	}
-	sim.arrivals.push(event{at: sim.now, req: request{client: r.client}})
+	sim.arrivals.push(event{at: sim.now, req: request{client: r.client, route: r.route}})
 }
 
 func (sim *simulation) reject(r request) {
 	if sim.done >= sim.warm {
 		sim.rejected++
 	}
-	sim.arrivals.push(event{at: sim.now + sim.mean, req: request{client: r.client}})
+	sim.arrivals.push(event{at: sim.now + sim.mean, req: request{client: r.client, route: r.route}})
 }
 
 func (sim *simulation) prediction() Prediction {

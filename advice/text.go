@@ -67,7 +67,7 @@ func (s Snapshot) Text() string {
 		}
 	}
 	if len(r.Predictions) > 0 {
-		fmt.Fprintf(&b, "\nWhat each setting would do for %.0f clients:\n", math.Round(f.InFlight+f.Queued))
+		fmt.Fprintf(&b, "\nWhat each setting would do for %.0f clients:\n", math.Round(f.Demand))
 		for _, p := range r.Predictions {
 			fmt.Fprintf(&b, "- %s (%s): %.0f rps, latency p50 %s p99 %s, queue wait %s, %.0f rejected/s, %.0f in flight\n",
 				p.Name, p.Setting.Describe(), p.Throughput, ms(p.P50), ms(p.P99), ms(p.MeanQueue), p.Rejected, p.InFlight)

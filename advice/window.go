@@ -52,9 +52,9 @@ type bucket struct {
 	samples, inFlightSum, queuedSum int64
 
 	class [classes]classTotals
-	// p25 is each class's first quartile of service time, kept once the
-	// bucket leaves the live window and its histograms are reused.
-	p25 [classes]time.Duration
+	// p25, p50 and p99 are each class's quantiles of service time, kept
+	// once the bucket leaves the live window and its histograms are reused.
+	p25, p50, p99 [classes]time.Duration
 }
 
 // live holds a bucket's histograms, for the buckets of the last Window.
@@ -62,6 +62,7 @@ type live struct {
 	n         int64
 	queueHist [numBuckets]uint32
 	servHist  [numBuckets]uint32
+	totalHist [numBuckets]uint32 // queue + service, of admitted requests
 	classHist [classes][numBuckets]uint32
 }
 
@@ -166,6 +167,8 @@ func summarise(b *bucket, l *live) {
 	for c := range b.class {
 		if b.class[c].n > 0 {
 			b.p25[c] = seconds(quantile(0.25, windowBounds[:], l.classHist[c][:]))
+			b.p50[c] = seconds(quantile(0.5, windowBounds[:], l.classHist[c][:]))
+			b.p99[c] = seconds(quantile(0.99, windowBounds[:], l.classHist[c][:]))
 		}
 	}
 }
@@ -177,7 +180,7 @@ func (w *window) record(now time.Time, class int, s *Sample) {
 		return // a bad request never met admission; it tells nothing here
 	}
 	// The indexes are computed before the lock, to keep it short.
-	qi, si := bucketIndex(s.Queue), bucketIndex(s.Service)
+	qi, si, ti := bucketIndex(s.Queue), bucketIndex(s.Service), bucketIndex(s.Queue+s.Service)
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.first.IsZero() {
@@ -200,6 +203,7 @@ func (w *window) record(now time.Time, class int, s *Sample) {
 	b.completed++
 	b.service += s.Service
 	l.servHist[si]++
+	l.totalHist[ti]++
 	if s.Answered && class >= 0 && class < classes {
 		b.class[class].n++
 		b.class[class].service += s.Service

@@ -62,6 +62,8 @@ type Sidecar struct {
 	QueueTimeout time.Duration
 	// Bulkhead caps the unbounded mode's concurrency. If zero, none.
 	Bulkhead int
+	// Routes is LOOMGATE_ROUTES. If empty, the automatic route classes.
+	Routes string
 }
 
 // Environ returns the LOOMGATE_* variables that configure a sidecar as s
@@ -84,6 +86,9 @@ func (s Sidecar) Environ() []string {
 	}
 	if s.Bulkhead > 0 {
 		env = append(env, "LOOMGATE_BULKHEAD="+strconv.Itoa(s.Bulkhead))
+	}
+	if s.Routes != "" {
+		env = append(env, "LOOMGATE_ROUTES="+s.Routes)
 	}
 	return env
 }

@@ -61,7 +61,12 @@ type FiguresDoc struct {
 	MeanServiceSeconds float64 `json:"mean_service_seconds"`
 	ServiceP50Seconds  float64 `json:"service_p50_seconds"`
 	ServiceP99Seconds  float64 `json:"service_p99_seconds"`
+	LatencyP50Seconds  float64 `json:"latency_p50_seconds"`
+	LatencyP99Seconds  float64 `json:"latency_p99_seconds"`
 	QueueShare         float64 `json:"queue_share"`
+	// Demand is the clients outstanding now (in flight + queued, over the
+	// last 10 s), what the predictions are made for.
+	Demand float64 `json:"demand"`
 	// UpstreamCapacity and its range are null when unknown; then
 	// CapacityUnknown says why.
 	UpstreamCapacity     *float64   `json:"upstream_capacity"`
@@ -172,7 +177,10 @@ func (s *Sidecar) advice(snap advice.Snapshot) AdviceDoc {
 			MeanServiceSeconds:   f.MeanService.Seconds(),
 			ServiceP50Seconds:    f.ServiceP50.Seconds(),
 			ServiceP99Seconds:    f.ServiceP99.Seconds(),
+			LatencyP50Seconds:    f.LatencyP50.Seconds(),
+			LatencyP99Seconds:    f.LatencyP99.Seconds(),
 			QueueShare:           f.QueueShare,
+			Demand:               f.Demand,
 			UpstreamCapacity:     known(e.Capacity),
 			CapacityLow:          known(e.CapacityLow),
 			CapacityHigh:         known(e.CapacityHigh),

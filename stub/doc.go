@@ -5,7 +5,8 @@
 // Every request runs on its own goroutine (fasthttp's model), so the stub
 // itself imposes no limit unless one is asked for. The endpoints are:
 //
-//	/wait?ms=N        block N ms, like a slow downstream API
+//	/wait?ms=N        block N ms, like a slow downstream API; with &to=M, a
+//	                  delay drawn evenly from N to M ms (also /db and /pinned)
 //	/cpu?iters=N      N rounds of pure CPU work; the result is returned so it
 //	                  cannot be optimised away
 //	/db?ms=N          hold one of Config.DBPool "connections" for N ms, waiting

@@ -2,6 +2,7 @@ package stub
 
 import (
 	"errors"
+	"math/rand/v2"
 	"strconv"
 
 	"github.com/valyala/fasthttp"
@@ -54,6 +55,7 @@ type param struct {
 
 var (
 	paramMS    = param{name: "ms", max: maxMillis, unit: "milliseconds"}
+	paramTo    = param{name: "to", max: maxMillis, unit: "milliseconds"}
 	paramIters = param{name: "iters", max: maxIters, unit: "iterations"}
 	paramKB    = param{name: "kb", max: maxKB, unit: "KiB"}
 )
@@ -76,7 +78,9 @@ func badParam(p param, raw []byte, err error) string {
 func parseQuery(r route, args *fasthttp.Args) (n, ms int64, bad string) {
 	switch r {
 	case routeWait, routeDB, routePinned:
-		ms, bad = arg(args, paramMS, true)
+		if ms, bad = arg(args, paramMS, true); bad == "" {
+			ms, bad = spread(args, ms)
+		}
 	case routeCPU:
 		n, bad = arg(args, paramIters, true)
 	case routeMem:
@@ -88,6 +92,19 @@ func parseQuery(r route, args *fasthttp.Args) (n, ms int64, bad string) {
 		return 0, 0, bad
 	}
 	return n, ms, ""
+}
+
+// spread draws the delay from [ms, to] when the optional to is given: real
+// service times are spread, a median several times the minimum.
+func spread(args *fasthttp.Args, ms int64) (int64, string) {
+	to, bad := arg(args, paramTo, false)
+	switch {
+	case bad != "" || !args.Has(paramTo.name):
+		return ms, bad
+	case to < ms:
+		return 0, "bad to " + strconv.FormatInt(to, 10) + ": want at least ms, " + strconv.FormatInt(ms, 10) + "\n"
+	}
+	return ms + rand.Int64N(to-ms+1), ""
 }
 
 // arg reads the parameter p from args. A missing parameter is 0 unless

@@ -3,6 +3,7 @@ package stub
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -139,6 +140,24 @@ func TestEndpoints(t *testing.T) {
 	}
 }
 
+// TestSpreadDelays: with to, delays are drawn from the range, and they
+// spread over it.
+func TestSpreadDelays(t *testing.T) {
+	_, base := start(t, Config{})
+	seen := map[string]bool{}
+	for range 40 {
+		code, body := get(t, base+"/wait?ms=1&to=8")
+		var ms int
+		if _, err := fmt.Sscanf(body, "waited %d ms", &ms); err != nil || code != 200 || ms < 1 || ms > 8 {
+			t.Fatalf("GET /wait?ms=1&to=8 = %d %q; want a delay from 1 to 8 ms", code, body)
+		}
+		seen[body] = true
+	}
+	if len(seen) < 4 {
+		t.Errorf("40 draws from 1..8 ms gave %d distinct delays; want them spread", len(seen))
+	}
+}
+
 func TestCPUReturnsTheWork(t *testing.T) {
 	_, base := start(t, Config{})
 	for _, iters := range []int64{1, 1000, 123457} {
@@ -161,6 +180,8 @@ func TestBadParameters(t *testing.T) {
 	}{
 		{"/wait", 400, "missing ms: want ms=N, a whole number of milliseconds from 0 to 600000"},
 		{"/wait?ms=", 400, `bad ms "": not a whole number`},
+		{"/wait?ms=50&to=10", 400, `bad to 10: want at least ms, 50`},
+		{"/wait?ms=5&to=x", 400, `bad to "x": not a whole number`},
 		{"/wait?ms=abc", 400, `bad ms "abc": not a whole number`},
 		{"/wait?ms=-1", 400, `bad ms "-1": not a whole number`},
 		{"/wait?ms=1.5", 400, `bad ms "1.5"`},

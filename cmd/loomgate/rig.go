@@ -11,6 +11,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -51,7 +52,7 @@ func stubCommand(ctx context.Context, args []string, lookupEnv func(string) (str
 An upstream for experiments. Each request runs on its own goroutine unless
 --pool is set.
 
-  /wait?ms=N        block N ms
+  /wait?ms=N        block N ms (&to=M: a delay drawn evenly from N to M)
   /cpu?iters=N      N rounds of CPU work (about 3 ns each)
   /db?ms=N          hold one of --db-pool connections N ms, waiting FIFO
   /mem?kb=N&ms=M    allocate and touch N KiB, hold it M ms
@@ -173,6 +174,7 @@ func benchCommand(ctx context.Context, args []string, launcher bench.Launcher, s
 	timeout := fs.Duration("timeout", 0, "longest a request may take before it counts as a timeout (default "+benchTimeout.String()+"; with --rate "+benchOpenTimeout.String()+", counted from when the request was due)")
 	out := fs.String("out", "", "directory to write results.csv, results.json and report.html into")
 	scenarioName := fs.String("scenario", "", "run a scenario in this process instead of --url: "+strings.Join(allScenarioNames(), ", ")+"; list describes them")
+	caseNames := fs.String("cases", "", "with --scenario advice: the cases to run, comma-separated (default all)")
 	fs.Usage = func() {
 		fmt.Fprint(stderr, `Usage: loomgate bench --url URL [flags]
        loomgate bench --url URL --rate R[,R2,...] [flags]
@@ -249,6 +251,12 @@ Flags:
 		}
 	}
 
+	if *scenarioName == adviceScenario {
+		return runAdviceMatrix(ctx, launcher, *caseNames, stdout, stderr)
+	}
+	if *caseNames != "" {
+		return fail("--cases goes with --scenario advice")
+	}
 	openSc, isOpen := bench.LookupOpenScenario(*scenarioName)
 	_, isClosed := bench.LookupScenario(*scenarioName)
 	switch {
@@ -260,6 +268,10 @@ Flags:
 		for _, sc := range bench.OpenScenarios() {
 			fmt.Fprintf(stdout, "%-10s open loop: %s\n           path %s, rates %s rps, arms: %s\n",
 				sc.Name, sc.Description, sc.Path, joinRates(sc.Rates), armLabels(sc.Arms))
+		}
+		fmt.Fprintf(stdout, "%-10s the advice matrix: cases with known truth, each judged and its recommendation measured; --cases picks some\n", adviceScenario)
+		for _, c := range bench.AdviceCases() {
+			fmt.Fprintf(stdout, "           %s: %s\n", c.Name, c.Description)
 		}
 		return 0
 	case *maxInFlight != 0 && !open && !isOpen:
@@ -497,7 +509,51 @@ func joinRates(v []float64) string {
 
 // allScenarioNames lists the closed-loop scenarios, then the open-loop ones.
 func allScenarioNames() []string {
-	return append(bench.ScenarioNames(), bench.OpenScenarioNames()...)
+	return append(append(bench.ScenarioNames(), bench.OpenScenarioNames()...), adviceScenario)
+}
+
+// adviceScenario is the advice matrix's name for --scenario.
+const adviceScenario = "advice"
+
+// runAdviceMatrix is --scenario advice: every case of the matrix, or those
+// --cases names, each judged against its truth, the recommended setting
+// applied and measured against the prediction.
+func runAdviceMatrix(ctx context.Context, launcher bench.Launcher, names string, stdout, stderr io.Writer) int {
+	cases := bench.AdviceCases()
+	if names != "" {
+		var picked []bench.AdviceCase
+		for name := range strings.SplitSeq(names, ",") {
+			i := slices.IndexFunc(cases, func(c bench.AdviceCase) bool { return c.Name == strings.TrimSpace(name) })
+			if i < 0 {
+				var all []string
+				for _, c := range cases {
+					all = append(all, c.Name)
+				}
+				fmt.Fprintf(stderr, "loomgate bench: --cases %q: no case %q; the cases are %s\n", names, name, strings.Join(all, ", "))
+				return 2
+			}
+			picked = append(picked, cases[i])
+		}
+		cases = picked
+	}
+	if launcher == nil {
+		fmt.Fprintln(stderr, "loomgate bench: --scenario advice needs the in-process launcher, which this build lacks")
+		return 1
+	}
+	results, err := bench.RunAdviceCases(ctx, cases, launcher, bench.AdviceOptions{Apply: true, Progress: stderr})
+	if len(results) > 0 {
+		bench.WriteAdviceMarkdown(stdout, results)
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "loomgate bench: %v\n", err)
+		return 1
+	}
+	for _, r := range results {
+		if !r.Passed() {
+			return 1
+		}
+	}
+	return 0
 }
 
 func isOpenScenario(name string) bool {

@@ -1,0 +1,511 @@
+package bench
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"net"
+	"net/http"
+	"net/url"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/valyala/fasthttp"
+
+	"github.com/loomgate/loomgate/stub"
+)
+
+// AdviceCase is one case of the advice matrix: a stub and a sidecar, load
+// that may change over time, and what is true of the upstream, which the
+// sidecar's advice is judged against.
+type AdviceCase struct {
+	Name        string
+	Description string
+	Stub        stub.Config
+	Sidecar     Sidecar
+	// Phases run one after the other; the advice is read at the end of
+	// the last.
+	Phases []Phase
+	Truth  Truth
+	// SharedCores marks a case whose clients compete for the cores with
+	// the work itself: how many of them are in the sidecar then depends on
+	// the setting, and the latency predicted for the clients seen is not
+	// checked (throughput still is).
+	SharedCores bool
+}
+
+// Phase is a time of steady load: flows side by side.
+type Phase struct {
+	Duration time.Duration
+	Flows    []Flow
+}
+
+// Flow is closed-loop clients on one path.
+type Flow struct {
+	Path    string
+	Clients int
+}
+
+// Truth is what holds of a case's upstream, by its construction.
+type Truth struct {
+	// Saturated: the upstream queues inside for every route.
+	Saturated bool
+	// RouteLocal names the one route that alone queues inside.
+	RouteLocal string
+	// Capacity is the concurrency it sustains, with CapacityLo and
+	// CapacityHi the range a right estimate falls in (15% either side,
+	// unless the case says otherwise); 0 where the estimate must say
+	// unknown or may say anything.
+	Capacity, CapacityLo, CapacityHi float64
+	// AnyCapacity: the upstream is not saturated now, but was; a known
+	// capacity must then be in range.
+	CapacityKnown bool
+}
+
+// AdviceResult is one case's outcome.
+type AdviceResult struct {
+	Case  AdviceCase
+	Truth Truth
+
+	// What the sidecar said.
+	Saturated   bool
+	RouteLocal  []string
+	Capacity    *float64
+	Unknown     string
+	LowerBound  float64
+	Summary     string
+	Recommended string // the setting applied, as the variables write it
+	Workers     int
+	Bulkhead    int
+
+	// The prediction for the applied setting, and what was measured under
+	// it with the last phase's load: throughput by the clients, latency by
+	// the sidecar; ClientP50 is the clients' own median.
+	Predicted, Measured Measure
+	ClientP50           time.Duration
+
+	// Problems lists what was wrong; empty when the case passed.
+	Problems []string
+}
+
+// Measure is throughput and median latency.
+type Measure struct {
+	Throughput float64
+	P50        time.Duration
+}
+
+// Passed reports whether the case got everything right.
+func (r AdviceResult) Passed() bool { return len(r.Problems) == 0 }
+
+// The acceptance margins: the capacity within 15% of the truth, and under
+// the applied setting throughput within 15% and p50 within 20% of the
+// prediction.
+const (
+	CapacityMargin   = 0.15
+	ThroughputMargin = 0.15
+	LatencyMargin    = 0.20
+)
+
+// AdviceCases returns the matrix: each way real traffic has misled a naive
+// estimate, with its truth.
+func AdviceCases() []AdviceCase {
+	s := time.Second
+	pool := func(n float64) Truth {
+		return Truth{Saturated: true, Capacity: n, CapacityLo: n * (1 - CapacityMargin), CapacityHi: n * (1 + CapacityMargin)}
+	}
+	return []AdviceCase{
+		{
+			Name: "steady", Description: "one route, 100 ms, 50 clients, nothing limits it",
+			Phases: []Phase{{20 * s, []Flow{{"/wait?ms=100", 50}}}},
+		},
+		{
+			Name: "spread", Description: "one route, service times spread 20-400 ms, 40 clients, nothing limits it",
+			Phases: []Phase{{20 * s, []Flow{{"/wait?ms=20&to=400", 40}}}},
+		},
+		{
+			Name: "cheap+expensive", Description: "2 ms requests from 2 clients beside 200 ms ones from 20, on one route, nothing limits them",
+			Phases: []Phase{{20 * s, []Flow{{"/wait?ms=2", 2}, {"/wait?ms=200", 20}}}},
+		},
+		{
+			Name: "rising", Description: "a hidden pool of 50, 100 ms: 10 clients, then 200 within the window",
+			Stub:   stub.Config{Pool: 50},
+			Phases: []Phase{{8 * s, []Flow{{"/wait?ms=100", 10}}}, {14 * s, []Flow{{"/wait?ms=100", 200}}}},
+			Truth:  pool(50),
+		},
+		{
+			Name: "pool+spread", Description: "a hidden pool of 50 behind service times spread 20-200 ms: 10 clients, then 150",
+			Stub:   stub.Config{Pool: 50},
+			Phases: []Phase{{8 * s, []Flow{{"/wait?ms=20&to=200", 10}}}, {14 * s, []Flow{{"/wait?ms=20&to=200", 150}}}},
+			Truth:  pool(50),
+		},
+		{
+			Name: "one-route-pool", Description: "a pool of 10 connections behind /db only, while /wait stays healthy: /db from 5 clients to 40",
+			Stub: stub.Config{DBPool: 10},
+			Phases: []Phase{
+				{8 * s, []Flow{{"/db?ms=100", 5}, {"/wait?ms=50", 20}}},
+				{14 * s, []Flow{{"/db?ms=100", 40}, {"/wait?ms=50", 20}}},
+			},
+			Truth: Truth{RouteLocal: "GET /db"},
+		},
+		{
+			Name: "cpu", Description: "pure CPU work: 2 clients, then 32; the ceiling is the cores the stub gets beside the rig and the sidecar",
+			Phases: []Phase{{8 * s, []Flow{{"/cpu?iters=300000", 2}}}, {14 * s, []Flow{{"/cpu?iters=300000", 32}}}},
+			// Two cores, shared: at most 2, and what is left beside the
+			// rig and the sidecar, no less than half a core.
+			Truth:       Truth{Saturated: true, Capacity: 2, CapacityLo: 0.5, CapacityHi: 2 * (1 + CapacityMargin)},
+			SharedCores: true,
+		},
+		{
+			Name: "pinned", Description: "a 20 ms critical section every request takes: 1 client, then 20",
+			Phases: []Phase{{8 * s, []Flow{{"/pinned?ms=20", 1}}}, {14 * s, []Flow{{"/pinned?ms=20", 20}}}},
+			Truth:  pool(1),
+		},
+		{
+			Name: "then-calm", Description: "a hidden pool of 50: 200 clients, then a calm minute of 20; the capacity seen stays known",
+			Stub:   stub.Config{Pool: 50},
+			Phases: []Phase{{8 * s, []Flow{{"/wait?ms=100", 10}}}, {20 * s, []Flow{{"/wait?ms=100", 200}}}, {65 * s, []Flow{{"/wait?ms=100", 20}}}},
+			Truth:  Truth{Capacity: 50, CapacityLo: 50 * (1 - CapacityMargin), CapacityHi: 50 * (1 + CapacityMargin), CapacityKnown: true},
+		},
+	}
+}
+
+// AdviceOptions tune RunAdviceCases.
+type AdviceOptions struct {
+	// Scale multiplies every phase's duration: below 1 for a quicker,
+	// rougher run. If zero, 1.
+	Scale float64
+	// Apply measures the recommended setting (or the one in force, when
+	// the advice keeps it) for Measure after the case: a new sidecar with
+	// the last phase's load.
+	Apply bool
+	// Measure is the warm-up and window of that measurement. If zero, 5 s
+	// and 8 s.
+	ApplyWarmup, ApplyWindow time.Duration
+	// Progress receives a line per step. If nil, nothing is written.
+	Progress io.Writer
+}
+
+// RunAdviceCases runs each case: launch, play the phases, read /advice,
+// judge it against the truth, and with Apply run the recommended setting
+// and compare what it does with what the advice predicted.
+func RunAdviceCases(ctx context.Context, cases []AdviceCase, l Launcher, opts AdviceOptions) ([]AdviceResult, error) {
+	if l == nil {
+		return nil, ErrNoLauncher
+	}
+	if opts.Scale == 0 {
+		opts.Scale = 1
+	}
+	if opts.ApplyWarmup == 0 {
+		opts.ApplyWarmup = 5 * time.Second
+	}
+	if opts.ApplyWindow == 0 {
+		opts.ApplyWindow = 8 * time.Second
+	}
+	var results []AdviceResult
+	for i, c := range cases {
+		say(opts.Progress, "[%d/%d] advice %s: %s", i+1, len(cases), c.Name, c.Description)
+		r, err := runAdviceCase(ctx, c, l, opts)
+		if err != nil {
+			return results, fmt.Errorf("case %s: %w", c.Name, err)
+		}
+		verdict := "pass"
+		if !r.Passed() {
+			verdict = "FAIL: " + strings.Join(r.Problems, "; ")
+		}
+		say(opts.Progress, "[%d/%d] advice %s: %s", i+1, len(cases), c.Name, verdict)
+		results = append(results, r)
+	}
+	return results, nil
+}
+
+func say(w io.Writer, format string, args ...any) {
+	if w != nil {
+		fmt.Fprintf(w, format+"\n", args...)
+	}
+}
+
+// adviceDoc is the part of GET /advice the matrix reads.
+type adviceDoc struct {
+	Settings struct {
+		Mode      string  `json:"mode"`
+		Workers   int     `json:"workers"`
+		QueueSize int     `json:"queue_size"`
+		QueueTO   float64 `json:"queue_timeout_seconds"`
+		Bulkhead  int     `json:"bulkhead"`
+		BulkWait  float64 `json:"bulkhead_wait_seconds"`
+	} `json:"settings"`
+	Figures struct {
+		LatencyP50 float64  `json:"latency_p50_seconds"`
+		Capacity   *float64 `json:"upstream_capacity"`
+		Unknown    string   `json:"upstream_capacity_unknown"`
+		LowerBound float64  `json:"upstream_capacity_lower_bound"`
+		Saturated  bool     `json:"upstream_saturated"`
+		RouteLocal []string `json:"saturated_routes_alone"`
+	} `json:"figures"`
+	Recommendation struct {
+		Mode        string `json:"mode"`
+		Workers     int    `json:"workers"`
+		Bulkhead    int    `json:"bulkhead"`
+		Summary     string `json:"summary"`
+		Predictions []struct {
+			Name       string  `json:"name"`
+			Setting    string  `json:"setting"`
+			Mode       string  `json:"mode"`
+			Limit      int     `json:"limit"`
+			QueueSize  int     `json:"queue_size"`
+			Wait       float64 `json:"wait_seconds"`
+			Throughput float64 `json:"throughput_rps"`
+			P50        float64 `json:"latency_p50_seconds"`
+		} `json:"predictions"`
+	} `json:"recommendation"`
+}
+
+func runAdviceCase(ctx context.Context, c AdviceCase, l Launcher, opts AdviceOptions) (AdviceResult, error) {
+	r := AdviceResult{Case: c, Truth: c.Truth}
+	t, stop, err := l.Launch(ctx, Arm{Label: c.Name, Sidecar: c.Sidecar, Stub: c.Stub})
+	if err != nil {
+		return r, fmt.Errorf("launch: %w", err)
+	}
+	for _, p := range c.Phases {
+		d := time.Duration(float64(p.Duration) * opts.Scale)
+		if _, err := drive(ctx, t.URL, p.Flows, 0, d); err != nil {
+			stop()
+			return r, err
+		}
+	}
+	doc, err := readAdvice(ctx, t.AdminURL)
+	stop()
+	if err != nil {
+		return r, err
+	}
+	f, rec := doc.Figures, doc.Recommendation
+	r.Saturated, r.RouteLocal, r.Capacity, r.Unknown, r.LowerBound = f.Saturated, f.RouteLocal, f.Capacity, f.Unknown, f.LowerBound
+	r.Summary, r.Workers, r.Bulkhead = rec.Summary, rec.Workers, rec.Bulkhead
+	r.judge(c.Phases[len(c.Phases)-1])
+
+	// The setting to check the predictions with: the recommended one, or
+	// the one in force when the advice keeps it.
+	applied := -1
+	for i, p := range rec.Predictions {
+		if p.Name == "recommended" || applied < 0 && p.Name == "in force" {
+			applied = i
+		}
+	}
+	if !opts.Apply || applied < 0 {
+		return r, nil
+	}
+	p := rec.Predictions[applied]
+	r.Recommended = p.Setting
+	r.Predicted = Measure{Throughput: p.Throughput, P50: time.Duration(p.P50 * float64(time.Second))}
+	sidecar := Sidecar{Mode: p.Mode, Routes: c.Sidecar.Routes}
+	if p.Mode == "fixed" {
+		sidecar.Workers, sidecar.QueueSize, sidecar.QueueTimeout = p.Limit, p.QueueSize, time.Duration(p.Wait*float64(time.Second))
+	} else {
+		sidecar.Bulkhead = p.Limit
+	}
+	t, stop, err = l.Launch(ctx, Arm{Label: c.Name + " applied", Sidecar: sidecar, Stub: c.Stub})
+	if err != nil {
+		return r, fmt.Errorf("launch the recommended setting: %w", err)
+	}
+	defer stop()
+	last := c.Phases[len(c.Phases)-1]
+	m, err := drive(ctx, t.URL, last.Flows, opts.ApplyWarmup, opts.ApplyWindow)
+	if err != nil {
+		return r, err
+	}
+	// Latency as the sidecar measured it, from the request read to the
+	// response written, which is what the prediction models: the clients'
+	// own clock would add the time they wait for a core, beside the stub
+	// and the sidecar on the same machine.
+	if applied, err := readAdvice(ctx, t.AdminURL); err == nil && applied.Figures.LatencyP50 > 0 {
+		r.ClientP50 = m.P50
+		m.P50 = time.Duration(applied.Figures.LatencyP50 * float64(time.Second))
+	}
+	r.Measured = m
+	if r.Predicted.Throughput > 0 && math.Abs(m.Throughput-r.Predicted.Throughput) > ThroughputMargin*r.Predicted.Throughput {
+		r.Problems = append(r.Problems, fmt.Sprintf("measured %.0f rps under %s; predicted %.0f", m.Throughput, p.Setting, r.Predicted.Throughput))
+	}
+	if !c.SharedCores && r.Predicted.P50 > 0 && math.Abs(float64(m.P50-r.Predicted.P50)) > LatencyMargin*float64(r.Predicted.P50) {
+		r.Problems = append(r.Problems, fmt.Sprintf("measured p50 %s under %s; predicted %s", m.P50.Round(time.Millisecond), p.Setting, r.Predicted.P50.Round(time.Millisecond)))
+	}
+	return r, nil
+}
+
+// judge compares what the sidecar said with the truth.
+func (r *AdviceResult) judge(last Phase) {
+	tr := r.Truth
+	if r.Saturated != tr.Saturated {
+		r.Problems = append(r.Problems, fmt.Sprintf("saturated %v; the truth is %v", r.Saturated, tr.Saturated))
+	}
+	if got := strings.Join(r.RouteLocal, ","); got != tr.RouteLocal {
+		r.Problems = append(r.Problems, fmt.Sprintf("routes queueing alone %q; the truth is %q", got, tr.RouteLocal))
+	}
+	switch {
+	case tr.Capacity > 0 && r.Capacity == nil:
+		r.Problems = append(r.Problems, fmt.Sprintf("capacity %s; the truth is %.0f", r.Unknown, tr.Capacity))
+	case tr.Capacity > 0 && (*r.Capacity < tr.CapacityLo || *r.Capacity > tr.CapacityHi):
+		r.Problems = append(r.Problems, fmt.Sprintf("capacity %.1f; the truth is %.0f (%.1f to %.1f)", *r.Capacity, tr.Capacity, tr.CapacityLo, tr.CapacityHi))
+	}
+	// A healthy upstream is never capped, and no cap goes below what the
+	// upstream served without slowing.
+	if !tr.Saturated && (r.Workers > 0 || r.Bulkhead > 0) {
+		clients := 0
+		for _, f := range last.Flows {
+			clients += f.Clients
+		}
+		if limit := max(r.Workers, r.Bulkhead); limit < clients {
+			r.Problems = append(r.Problems, fmt.Sprintf("recommends a limit of %d for a healthy upstream serving %d clients", limit, clients))
+		}
+	}
+	if limit := max(r.Workers, r.Bulkhead); limit > 0 && float64(limit) < math.Floor(r.LowerBound) {
+		r.Problems = append(r.Problems, fmt.Sprintf("recommends %d, below the %.0f served without slowing", limit, r.LowerBound))
+	}
+}
+
+func readAdvice(ctx context.Context, admin string) (adviceDoc, error) {
+	var doc adviceDoc
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, strings.TrimSuffix(admin, "/")+"/advice", nil)
+	if err != nil {
+		return doc, err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return doc, fmt.Errorf("%w: %v", ErrAdmin, err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return doc, fmt.Errorf("%w: /advice answered %s", ErrAdmin, resp.Status)
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&doc); err != nil {
+		return doc, fmt.Errorf("%w: /advice: %v", ErrAdmin, err)
+	}
+	return doc, nil
+}
+
+// drive runs the flows' closed-loop clients for warmup+window and returns
+// the throughput and median latency of the 2xx answers in the window.
+func drive(ctx context.Context, base string, flows []Flow, warmup, window time.Duration) (Measure, error) {
+	u, err := url.Parse(base)
+	if err != nil {
+		return Measure{}, err
+	}
+	start := time.Now()
+	from, end := start.Add(warmup), start.Add(warmup+window)
+	var mu sync.Mutex
+	var latencies []time.Duration
+	var failures atomic.Int64
+	var wg sync.WaitGroup
+	for _, f := range flows {
+		for range f.Clients {
+			wg.Go(func() {
+				c := &fasthttp.HostClient{Addr: u.Host, MaxConns: 1, MaxIdemponentCallAttempts: 1,
+					Dial: func(addr string) (net.Conn, error) { return net.DialTimeout("tcp", addr, 5*time.Second) }}
+				defer c.CloseIdleConnections()
+				req, resp := fasthttp.AcquireRequest(), fasthttp.AcquireResponse()
+				defer fasthttp.ReleaseRequest(req)
+				defer fasthttp.ReleaseResponse(resp)
+				req.SetRequestURI(strings.TrimSuffix(base, "/") + f.Path)
+				var mine []time.Duration
+				for ctx.Err() == nil {
+					sent := time.Now()
+					if !sent.Before(end) {
+						break
+					}
+					err := c.DoDeadline(req, resp, end)
+					done := time.Now()
+					switch {
+					case err != nil || resp.StatusCode() >= 300:
+						failures.Add(1)
+						// A client whose answer failed comes back after a
+						// pause, not in a spin.
+						time.Sleep(10 * time.Millisecond)
+					case !sent.Before(from) && done.Before(end):
+						mine = append(mine, done.Sub(sent))
+					}
+				}
+				mu.Lock()
+				latencies = append(latencies, mine...)
+				mu.Unlock()
+			})
+		}
+	}
+	wg.Wait()
+	if err := ctx.Err(); err != nil {
+		return Measure{}, err
+	}
+	m := Measure{}
+	if window > 0 && len(latencies) > 0 {
+		slices.Sort(latencies)
+		m.Throughput = float64(len(latencies)) / window.Seconds()
+		m.P50 = latencies[len(latencies)/2]
+	}
+	if len(latencies) == 0 && window > 0 {
+		return m, errors.New("no answer in the window")
+	}
+	return m, nil
+}
+
+// WriteAdviceMarkdown writes the matrix as a table: per case the truth, the
+// verdict, the estimate, the advice, predicted against measured, and pass
+// or fail.
+func WriteAdviceMarkdown(w io.Writer, results []AdviceResult) error {
+	fmt.Fprintln(w, "| case | truth | verdict | capacity (estimate) | advice | applied | predicted rps / p50 | measured rps / p50 | result |")
+	fmt.Fprintln(w, "| --- | --- | --- | --- | --- | --- | --: | --: | --- |")
+	for _, r := range results {
+		truth := "not saturated"
+		switch {
+		case r.Truth.Saturated:
+			truth = fmt.Sprintf("saturated, %.0f", r.Truth.Capacity)
+		case r.Truth.RouteLocal != "":
+			truth = "queues behind " + r.Truth.RouteLocal + " only"
+		case r.Truth.CapacityKnown:
+			truth = fmt.Sprintf("not saturated now, %.0f before", r.Truth.Capacity)
+		}
+		verdict := "not saturated"
+		switch {
+		case r.Saturated:
+			verdict = "saturated"
+		case len(r.RouteLocal) > 0:
+			verdict = "behind " + strings.Join(r.RouteLocal, ", ") + " only"
+		}
+		capacity := r.Unknown
+		if r.Capacity != nil {
+			capacity = fmt.Sprintf("%.1f", *r.Capacity)
+		}
+		if r.LowerBound > 0 {
+			capacity += fmt.Sprintf(", at least %.0f", r.LowerBound)
+		}
+		advice := "no limit"
+		if r.Workers > 0 {
+			advice = fmt.Sprintf("WORKERS=%d", r.Workers)
+		} else if r.Bulkhead > 0 {
+			advice = fmt.Sprintf("BULKHEAD=%d", r.Bulkhead)
+		}
+		result := "pass"
+		if r.Case.SharedCores {
+			result = "pass (latency not checked: the clients share the cores with the work)"
+		}
+		if !r.Passed() {
+			result = "FAIL: " + strings.Join(r.Problems, "; ")
+		}
+		pm := func(m Measure) string {
+			if m.Throughput == 0 {
+				return ""
+			}
+			return fmt.Sprintf("%.0f / %s", m.Throughput, m.P50.Round(time.Millisecond))
+		}
+		if _, err := fmt.Fprintf(w, "| %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", r.Case.Name, truth, verdict, capacity, advice,
+			r.Recommended, pm(r.Predicted), pm(r.Measured), result); err != nil {
+			return err
+		}
+	}
+	return nil
+}
