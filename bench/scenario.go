@@ -47,7 +47,7 @@ type Arm struct {
 }
 
 // Sidecar is the part of a sidecar's configuration an arm varies. Zero
-// fields leave the sidecar's defaults (LOOMGATE_* in the design contract).
+// fields leave the sidecar's defaults (the README lists them).
 type Sidecar struct {
 	// Mode is "fixed" or "unbounded".
 	// If empty, unbounded.

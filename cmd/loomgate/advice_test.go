@@ -26,8 +26,8 @@ import (
 )
 
 // adviceLoad is a load of clients that each send a request, wait for its
-// answer and send the next, until Stop: the users of the experiments in
-// DESIGN.md.
+// answer and send the next, until Stop: the users of the published
+// experiments the README cites.
 type adviceLoad struct {
 	stop                   chan struct{}
 	wg                     sync.WaitGroup

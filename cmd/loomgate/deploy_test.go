@@ -59,7 +59,7 @@ func fromRepoRoot(elem ...string) string {
 	return filepath.Join(append([]string{"..", ".."}, elem...)...)
 }
 
-// adminPaths are the admin listener's endpoints (DESIGN.md, "Admin endpoints").
+// adminPaths are the admin listener's endpoints (the README's "Admin endpoints").
 var adminPaths = []string{"/metrics", "/healthz", "/readyz", "/advice", "/"}
 
 // modeOnly names the variables that belong to one mode; with the other they
@@ -1076,7 +1076,7 @@ func promTarget(q variants.Dataquery) *prometheus.Dataquery {
 }
 
 // TestDashboard checks that the dashboard imports as is and shows only
-// series that exist: metrics of DESIGN.md and recording rules of rules.yml.
+// series that exist: metrics of the README and recording rules of rules.yml.
 func TestDashboard(t *testing.T) {
 	export := readDashboard(t)
 	d := export.Dashboard

@@ -19,7 +19,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 )
 
-// designMetrics are the series of DESIGN.md's metric list, by type. A
+// designMetrics are the series of the README's metrics table that rules and dashboards use, by type. A
 // dashboard or rule naming anything else shows nothing, silently.
 var designMetrics = map[string]string{
 	"loomgate_requests_total":             "counter",
@@ -44,7 +44,7 @@ var designMetrics = map[string]string{
 	"loomgate_upstream_memory_bytes":      "gauge",
 	"loomgate_advice_bytes_per_request":   "gauge",
 	// Not loomgate's own: Prometheus' scrape health, and the process
-	// collector that DESIGN.md lists beside loomgate's metrics.
+	// collector that the README lists beside loomgate's metrics.
 	"up":                            "gauge",
 	"process_resident_memory_bytes": "gauge",
 }
@@ -194,7 +194,7 @@ func promMetricNames(expr string) []string {
 	return names
 }
 
-// checkPromExpr reports the names in expr that neither DESIGN.md's metric
+// checkPromExpr reports the names in expr that neither the README's metric
 // list nor rules.yml define, and outcome matchers that match no outcome.
 func checkPromExpr(expr string, recorded map[string]bool) []string {
 	var problems []string
@@ -220,7 +220,7 @@ func checkPromExpr(expr string, recorded map[string]bool) []string {
 		}
 		base := regexp.MustCompile(`_(bucket|sum|count)$`).ReplaceAllString(name, "")
 		if designMetrics[base] != "histogram" {
-			problems = append(problems, fmt.Sprintf("uses %s, which is not in DESIGN.md's metric list", name))
+			problems = append(problems, fmt.Sprintf("uses %s, which is not in the README's metrics table", name))
 		}
 	}
 	for _, m := range promOutcome.FindAllStringSubmatch(expr, -1) {
