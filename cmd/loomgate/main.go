@@ -99,7 +99,7 @@ measures what it does to every request.
 Commands:
   loomgate [proxy]   run the sidecar, configured from LOOMGATE_* variables
   loomgate stub      an experiment upstream (loomgate stub -h)
-  loomgate bench     closed-loop load against any URL (loomgate bench -h)
+  loomgate bench     load against any URL, closed or open loop, and scenarios (loomgate bench -h)
   loomgate demo      stub, sidecar in each mode and bench in one process
   loomgate advise    ask a running sidecar for its advice (loomgate advise -h)
   loomgate version   version, Go version, commit
