@@ -63,6 +63,7 @@ type exchange struct {
 	handedOff bool
 
 	resp    fasthttp.Response // the upstream's
+	up      upstreamConn      // the connection resp arrives on
 	reqBody requestBody
 	body    io.Reader // what Read serves: &buffered or the upstream's stream
 	// streaming is set when body is the upstream's stream, so that its
@@ -93,37 +94,33 @@ func (e *exchange) forward(ctx *fasthttp.RequestCtx) {
 	// Without this fasthttp invents "Content-Type: text/plain" for responses
 	// that have none, and the client would see a header the service never sent.
 	resp.Header.SetNoDefaultContentType(true)
-	err := p.client.DoDeadline(req, resp, e.admittedAt.Add(p.timeout))
-	if err != nil {
+	if err := e.roundTrip(req, e.admittedAt.Add(p.timeout)); err != nil {
 		e.upstreamFailed(ctx, err)
 		return
 	}
 	e.outcome.UpstreamStatus = resp.StatusCode()
 
 	length := resp.Header.ContentLength()
-	stream := resp.BodyStream()
 	switch {
-	case stream == nil:
+	case !e.hasBody():
 		e.servedAt = time.Now()
+		e.up.reusable = true
+		e.releaseUpstream()
 		e.buffered.Reset(nil)
 		e.body = &e.buffered
 	case length >= 0 && length <= ResponseBufferBytes && e.reserveResponse(length):
-		e.buf, err = readBody(stream, e.buf[:0], length)
-		// Close before checking err: a stream read to its end returns the
-		// connection to the pool, one that failed closes it.
-		_ = resp.CloseBodyStream()
-		if err != nil {
+		if err := e.readBody(); err != nil {
 			e.upstreamFailed(ctx, err)
 			return
 		}
 		e.servedAt = time.Now()
-		e.buffered.Reset(e.buf)
+		e.buffered.Reset(resp.Body())
 		e.body = &e.buffered
 	default:
 		// Too large, of unknown length, or refused by the memory bulkhead:
 		// streaming holds only the copy buffer, which RequestOverheadBytes
 		// already counts.
-		e.body = stream
+		e.body = e.streamBody()
 		e.streaming = true
 		if length < 0 {
 			length = -1 // chunked to the client, whatever the upstream did
@@ -140,12 +137,22 @@ func (e *exchange) forward(ctx *fasthttp.RequestCtx) {
 	// A client that gave up is worth knowing about (the work was wasted),
 	// but fasthttp's write to a closed socket often succeeds into the
 	// kernel's buffer, so ask the socket. Clients do not give up within
-	// milliseconds, and the check costs a syscall and two allocations, so
-	// quick requests skip it.
-	if time.Since(e.start) >= clientCheckAfter && peerGone(ctx.Conn()) {
+	// milliseconds, and the check costs a syscall, so quick requests skip
+	// it.
+	if e.age() >= clientCheckAfter && peerGone(ctx.Conn()) {
 		e.outcome.Kind = ClientClosed
 	}
 	e.handOff(ctx, length, resp.StatusCode())
+}
+
+// age is how long ago the request was read, by the last clock reading
+// taken for it: a streamed response's has none since admission, and reads
+// the clock.
+func (e *exchange) age() time.Duration {
+	if e.servedAt.IsZero() {
+		return time.Since(e.start)
+	}
+	return e.servedAt.Sub(e.start)
 }
 
 // reserveResponse charges a response body about to be buffered to the
@@ -190,35 +197,6 @@ func (e *exchange) prepareRequest(ctx *fasthttp.RequestCtx) {
 	}
 }
 
-// readBody reads a stream of known small length into buf, to its end, so
-// that fasthttp sees the end and can reuse the connection.
-func readBody(r io.Reader, buf []byte, length int) ([]byte, error) {
-	if cap(buf) < length {
-		buf = make([]byte, 0, length)
-	}
-	for {
-		if len(buf) == cap(buf) {
-			// One more byte than declared would be a protocol error;
-			// growing lets io.EOF arrive or the excess show.
-			buf = append(buf, 0)[:len(buf)]
-		}
-		n, err := r.Read(buf[len(buf):cap(buf)])
-		buf = buf[:len(buf)+n]
-		if err == io.EOF {
-			if len(buf) != length {
-				return buf, io.ErrUnexpectedEOF
-			}
-			return buf, nil
-		}
-		if err != nil {
-			return buf, err
-		}
-		if len(buf) > length {
-			return buf, errors.New("proxy: response body longer than Content-Length")
-		}
-	}
-}
-
 // rejected answers a request the Admitter did not admit.
 func (e *exchange) rejected(ctx *fasthttp.RequestCtx, err error) {
 	e.rejectedAt = time.Now()
@@ -245,6 +223,9 @@ func (e *exchange) rejected(ctx *fasthttp.RequestCtx, err error) {
 // a response. Nothing has been sent to the client yet.
 func (e *exchange) upstreamFailed(ctx *fasthttp.RequestCtx, err error) {
 	e.servedAt = time.Now()
+	// Whatever is left on the connection is out of step: it is closed.
+	e.up.reusable = false
+	e.releaseUpstream()
 	switch {
 	case errors.Is(err, errBodyTooLarge):
 		// The upstream saw part of a body and then a broken stream; that
@@ -299,7 +280,7 @@ func setOutcomeHeader(h *fasthttp.ResponseHeader, kind Kind) {
 // respond answers with the proxy's own short plain-text response. A
 // rejection's status is RejectStatus, whatever status says.
 func (e *exchange) respond(ctx *fasthttp.RequestCtx, status int, kind Kind, msg string) {
-	_ = e.resp.CloseBodyStream()
+	e.releaseUpstream()
 	e.outcome.Kind = kind
 	out := &ctx.Response
 	out.Header.SetContentType(textPlain)
@@ -375,6 +356,7 @@ func (e *exchange) Read(b []byte) (int, error) {
 	if e.streaming && err != nil {
 		if err == io.EOF {
 			e.servedAt = time.Now()
+			e.up.reusable = true
 		} else {
 			e.readErr = err
 		}
@@ -387,7 +369,7 @@ func (e *exchange) Read(b []byte) (int, error) {
 func (e *exchange) CloseWithError(writeErr error) error {
 	now := time.Now()
 	if e.streaming {
-		_ = e.resp.CloseBodyStream()
+		e.releaseUpstream()
 		if e.servedAt.IsZero() {
 			e.servedAt = now
 		}
@@ -426,6 +408,10 @@ func (e *exchange) finish(now time.Time) {
 	o.Method, o.Target = e.method, e.target
 	e.p.observe(o)
 
+	// Only a bug leaves a connection here (a panic between the round trip
+	// and the hand-off); it is out of step, and closed.
+	e.up.reusable = false
+	e.releaseUpstream()
 	e.resp.Reset()
 	e.reqBody = requestBody{}
 	e.body, e.readErr = nil, nil

@@ -241,21 +241,17 @@ func New(cfg Config) (*Proxy, error) {
 	if maxConns == 0 {
 		maxConns = math.MaxInt32
 	}
+	// Only the pool of the HostClient is used: the exchange makes its own
+	// round trip on it (see roundTrip), never Do, so none of Do's settings
+	// (retries, user agent, response streaming) apply.
 	p.client = &fasthttp.HostClient{
-		Addr:                     addr,
-		NoDefaultUserAgentHeader: true,
-		DisablePathNormalizing:   true,
-		MaxConns:                 maxConns,
+		Addr:     addr,
+		MaxConns: maxConns,
 		// The pool is sized to the admission limit and a connection is back
 		// before its permit, so nothing should wait here; if something ever
 		// does, the wait is bounded and lands in service time.
 		MaxConnWaitTimeout: p.timeout,
-		// A proxy must not replay a request the client sent once: fasthttp
-		// retries idempotent requests five times by default.
-		MaxIdemponentCallAttempts: 1,
-		RetryIfErr:                func(*fasthttp.Request, int, error) (bool, bool) { return false, false },
-		StreamResponseBody:        true,
-		ReadBufferSize:            MaxHeaderBytes,
+		ReadBufferSize:     MaxHeaderBytes,
 	}
 	p.server = &fasthttp.Server{
 		Handler:               p.handle,

@@ -1,0 +1,192 @@
+package proxy
+
+import (
+	"bufio"
+	"errors"
+	"io"
+	"net"
+	"time"
+
+	"github.com/valyala/fasthttp"
+)
+
+// The exchange makes its own round trip on the HostClient's connection
+// pool instead of calling HostClient.Do, for what Do cannot offer:
+//   - it waits for the upstream's first bytes without a pooled 8 KiB
+//     reader, so a request held at a slow upstream costs firstBytes, not
+//     a reader (the pool's readers go only to answers that have arrived);
+//   - it decides after the response's header whether to buffer the body
+//     or stream it, so small bodies need no stream, no closures and no
+//     copy between buffers (Do with StreamResponseBody streams every one);
+//   - it reads the clock once for the whole trip: the deadline is
+//     admission + UpstreamTimeout, which the exchange already knows, where
+//     Do reads the clock five times to recompute it.
+//
+// Do's retries are of no use to a proxy (it must not replay a request),
+// and its user agent and redirect handling are disabled here anyway.
+
+// firstBytes is what the exchange reads of an answer before it takes a
+// reader from the pool: the whole of a typical small response, so that
+// the pooled reader's first fill is served from it and costs no second
+// read from the socket.
+const firstBytes = 1 << 10
+
+// maxInterim bounds the informational (1xx) responses read before the
+// final one, as fasthttp does.
+const maxInterim = 8
+
+// errNoAnswer is an upstream connection that closed before answering; a
+// kept-alive connection the upstream had just timed out looks like this.
+var errNoAnswer = errors.New("proxy: upstream closed the connection before answering")
+
+// pooledConn is what the exchange uses of fasthttp's pooled connection,
+// whose type is unexported; giveBack names it by inference.
+type pooledConn interface{ Conn() net.Conn }
+
+var (
+	keepConn = (*fasthttp.HostClient).ReleaseConn
+	dropConn = (*fasthttp.HostClient).CloseConn
+)
+
+// giveBack hands cc to f, ReleaseConn or CloseConn: the type argument is
+// fasthttp's connection type, which cannot be written here.
+func giveBack[C pooledConn](hc *fasthttp.HostClient, f func(*fasthttp.HostClient, C), cc pooledConn) {
+	f(hc, cc.(C))
+}
+
+// prefixReader serves the bytes already read from the connection, then
+// the connection.
+type prefixReader struct {
+	b    []byte
+	conn net.Conn
+}
+
+func (r *prefixReader) Read(p []byte) (int, error) {
+	if len(r.b) > 0 {
+		n := copy(p, r.b)
+		r.b = r.b[n:]
+		return n, nil
+	}
+	return r.conn.Read(p)
+}
+
+// upstreamConn is the upstream connection an exchange holds from its
+// request's writing to its response's last byte.
+type upstreamConn struct {
+	cc    pooledConn
+	br    *bufio.Reader
+	first [firstBytes]byte
+	pre   prefixReader
+	// reusable is set once the response has been read to its end on a
+	// connection that stays open.
+	reusable bool
+}
+
+// roundTrip writes req upstream and reads the response's header into
+// e.resp, leaving the body on the connection, which e holds until
+// releaseUpstream.
+func (e *exchange) roundTrip(req *fasthttp.Request, deadline time.Time) error {
+	hc := e.p.client
+	cc, err := hc.AcquireConn(e.p.timeout, false)
+	if err != nil {
+		return err
+	}
+	u := &e.up
+	u.cc = cc
+	conn := cc.Conn()
+	if err := conn.SetDeadline(deadline); err != nil {
+		return err
+	}
+	// As HostClient.Do does: the target goes out as it came in.
+	req.URI().DisablePathNormalizing = true
+	bw := hc.AcquireWriter(conn)
+	err = req.Write(bw)
+	if err == nil {
+		err = bw.Flush()
+	}
+	hc.ReleaseWriter(bw)
+	if err != nil {
+		return err
+	}
+
+	n, err := conn.Read(u.first[:])
+	if n == 0 {
+		if err == nil || err == io.EOF {
+			err = errNoAnswer
+		}
+		return err
+	}
+	u.pre = prefixReader{b: u.first[:n], conn: conn}
+	u.br = hc.AcquireReader(conn)
+	u.br.Reset(&u.pre)
+
+	resp := &e.resp
+	resp.SkipBody = req.Header.IsHead()
+	for i := 0; ; i++ {
+		if err := resp.Header.Read(u.br); err != nil {
+			if err == io.EOF {
+				err = io.ErrUnexpectedEOF
+			}
+			return err
+		}
+		status := resp.StatusCode()
+		if status < 100 || status > 199 || status == fasthttp.StatusSwitchingProtocols {
+			return nil
+		}
+		if i == maxInterim {
+			return errors.New("proxy: too many informational responses")
+		}
+	}
+}
+
+// hasBody reports whether the response read by roundTrip has a body to
+// read: not for HEAD, 1xx, 204 or 304.
+func (e *exchange) hasBody() bool {
+	s := e.resp.StatusCode()
+	return !e.resp.SkipBody && s >= 200 && s != fasthttp.StatusNoContent && s != fasthttp.StatusNotModified
+}
+
+// readBody reads a body of known length whole into e.resp and gives the
+// connection back.
+func (e *exchange) readBody() error {
+	e.resp.StreamBody = false
+	if err := e.resp.ReadBody(e.up.br, 0); err != nil {
+		return err
+	}
+	e.up.reusable = true
+	e.releaseUpstream()
+	return nil
+}
+
+// streamBody makes e.resp's body a stream from the connection, which stays
+// held until the stream ends and releaseUpstream runs.
+func (e *exchange) streamBody() io.Reader {
+	e.resp.StreamBody = true
+	// ReadBody only sets the stream up when StreamBody is set: it cannot
+	// fail.
+	_ = e.resp.ReadBody(e.up.br, 0)
+	return e.resp.BodyStream()
+}
+
+// releaseUpstream gives the upstream connection back to the pool when its
+// response was read to its end and it stays open, and closes it otherwise.
+func (e *exchange) releaseUpstream() {
+	u := &e.up
+	if u.cc == nil {
+		return
+	}
+	_ = e.resp.CloseBodyStream()
+	hc := e.p.client
+	if u.br != nil {
+		hc.ReleaseReader(u.br)
+	}
+	// fasthttp marks a body read to the connection's close (neither
+	// length nor chunked) as closing it.
+	if u.reusable && !e.resp.ConnectionClose() {
+		giveBack(hc, keepConn, u.cc)
+	} else {
+		giveBack(hc, dropConn, u.cc)
+	}
+	u.cc, u.br, u.reusable = nil, nil, false
+	u.pre = prefixReader{}
+}
