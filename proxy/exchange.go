@@ -78,7 +78,12 @@ type exchange struct {
 }
 
 func (e *exchange) begin(ctx *fasthttp.RequestCtx) {
-	e.start = time.Now()
+	// fasthttp read the clock once the request was read, which is where a
+	// request's time starts: a clock read saved on every request.
+	e.start = ctx.Time()
+	if e.start.IsZero() {
+		e.start = time.Now() // fasthttp's LazyRequestTime, or a test's ctx
+	}
 	e.method = append(e.method[:0], ctx.Method()...)
 	e.target = append(e.target[:0], ctx.Request.Header.RequestURI()...)
 	e.outcome = Outcome{Kind: OK, Remote: ctx.RemoteAddr()}
@@ -129,7 +134,9 @@ func (e *exchange) forward(ctx *fasthttp.RequestCtx) {
 
 	out := &ctx.Response.Header
 	resp.Header.CopyTo(out)
-	e.names = removeHopHeaders(out, e.names)
+	if responseFields(out)&fieldHop != 0 {
+		e.names = removeHopHeaders(out, e.names)
+	}
 	// The upstream closing its connection says nothing about the client's.
 	out.ResetConnectionClose()
 	out.SetNoDefaultContentType(true)
@@ -177,10 +184,15 @@ func (e *exchange) prepareRequest(ctx *fasthttp.RequestCtx) {
 	// The client's "Connection: close" is about its own connection; left
 	// in, it would make fasthttp close a pooled upstream connection.
 	h.ResetConnectionClose()
-	e.names = removeHopHeaders(h, e.names)
-	// fasthttp already answered "100 Continue"; the upstream must not be
-	// asked to answer it again.
-	h.DelBytes(headerExpect)
+	fields := requestFields(h)
+	if fields&fieldHop != 0 {
+		e.names = removeHopHeaders(h, e.names)
+	}
+	if fields&fieldExpect != 0 {
+		// fasthttp already answered "100 Continue"; the upstream must not
+		// be asked to answer it again.
+		h.DelBytes(headerExpect)
+	}
 	e.scratch = setForwarded(h, ctx.RemoteAddr(), e.scratch)
 	if len(h.Host()) == 0 {
 		h.SetHost(e.p.host)

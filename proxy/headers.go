@@ -46,6 +46,57 @@ type header interface {
 	DelBytes(key []byte)
 }
 
+// Header fields that requestFields and responseFields report, so that
+// the work on a field that is absent, as they mostly are, is skipped.
+const (
+	fieldHop    = 1 << iota // one of hopHeaders
+	fieldExpect             // Expect
+)
+
+// requestFields reports which of the fields the proxy rewrites h has, in
+// one pass over it: a Del costs a pass of its own, and most requests carry
+// none of them. One function per header type, not one on the header
+// interface: through an interface, All's iterator escapes and allocates.
+func requestFields(h *fasthttp.RequestHeader) (fields int) {
+	for k := range h.All() {
+		fields |= fieldOf(k)
+	}
+	return fields
+}
+
+// responseFields is requestFields for a response.
+func responseFields(h *fasthttp.ResponseHeader) (fields int) {
+	for k := range h.All() {
+		fields |= fieldOf(k)
+	}
+	return fields
+}
+
+// fieldOf classifies one field name.
+func fieldOf(k []byte) int {
+	// The length sorts out nearly every field before a comparison.
+	switch len(k) {
+	case 2, 7, 10, 16, 18, 19:
+		if isHopHeader(k) {
+			return fieldHop
+		}
+	case len("Expect"):
+		if bytes.EqualFold(k, headerExpect) {
+			return fieldExpect
+		}
+	}
+	return 0
+}
+
+func isHopHeader(k []byte) bool {
+	for _, name := range hopHeaders {
+		if len(name) == len(k) && bytes.EqualFold(k, []byte(name)) {
+			return true
+		}
+	}
+	return false
+}
+
 // removeHopHeaders deletes the hop-by-hop headers and every header named in
 // Connection. names is scratch space, returned for reuse.
 func removeHopHeaders(h header, names [][]byte) [][]byte {
@@ -97,7 +148,8 @@ func endToEnd(name []byte) bool {
 func setForwarded(h *fasthttp.RequestHeader, remote net.Addr, buf []byte) []byte {
 	buf = buf[:0]
 	// Several X-Forwarded-For lines are one list (RFC 9110, section 5.3).
-	for _, v := range h.PeekAll("X-Forwarded-For") {
+	existing := h.PeekAll("X-Forwarded-For")
+	for _, v := range existing {
 		if len(buf) > 0 {
 			buf = append(buf, ", "...)
 		}
@@ -109,13 +161,17 @@ func setForwarded(h *fasthttp.RequestHeader, remote net.Addr, buf []byte) []byte
 		}
 		buf = ip.AppendTo(buf)
 	}
-	h.DelBytes(headerXForwardedFor)
-	if len(buf) > 0 {
-		h.SetBytesKV(headerXForwardedFor, buf)
+	if len(existing) > 1 {
+		// Set replaces the first line only.
+		h.DelBytes(headerXForwardedFor)
 	}
-	h.SetBytesKV(headerXForwardedProt, valueHTTP)
+	// The names are canonical already: SetCanonical skips normalizing them.
+	if len(buf) > 0 {
+		h.SetCanonical(headerXForwardedFor, buf)
+	}
+	h.SetCanonical(headerXForwardedProt, valueHTTP)
 	if host := h.Host(); len(host) > 0 {
-		h.SetBytesKV(headerXForwardedHost, host)
+		h.SetCanonical(headerXForwardedHost, host)
 	}
 	return buf
 }

@@ -340,14 +340,17 @@ func (p *Proxy) handle(ctx *fasthttp.RequestCtx) {
 	}
 	e.asked = true
 	err := p.admit.TryAcquire(e.bytes)
+	// Admitted at once, the request did not queue: its admission is its
+	// start, and needs no clock read of its own.
+	e.admittedAt = e.start
 	if err == limiter.ErrMustWait {
 		err = p.wait(ctx.Conn(), e.bytes)
+		e.admittedAt = time.Now()
 	}
 	if err != nil {
 		e.rejected(ctx, err)
 		return
 	}
-	e.admittedAt = time.Now()
 	e.admitted = true
 	e.forward(ctx)
 }
