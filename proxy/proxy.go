@@ -252,6 +252,7 @@ func New(cfg Config) (*Proxy, error) {
 		// does, the wait is bounded and lands in service time.
 		MaxConnWaitTimeout: p.timeout,
 		ReadBufferSize:     MaxHeaderBytes,
+		DialTimeout:        dialAside,
 	}
 	p.server = &fasthttp.Server{
 		Handler:               p.handle,
@@ -261,6 +262,11 @@ func New(cfg Config) (*Proxy, error) {
 		NoDefaultDate:         true,
 		NoDefaultContentType:  true,
 		ReadBufferSize:        MaxHeaderBytes,
+		// Not ReduceMemoryUsage, though it would give a connection's 4 KiB
+		// writer back between responses: it reads a connection's first
+		// byte outside fasthttp's request reading, and a client that sends
+		// nothing would be closed without its 408.
+		//
 		// With StreamRequestBody, fasthttp reads at most 8 KiB of a body
 		// before the handler and streams the rest; the body limit is
 		// enforced by the handler, which knows what to count.
@@ -424,6 +430,25 @@ func (p *Proxy) observe(o *Outcome) {
 		}
 	}()
 	p.observer.Observe(o)
+}
+
+// dialAside dials the upstream on a goroutine of its own. Dialling takes
+// the deepest stack of a request's whole path, and a goroutine's stack,
+// once grown, stays grown while the request that grew it waits: dialled in
+// the request's goroutine, every connection's first request would leave
+// its client's goroutine with twice the stack for as long as it lives.
+func dialAside(addr string, timeout time.Duration) (net.Conn, error) {
+	type dialed struct {
+		conn net.Conn
+		err  error
+	}
+	ch := make(chan dialed, 1)
+	go func() {
+		conn, err := fasthttp.DialTimeout(addr, timeout)
+		ch <- dialed{conn, err}
+	}()
+	d := <-ch
+	return d.conn, d.err
 }
 
 // fasthttpLogger routes fasthttp's own messages (mostly connections that

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"net"
+	"sync"
 	"time"
 
 	"github.com/valyala/fasthttp"
@@ -70,12 +71,17 @@ func (r *prefixReader) Read(p []byte) (int, error) {
 	return r.conn.Read(p)
 }
 
+// firsts holds the buffers of first bytes. Pooled on their own, not part
+// of the exchange: a request waiting in the queue has an exchange but no
+// use for one.
+var firsts = sync.Pool{New: func() any { return new([firstBytes]byte) }}
+
 // upstreamConn is the upstream connection an exchange holds from its
 // request's writing to its response's last byte.
 type upstreamConn struct {
 	cc    pooledConn
 	br    *bufio.Reader
-	first [firstBytes]byte
+	first *[firstBytes]byte
 	pre   prefixReader
 	// reusable is set once the response has been read to its end on a
 	// connection that stays open.
@@ -109,6 +115,7 @@ func (e *exchange) roundTrip(req *fasthttp.Request, deadline time.Time) error {
 		return err
 	}
 
+	u.first = firsts.Get().(*[firstBytes]byte)
 	n, err := conn.Read(u.first[:])
 	if n == 0 {
 		if err == nil || err == io.EOF {
@@ -187,6 +194,9 @@ func (e *exchange) releaseUpstream() {
 	} else {
 		giveBack(hc, dropConn, u.cc)
 	}
-	u.cc, u.br, u.reusable = nil, nil, false
+	if u.first != nil {
+		firsts.Put(u.first)
+	}
+	u.cc, u.br, u.first, u.reusable = nil, nil, nil, false
 	u.pre = prefixReader{}
 }
