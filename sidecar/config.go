@@ -31,7 +31,7 @@ type Config struct {
 	Bulkhead             int             `mode:"unbounded" env:"BULKHEAD" envDefault:"0" help:"unbounded: max concurrent requests, 0 = off" accepts:"a whole number from 0 to 1000000"`
 	BulkheadWait         time.Duration   `mode:"unbounded" env:"BULKHEAD_WAIT" envDefault:"0s" help:"unbounded: how long a request may wait for the bulkhead, 0 = fail fast" accepts:"a duration with a unit, e.g. 0s or 100ms, not negative, 0 unless LOOMGATE_BULKHEAD is above 0"`
 	RejectStatus         int             `env:"REJECT_STATUS" envDefault:"503" help:"status of admission's rejections (queue full or timed out, bulkhead, memory), with Retry-After" accepts:"503 or 429"`
-	MaxInflightBytes     Size            `env:"MAX_INFLIGHT_BYTES" envDefault:"0" help:"memory bulkhead: bytes held by in-flight requests, 0 = off" accepts:"a size in bytes, e.g. 0, 268435456, 256MiB or 1GB"`
+	MaxInflightBytes     AutoSize        `env:"MAX_INFLIGHT_BYTES" envDefault:"auto" help:"memory bulkhead: bytes held by in-flight requests; auto = half the memory limit (GOMEMLIMIT, else the cgroup's), off without one; 0 = off" accepts:"auto, or a size in bytes, e.g. 0, 268435456, 256MiB or 1GB"`
 	UpstreamTimeout      time.Duration   `env:"UPSTREAM_TIMEOUT" envDefault:"60s" help:"per request, from admission to the last response byte" accepts:"a duration with a unit, e.g. 60s, above 0"`
 	HeaderTimeout        time.Duration   `env:"HEADER_TIMEOUT" envDefault:"10s" help:"longest a client may take to send a request's line, headers and first 8 KiB of body (408 beyond)" accepts:"a duration with a unit, e.g. 10s, above 0"`
 	BodyTimeout          time.Duration   `env:"BODY_TIMEOUT" envDefault:"10s" help:"longest pause in the rest of a request body, which streams while holding a worker (408 beyond)" accepts:"a duration with a unit, e.g. 10s, above 0"`
@@ -54,8 +54,17 @@ func (c Config) Limiter() limiter.Config {
 		Mode:    c.Mode,
 		Workers: c.Workers, QueueSize: c.QueueSize, QueueTimeout: c.QueueTimeout,
 		Bulkhead: c.Bulkhead, BulkheadWait: c.BulkheadWait,
-		MaxInFlightBytes: int64(c.MaxInflightBytes),
+		MaxInFlightBytes: c.inflightBytes(),
 	}
+}
+
+// inflightBytes is MaxInflightBytes for the limiter: auto is resolved by
+// New, and is checked here as none.
+func (c Config) inflightBytes() int64 {
+	if c.MaxInflightBytes == SizeAuto {
+		return 0
+	}
+	return int64(c.MaxInflightBytes)
 }
 
 // FieldError is a problem with one field of Config.

@@ -37,6 +37,11 @@ type Options struct {
 	// SampleInterval and ScrapeInterval override the metrics package's
 	// defaults when not zero: tests that cannot wait a minute shorten them.
 	SampleInterval, ScrapeInterval time.Duration
+	// CgroupRoot is where the memory limit is read when
+	// LOOMGATE_MAX_INFLIGHT_BYTES is auto. If empty, DefaultCgroupRoot.
+	CgroupRoot string
+	// Getenv reads GOMEMLIMIT for the same. If nil, os.Getenv.
+	Getenv func(string) string
 }
 
 // Sidecar is the proxy with its limiter, metrics and admin endpoints: what
@@ -67,6 +72,14 @@ func New(cfg Config, opts Options) (*Sidecar, error) {
 	}
 	if opts.Version == "" {
 		opts.Version = "dev"
+	}
+	if cfg.MaxInflightBytes == SizeAuto {
+		limit := ReadMemoryLimit(opts.CgroupRoot, opts.Getenv)
+		cfg.MaxInflightBytes = AutoSize(inflightBound(limit))
+		if limit.Bytes > 0 {
+			opts.Logger.Info("memory bulkhead from the memory limit; set LOOMGATE_MAX_INFLIGHT_BYTES to choose, 0 for none",
+				"LOOMGATE_MAX_INFLIGHT_BYTES", cfg.MaxInflightBytes.String(), "limit", Size(limit.Bytes).String(), "source", limit.Source)
+		}
 	}
 	s := &Sidecar{cfg: cfg, version: opts.Version, log: opts.Logger, registry: prometheus.NewRegistry()}
 	lim, err := limiter.New(cfg.Limiter())

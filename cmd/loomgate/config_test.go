@@ -23,7 +23,8 @@ func TestDefaults(t *testing.T) {
 		Workers: 200, QueueSize: 10000, QueueTimeout: 30 * time.Second, UpstreamTimeout: 60 * time.Second,
 		HeaderTimeout: 10 * time.Second, BodyTimeout: 10 * time.Second,
 		MaxBodyBytes: 16 << 20, RejectStatus: 503, DrainTimeout: 30 * time.Second, ServerTiming: true, AccessLog: "off",
-		LogLevel: slog.LevelInfo, UpstreamMemoryMetric: advice.MustParseSelector("process_resident_memory_bytes"),
+		MaxInflightBytes: sidecar.SizeAuto,
+		LogLevel:         slog.LevelInfo, UpstreamMemoryMetric: advice.MustParseSelector("process_resident_memory_bytes"),
 	}
 	if !reflect.DeepEqual(cfg, want) {
 		t.Errorf("defaults = %+v\nwant %+v", cfg, want)

@@ -19,6 +19,12 @@ func runProxy(ctx context.Context, environ []string, stdout, stderr io.Writer) i
 		return 2
 	}
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: cfg.LogLevel}))
+	// A container's limit is the runtime's too, unless GOMEMLIMIT says
+	// otherwise: the collector then works harder near the limit instead of
+	// letting garbage grow into it and the kernel's OOM killer.
+	if n := sidecar.SetRuntimeMemoryLimit(sidecar.ReadMemoryLimit("", nil), nil); n > 0 {
+		log.Info("Go runtime memory limit from the cgroup; set GOMEMLIMIT to choose", "limit", sidecar.Size(n).String())
+	}
 	s, err := newSidecar(cfg, log, stdout)
 	if err != nil {
 		log.Error("cannot start", "err", err)
@@ -35,7 +41,8 @@ func runProxy(ctx context.Context, environ []string, stdout, stderr io.Writer) i
 		log.Error("cannot listen for admin; change LOOMGATE_ADMIN_LISTEN", "LOOMGATE_ADMIN_LISTEN", cfg.AdminListen, "err", err)
 		return 1
 	}
-	logConfig(log, cfg)
+	// What is in force: auto resolved.
+	logConfig(log, s.Config())
 	log.Info("serving", "traffic", ln.Addr().String(), "admin", adminLn.Addr().String(), "upstream", cfg.Upstream, "version", version)
 	// The drain starts with ctx's end; Run logs it when it times out.
 	go func() {
