@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -257,6 +258,16 @@ Flags:
 	if *caseNames != "" {
 		return fail("--cases goes with --scenario advice")
 	}
+	if *scenarioName == overheadScenario {
+		switch {
+		case *target != "" || *admin != "":
+			return fail("--scenario %s starts its own upstream and proxies; --url and --admin do not go with it", overheadScenario)
+		case open || *levelsFlag != "":
+			return fail("--scenario %s has its own loads; -c and --rate do not go with it", overheadScenario)
+		}
+		return runOverhead(ctx, *window, *out, stdout, stderr)
+	}
+
 	openSc, isOpen := bench.LookupOpenScenario(*scenarioName)
 	_, isClosed := bench.LookupScenario(*scenarioName)
 	switch {
@@ -273,6 +284,7 @@ Flags:
 		for _, c := range bench.AdviceCases() {
 			fmt.Fprintf(stdout, "           %s: %s\n", c.Name, c.Description)
 		}
+		fmt.Fprintf(stdout, "%-10s %s\n", overheadScenario, overheadDescription)
 		return 0
 	case *maxInFlight != 0 && !open && !isOpen:
 		return fail("--max-in-flight goes with --rate or an open-loop scenario (%s)", strings.Join(bench.OpenScenarioNames(), ", "))
@@ -507,9 +519,10 @@ func joinRates(v []float64) string {
 	return strings.Join(s, ",")
 }
 
-// allScenarioNames lists the closed-loop scenarios, then the open-loop ones.
+// allScenarioNames lists the closed-loop scenarios, then the open-loop
+// ones, then the advice matrix and overhead.
 func allScenarioNames() []string {
-	return append(append(bench.ScenarioNames(), bench.OpenScenarioNames()...), adviceScenario)
+	return append(append(bench.ScenarioNames(), bench.OpenScenarioNames()...), adviceScenario, overheadScenario)
 }
 
 // adviceScenario is the advice matrix's name for --scenario.
@@ -554,6 +567,62 @@ func runAdviceMatrix(ctx context.Context, launcher bench.Launcher, names string,
 		}
 	}
 	return 0
+
+}
+
+const (
+	overheadScenario    = "overhead"
+	overheadDescription = "what the sidecar costs per replica beside HAProxy and nginx (when installed), each its own process " +
+		"in front of the same `loomgate stub`: CPU per request, memory with 4000 requests held in each mode, latency added at c50 and c1000"
+)
+
+// runOverhead runs the overhead scenario with this executable as the stub
+// and the sidecar, and prints its table; window, if set, replaces each
+// measurement's window.
+func runOverhead(ctx context.Context, window time.Duration, out string, stdout, stderr io.Writer) int {
+	exe, err := os.Executable()
+	if err != nil {
+		fmt.Fprintf(stderr, "loomgate bench: cannot find this executable to run the stub and the sidecar: %v\n", err)
+		return 1
+	}
+	res, err := bench.RunOverhead(ctx, bench.OverheadConfig{Binary: exe, Duration: window, Progress: stderr})
+	if err != nil {
+		fmt.Fprintf(stderr, "loomgate bench: %v\n", err)
+		if len(res.Rows) == 0 {
+			return 1
+		}
+	}
+	var md strings.Builder
+	if werr := bench.WriteOverheadMarkdown(&md, res); werr != nil {
+		fmt.Fprintf(stderr, "loomgate bench: %v\n", werr)
+		return 1
+	}
+	fmt.Fprint(stdout, md.String())
+	if out != "" {
+		if werr := writeOverhead(out, md.String(), res); werr != nil {
+			fmt.Fprintf(stderr, "loomgate bench: --out %s: %v\n", out, werr)
+			return 1
+		}
+		fmt.Fprintf(stderr, "loomgate bench: wrote %s and %s\n", filepath.Join(out, "overhead.md"), filepath.Join(out, "overhead.json"))
+	}
+	if err != nil {
+		return 1
+	}
+	return 0
+}
+
+func writeOverhead(dir, md string, res bench.OverheadResult) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	b, err := json.MarshalIndent(res, "", "  ")
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(dir, "overhead.json"), append(b, '\n'), 0o644); err != nil {
+		return err
+	}
+	return os.WriteFile(filepath.Join(dir, "overhead.md"), []byte(md), 0o644)
 }
 
 func isOpenScenario(name string) bool {

@@ -1,0 +1,693 @@
+package bench
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"runtime"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// The overhead scenario answers what a sidecar costs per replica: the CPU
+// it spends per request, the memory it holds per request held, and the
+// latency it adds, beside HAProxy and nginx in front of the same upstream.
+// Every part is a process of its own (the upstream is `loomgate stub`,
+// the sidecar `loomgate proxy`, both this binary), so that each one's CPU
+// and resident memory are its own, read from /proc.
+
+// OverheadConfig describes a run of the overhead scenario. Zero fields
+// take the defaults given.
+type OverheadConfig struct {
+	// Binary is the loomgate executable that runs the stub and the
+	// sidecar. Required.
+	Binary string
+	// HAProxy, Nginx and Wrk are the tools' paths. If empty, they are
+	// looked up in PATH, and an arm whose tool is missing is skipped with a
+	// note; without wrk the rig's own closed loop makes the load.
+	HAProxy, Nginx, Wrk string
+	// NoWrk makes the rig drive every measurement, even with wrk found.
+	NoWrk bool
+
+	// Duration is each measurement's window, after a warm-up of a quarter
+	// of it (at least a second). If zero, 8 s.
+	Duration time.Duration
+	// CPUConcurrency drives the CPU measurement, a small GET answered at
+	// once. If zero, 50.
+	CPUConcurrency int
+	// LatencyLevels are the concurrencies of the latency measurement, on
+	// LatencyDelay. If nil, 50 and 1000.
+	LatencyLevels []int
+	// LatencyDelay is the upstream's delay in the latency measurement:
+	// long enough that the highest level does not saturate the machine,
+	// so that what is measured is what a proxy adds, not its queue. If
+	// zero, 100 ms.
+	LatencyDelay time.Duration
+	// Held is how many requests the memory measurement holds, and
+	// HoldDelay how long the upstream holds each. If zero, 4000 and 1 s:
+	// at 200 ms, 4000 connections ask 20000 rps of two cores, and fewer
+	// than 4000 are held at any instant.
+	Held      int
+	HoldDelay time.Duration
+	// FixedWorkers is the fixed mode's pool in the memory measurement:
+	// Held - FixedWorkers wait in the queue. If zero, 200.
+	FixedWorkers int
+
+	// Progress receives a line per measurement. If nil, nothing.
+	Progress io.Writer
+}
+
+// OverheadResult is a run of the overhead scenario.
+type OverheadResult struct {
+	// Machine says where it ran: cores and CPU model.
+	Machine string
+	// Load says what drove it: wrk or the rig.
+	Load string
+	// Rows are direct, loomgate, HAProxy and nginx, those that ran.
+	Rows []OverheadRow
+	// Skipped says which arms did not run, and why.
+	Skipped []string
+	// StubRSS is the upstream's resident memory after the run, bytes.
+	StubRSS int64
+	// RigRPS and WrkRPS are the rig's and wrk's throughput against the
+	// upstream directly with CPUConcurrency users, so that a reader sees
+	// whether the rig could be the bottleneck (WrkRPS 0 without wrk).
+	RigRPS, WrkRPS float64
+
+	Config OverheadConfig
+}
+
+// OverheadRow is one arm's figures.
+type OverheadRow struct {
+	Name string
+	// CPUPerRequest is the process's CPU time (user + system) per request
+	// at CPUConcurrency; for direct, the upstream's own. RPS is the
+	// throughput it was measured at.
+	CPUPerRequest time.Duration
+	RPS           float64
+	// Latency is p50 and p99 at each of LatencyLevels.
+	Latency []LatencyPoint
+	// RSSUnbounded and RSSFixed are the highest resident memory with Held
+	// requests held: all in flight, and FixedWorkers in flight with the
+	// rest queued (0: the arm has no such mode). HeldUnbounded and
+	// HeldFixed are the requests held on average over that window
+	// (throughput × HoldDelay).
+	RSSUnbounded, RSSFixed   int64
+	HeldUnbounded, HeldFixed float64
+	// Idle is the resident memory before any load.
+	Idle int64
+}
+
+// LatencyPoint is p50 and p99 at one concurrency.
+type LatencyPoint struct {
+	Concurrency int
+	P50, P99    time.Duration
+}
+
+func (c OverheadConfig) withDefaults() OverheadConfig {
+	if c.Duration == 0 {
+		c.Duration = 8 * time.Second
+	}
+	if c.CPUConcurrency == 0 {
+		c.CPUConcurrency = 50
+	}
+	if c.LatencyLevels == nil {
+		c.LatencyLevels = []int{50, 1000}
+	}
+	if c.LatencyDelay == 0 {
+		c.LatencyDelay = 100 * time.Millisecond
+	}
+	if c.Held == 0 {
+		c.Held = 4000
+	}
+	if c.HoldDelay == 0 {
+		c.HoldDelay = time.Second
+	}
+	if c.FixedWorkers == 0 {
+		c.FixedWorkers = 200
+	}
+	return c
+}
+
+func (c OverheadConfig) warmup() time.Duration { return max(c.Duration/4, time.Second) }
+
+// RunOverhead runs the overhead scenario.
+func RunOverhead(ctx context.Context, cfg OverheadConfig) (OverheadResult, error) {
+	cfg = cfg.withDefaults()
+	res := OverheadResult{Config: cfg, Machine: machine()}
+	if runtime.GOOS != "linux" {
+		return res, errors.New("bench: the overhead scenario reads each process's CPU and memory from /proc, which needs Linux")
+	}
+	if cfg.Binary == "" {
+		return res, fmt.Errorf("%w: no loomgate binary to run the stub and the sidecar", ErrConfig)
+	}
+	progress := func(format string, a ...any) {
+		if cfg.Progress != nil {
+			fmt.Fprintf(cfg.Progress, "overhead: "+format+"\n", a...)
+		}
+	}
+	look := func(path, name string) string {
+		if path != "" {
+			return path
+		}
+		p, err := exec.LookPath(name)
+		if err != nil {
+			res.Skipped = append(res.Skipped, fmt.Sprintf("%s: not installed (Debian package %s)", name, name))
+			return ""
+		}
+		return p
+	}
+	haproxy, nginx := look(cfg.HAProxy, "haproxy"), look(cfg.Nginx, "nginx")
+	wrk := ""
+	if !cfg.NoWrk {
+		wrk = look(cfg.Wrk, "wrk")
+	}
+	load := &loader{wrk: wrk}
+	res.Load = "the rig's closed loop"
+	if wrk != "" {
+		res.Load = "wrk"
+	}
+	dir, err := os.MkdirTemp("", "loomgate-overhead-")
+	if err != nil {
+		return res, err
+	}
+	defer os.RemoveAll(dir)
+
+	stubAddr, err := freeAddr()
+	if err != nil {
+		return res, err
+	}
+	stub, err := startProc(ctx, dir, "stub", nil, cfg.Binary, "stub", "--listen", stubAddr)
+	if err != nil {
+		return res, err
+	}
+	defer stub.stop()
+	if err := waitListening(ctx, stubAddr, 10*time.Second); err != nil {
+		return res, fmt.Errorf("stub: %w", err)
+	}
+
+	// The rig against wrk on the same target: is the load the bottleneck?
+	direct := "http://" + stubAddr
+	if wrk != "" {
+		w, err := load.run(ctx, direct+"/wait?ms=0", cfg.CPUConcurrency, cfg.Duration)
+		if err != nil {
+			return res, err
+		}
+		r, err := (&loader{}).run(ctx, direct+"/wait?ms=0", cfg.CPUConcurrency, cfg.Duration)
+		if err != nil {
+			return res, err
+		}
+		res.WrkRPS, res.RigRPS = w.rps, r.rps
+		progress("direct c%d: wrk %.0f rps, the rig %.0f rps", cfg.CPUConcurrency, w.rps, r.rps)
+	}
+
+	arms := []overheadArm{{name: "direct", upstreamOnly: true}}
+	arms = append(arms, overheadArm{name: "loomgate", start: func(mode string) (*proc, string, error) {
+		return startLoomgate(ctx, dir, cfg, stubAddr, mode)
+	}})
+	if haproxy != "" {
+		arms = append(arms, overheadArm{name: "HAProxy", start: func(mode string) (*proc, string, error) {
+			return startHAProxy(ctx, dir, haproxy, cfg, stubAddr, mode)
+		}})
+	}
+	if nginx != "" {
+		arms = append(arms, overheadArm{name: "nginx", noFixed: true, start: func(mode string) (*proc, string, error) {
+			return startNginx(ctx, dir, nginx, cfg, stubAddr)
+		}})
+	}
+	for _, arm := range arms {
+		row, err := arm.measure(ctx, cfg, load, stub, direct, progress)
+		if err != nil {
+			return res, fmt.Errorf("%s: %w", arm.name, err)
+		}
+		res.Rows = append(res.Rows, row)
+	}
+	res.StubRSS, _ = stub.rss()
+	return res, nil
+}
+
+// overheadArm is one proxy in front of the stub, or the stub alone.
+type overheadArm struct {
+	name         string
+	upstreamOnly bool
+	noFixed      bool
+	// start launches the proxy in mode "unbounded" or "fixed" and returns
+	// it and its base URL.
+	start func(mode string) (*proc, string, error)
+}
+
+func (a overheadArm) measure(ctx context.Context, cfg OverheadConfig, load *loader, stub *proc, direct string,
+	progress func(string, ...any)) (OverheadRow, error) {
+	row := OverheadRow{Name: a.name}
+	target, p := direct, stub
+	if !a.upstreamOnly {
+		var err error
+		if p, target, err = a.start("unbounded"); err != nil {
+			return row, err
+		}
+		defer func() { p.stop() }()
+	}
+	row.Idle, _ = p.rss()
+
+	// CPU per request: warm up, then count the process's CPU over a window.
+	path := "/wait?ms=0"
+	if _, err := load.run(ctx, target+path, cfg.CPUConcurrency, cfg.warmup()); err != nil {
+		return row, err
+	}
+	before, err := p.cpu()
+	if err != nil {
+		return row, err
+	}
+	out, err := load.run(ctx, target+path, cfg.CPUConcurrency, cfg.Duration)
+	if err != nil {
+		return row, err
+	}
+	after, err := p.cpu()
+	if err != nil {
+		return row, err
+	}
+	if out.requests > 0 {
+		row.CPUPerRequest = (after - before) / time.Duration(out.requests)
+	}
+	row.RPS = out.rps
+	progress("%s: %v CPU per request at c%d, %.0f rps", a.name, row.CPUPerRequest, cfg.CPUConcurrency, out.rps)
+
+	for _, c := range cfg.LatencyLevels {
+		url := fmt.Sprintf("%s/wait?ms=%d", target, cfg.LatencyDelay.Milliseconds())
+		if _, err := load.run(ctx, url, c, cfg.warmup()); err != nil {
+			return row, err
+		}
+		out, err := load.run(ctx, url, c, cfg.Duration)
+		if err != nil {
+			return row, err
+		}
+		row.Latency = append(row.Latency, LatencyPoint{Concurrency: c, P50: out.p50, P99: out.p99})
+		progress("%s: c%d p50 %v, p99 %v", a.name, c, out.p50, out.p99)
+	}
+
+	if a.upstreamOnly {
+		return row, nil
+	}
+	// Memory: a fresh process per mode, so that one's peak is not the
+	// other's.
+	hold := func(mode string) (int64, float64, error) {
+		if mode != "unbounded" {
+			p.stop()
+			var err error
+			if p, target, err = a.start(mode); err != nil {
+				return 0, 0, err
+			}
+		}
+		url := fmt.Sprintf("%s/wait?ms=%d", target, cfg.HoldDelay.Milliseconds())
+		peak, out, err := holdAndSample(ctx, load, p, url, cfg.Held, cfg.warmup()+cfg.HoldDelay, cfg.Duration)
+		// Little's law: what was held on average is throughput × time
+		// held, in fixed mode only the pool's share (the rest waits).
+		held := out.rps * cfg.HoldDelay.Seconds()
+		progress("%s %s: %d requests held (%.0f on average), resident %.1f MiB", a.name, mode, cfg.Held, held, float64(peak)/(1<<20))
+		return peak, held, err
+	}
+	if row.RSSUnbounded, row.HeldUnbounded, err = hold("unbounded"); err != nil {
+		return row, err
+	}
+	if !a.noFixed {
+		if row.RSSFixed, row.HeldFixed, err = hold("fixed"); err != nil {
+			return row, err
+		}
+	}
+	return row, nil
+}
+
+// holdAndSample drives c users at url for warmup + window and returns the
+// process's highest resident memory after the warm-up.
+func holdAndSample(ctx context.Context, load *loader, p *proc, url string, c int, warmup, window time.Duration) (int64, loadResult, error) {
+	type done struct {
+		out loadResult
+		err error
+	}
+	ch := make(chan done, 1)
+	go func() {
+		// One run throughout: a warm-up of its own would close its
+		// connections and open as many again, and the process would be
+		// measured after holding twice as many.
+		out, err := load.run(ctx, url, c, warmup+window)
+		ch <- done{out, err}
+	}()
+	var peak int64
+	start := time.Now()
+	tick := time.NewTicker(100 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		select {
+		case d := <-ch:
+			return peak, d.out, d.err
+		case <-tick.C:
+			if time.Since(start) < warmup {
+				continue
+			}
+			if r, err := p.rss(); err == nil {
+				peak = max(peak, r)
+			}
+		}
+	}
+}
+
+// loadResult is what one measurement's load saw.
+type loadResult struct {
+	requests int64
+	rps      float64
+	p50, p99 time.Duration
+}
+
+// loader drives closed-loop load with wrk when it has one, else the rig.
+type loader struct{ wrk string }
+
+func (l *loader) run(ctx context.Context, url string, c int, d time.Duration) (loadResult, error) {
+	return l.runWarm(ctx, url, c, 0, d)
+}
+
+// runWarm loads url for warmup, not counted, then counts a window.
+func (l *loader) runWarm(ctx context.Context, url string, c int, warmup, window time.Duration) (loadResult, error) {
+	if l.wrk == "" {
+		r, err := Run(ctx, Config{URL: url, Concurrency: c, Warmup: warmup, Window: window, Timeout: 30 * time.Second})
+		if err != nil {
+			return loadResult{}, err
+		}
+		return loadResult{requests: r.Requests, rps: r.RPS, p50: r.P50, p99: r.P99}, nil
+	}
+	if warmup > 0 {
+		// wrk has no warm-up of its own: one run that is not counted,
+		// then the measured one, on the same process, so that the
+		// connections are the proxy's second.
+		secs := int(max(warmup.Round(time.Second)/time.Second, 1))
+		_ = exec.CommandContext(ctx, l.wrk, "-t2", fmt.Sprintf("-c%d", c), fmt.Sprintf("-d%ds", secs), "--timeout", "30s", url).Run()
+	}
+	secs := int(max(window.Round(time.Second)/time.Second, 1))
+	cmd := exec.CommandContext(ctx, l.wrk, "-t2", fmt.Sprintf("-c%d", c), fmt.Sprintf("-d%ds", secs), "--timeout", "30s", "--latency", url)
+	b, err := cmd.Output()
+	if err != nil {
+		return loadResult{}, fmt.Errorf("wrk: %w", err)
+	}
+	return parseWrk(b)
+}
+
+var (
+	wrkRequests = regexp.MustCompile(`(\d+) requests in ([\d.]+)(us|ms|s|m)`)
+	wrkPercent  = regexp.MustCompile(`(?m)^\s+(50|99)(?:\.000)?%\s+([\d.]+)(us|ms|s|m)\s*$`)
+)
+
+// parseWrk reads wrk --latency's output.
+func parseWrk(b []byte) (loadResult, error) {
+	var r loadResult
+	m := wrkRequests.FindSubmatch(b)
+	if m == nil {
+		return r, fmt.Errorf("wrk: no request count in its output: %q", b)
+	}
+	r.requests, _ = strconv.ParseInt(string(m[1]), 10, 64)
+	secs := wrkDuration(m[2], m[3]).Seconds()
+	if secs > 0 {
+		r.rps = float64(r.requests) / secs
+	}
+	for _, p := range wrkPercent.FindAllSubmatch(b, -1) {
+		d := wrkDuration(p[2], p[3])
+		if string(p[1]) == "50" {
+			r.p50 = d
+		} else {
+			r.p99 = d
+		}
+	}
+	return r, nil
+}
+
+func wrkDuration(num, unit []byte) time.Duration {
+	f, _ := strconv.ParseFloat(string(num), 64)
+	switch string(unit) {
+	case "us":
+		return time.Duration(f * float64(time.Microsecond))
+	case "ms":
+		return time.Duration(f * float64(time.Millisecond))
+	case "m":
+		return time.Duration(f * float64(time.Minute))
+	}
+	return time.Duration(f * float64(time.Second))
+}
+
+// proc is a process the scenario started.
+type proc struct {
+	name string
+	cmd  *exec.Cmd
+}
+
+func startProc(ctx context.Context, dir, name string, env []string, path string, args ...string) (*proc, error) {
+	cmd := exec.CommandContext(ctx, path, args...)
+	cmd.Env = append(os.Environ(), env...)
+	logf, err := os.Create(filepath.Join(dir, name+".log"))
+	if err != nil {
+		return nil, err
+	}
+	cmd.Stdout, cmd.Stderr = logf, logf
+	if err := cmd.Start(); err != nil {
+		logf.Close()
+		return nil, fmt.Errorf("%s: %w", name, err)
+	}
+	go func() {
+		cmd.Wait()
+		logf.Close()
+	}()
+	return &proc{name: name, cmd: cmd}, nil
+}
+
+func (p *proc) stop() {
+	if p == nil || p.cmd.Process == nil {
+		return
+	}
+	_ = p.cmd.Process.Kill()
+	// Give the kernel the process's sockets back before the next arm.
+	for range 50 {
+		if _, err := os.Stat(fmt.Sprintf("/proc/%d/stat", p.cmd.Process.Pid)); err != nil {
+			return
+		}
+		if b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", p.cmd.Process.Pid)); err == nil && statField(b, 3) == "Z" {
+			return
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// clockTicks is USER_HZ, the unit of /proc/<pid>/stat's times: 100 on
+// every Linux platform Go runs on.
+const clockTicks = 100
+
+// cpu is the process's user + system time.
+func (p *proc) cpu() (time.Duration, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", p.cmd.Process.Pid))
+	if err != nil {
+		return 0, err
+	}
+	utime, err1 := strconv.ParseInt(statField(b, 14), 10, 64)
+	stime, err2 := strconv.ParseInt(statField(b, 15), 10, 64)
+	if err := errors.Join(err1, err2); err != nil {
+		return 0, fmt.Errorf("%s: /proc stat: %w", p.name, err)
+	}
+	return time.Duration(utime+stime) * time.Second / clockTicks, nil
+}
+
+// statField returns field n (1-based, as proc(5) numbers them) of
+// /proc/<pid>/stat; the command's name, field 2, may hold spaces and is in
+// parentheses.
+func statField(b []byte, n int) string {
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 {
+		return ""
+	}
+	fields := strings.Fields(string(b[i+1:]))
+	if n-3 < 0 || n-3 >= len(fields) {
+		return ""
+	}
+	return fields[n-3]
+}
+
+// rss is the process's resident memory, VmRSS.
+func (p *proc) rss() (int64, error) {
+	f, err := os.Open(fmt.Sprintf("/proc/%d/status", p.cmd.Process.Pid))
+	if err != nil {
+		return 0, err
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		if v, ok := strings.CutPrefix(sc.Text(), "VmRSS:"); ok {
+			kb, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
+			return kb << 10, err
+		}
+	}
+	return 0, fmt.Errorf("%s: no VmRSS", p.name)
+}
+
+func freeAddr() (string, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", err
+	}
+	defer ln.Close()
+	return ln.Addr().String(), nil
+}
+
+func waitListening(ctx context.Context, addr string, within time.Duration) error {
+	deadline := time.Now().Add(within)
+	for {
+		c, err := net.DialTimeout("tcp", addr, time.Second)
+		if err == nil {
+			c.Close()
+			return nil
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			return fmt.Errorf("nothing listens on %s after %v: %w", addr, within, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func startLoomgate(ctx context.Context, dir string, cfg OverheadConfig, upstream, mode string) (*proc, string, error) {
+	addr, err := freeAddr()
+	if err != nil {
+		return nil, "", err
+	}
+	admin, err := freeAddr()
+	if err != nil {
+		return nil, "", err
+	}
+	env := []string{
+		"LOOMGATE_LISTEN=" + addr, "LOOMGATE_ADMIN_LISTEN=" + admin,
+		"LOOMGATE_UPSTREAM=http://" + upstream, "LOOMGATE_MODE=" + mode,
+		"LOOMGATE_LOG_LEVEL=warn",
+	}
+	if mode == "fixed" {
+		env = append(env, fmt.Sprintf("LOOMGATE_WORKERS=%d", cfg.FixedWorkers), fmt.Sprintf("LOOMGATE_QUEUE_SIZE=%d", cfg.Held))
+	}
+	p, err := startProc(ctx, dir, "loomgate-"+mode, env, cfg.Binary, "proxy")
+	if err != nil {
+		return nil, "", err
+	}
+	if err := waitListening(ctx, addr, 10*time.Second); err != nil {
+		p.stop()
+		return nil, "", fmt.Errorf("loomgate: %w", err)
+	}
+	return p, "http://" + addr, nil
+}
+
+// startHAProxy runs HAProxy with what a sidecar needs: HTTP mode, keep-alive
+// to the upstream, and in fixed mode maxconn on the server, which queues
+// the rest in HAProxy as loomgate's fixed mode does.
+func startHAProxy(ctx context.Context, dir, path string, cfg OverheadConfig, upstream, mode string) (*proc, string, error) {
+	addr, err := freeAddr()
+	if err != nil {
+		return nil, "", err
+	}
+	server := "server s1 " + upstream
+	if mode == "fixed" {
+		server += fmt.Sprintf(" maxconn %d", cfg.FixedWorkers)
+	}
+	conf := fmt.Sprintf(`global
+  maxconn %d
+defaults
+  mode http
+  timeout connect 5s
+  timeout client 60s
+  timeout server 60s
+  timeout queue 60s
+  http-reuse always
+frontend f
+  bind %s
+  default_backend b
+backend b
+  %s
+`, cfg.Held+1000, addr, server)
+	file := filepath.Join(dir, "haproxy-"+mode+".cfg")
+	if err := os.WriteFile(file, []byte(conf), 0o644); err != nil {
+		return nil, "", err
+	}
+	p, err := startProc(ctx, dir, "haproxy-"+mode, nil, path, "-f", file, "-db")
+	if err != nil {
+		return nil, "", err
+	}
+	if err := waitListening(ctx, addr, 10*time.Second); err != nil {
+		p.stop()
+		return nil, "", fmt.Errorf("haproxy: %w", err)
+	}
+	return p, "http://" + addr, nil
+}
+
+// startNginx runs nginx as one process (no master, one worker), so that its
+// CPU and memory are one process's, as loomgate's and HAProxy's are, with
+// keep-alive to the upstream.
+func startNginx(ctx context.Context, dir, path string, cfg OverheadConfig, upstream string) (*proc, string, error) {
+	addr, err := freeAddr()
+	if err != nil {
+		return nil, "", err
+	}
+	prefix := filepath.Join(dir, "nginx")
+	for _, d := range []string{"logs", "tmp"} {
+		if err := os.MkdirAll(filepath.Join(prefix, d), 0o755); err != nil {
+			return nil, "", err
+		}
+	}
+	conf := fmt.Sprintf(`daemon off;
+master_process off;
+worker_processes 1;
+worker_rlimit_nofile %d;
+error_log %s/logs/error.log warn;
+pid %s/logs/nginx.pid;
+events { worker_connections %d; }
+http {
+  access_log off;
+  client_body_temp_path %s/tmp;
+  proxy_temp_path %s/tmp;
+  upstream u { server %s; keepalive %d; }
+  server {
+    listen %s;
+    location / {
+      proxy_pass http://u;
+      proxy_http_version 1.1;
+      proxy_set_header Connection "";
+      proxy_read_timeout 60s;
+    }
+  }
+}
+`, 3*cfg.Held+1000, prefix, prefix, 2*cfg.Held+1000, prefix, prefix, upstream, cfg.Held, addr)
+	file := filepath.Join(prefix, "nginx.conf")
+	if err := os.WriteFile(file, []byte(conf), 0o644); err != nil {
+		return nil, "", err
+	}
+	p, err := startProc(ctx, dir, "nginx", nil, path, "-p", prefix, "-c", file)
+	if err != nil {
+		return nil, "", err
+	}
+	if err := waitListening(ctx, addr, 10*time.Second); err != nil {
+		p.stop()
+		return nil, "", fmt.Errorf("nginx: %w", err)
+	}
+	return p, "http://" + addr, nil
+}
+
+// machine says how many cores and which CPU, from /proc/cpuinfo.
+func machine() string {
+	model := "unknown CPU"
+	if b, err := os.ReadFile("/proc/cpuinfo"); err == nil {
+		for line := range strings.SplitSeq(string(b), "\n") {
+			if k, v, ok := strings.Cut(line, ":"); ok && strings.TrimSpace(k) == "model name" {
+				model = strings.TrimSpace(v)
+				break
+			}
+		}
+	}
+	return fmt.Sprintf("%d cores (%s)", runtime.NumCPU(), model)
+}

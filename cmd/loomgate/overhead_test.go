@@ -1,0 +1,62 @@
+package main
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/loomgate/loomgate/bench"
+)
+
+// TestOverheadScenario runs the overhead scenario cut down to a few
+// seconds a measurement and tens of requests held: every arm starts as a
+// process of its own, is measured from /proc and lands in the table. The
+// figures themselves are the full scenario's business (loomgate bench
+// --scenario overhead), not a test's.
+func TestOverheadScenario(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts an upstream and three proxies")
+	}
+	haproxy := requireTool(t, "haproxy", "haproxy")
+	nginx := requireTool(t, "nginx", "nginx")
+	wrk := requireTool(t, "wrk", "wrk")
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	res, err := bench.RunOverhead(ctx, bench.OverheadConfig{
+		Binary: loomgateBinary(t), HAProxy: haproxy, Nginx: nginx, Wrk: wrk,
+		Duration: time.Second, CPUConcurrency: 4, LatencyLevels: []int{4}, LatencyDelay: 20 * time.Millisecond,
+		Held: 40, HoldDelay: 300 * time.Millisecond, FixedWorkers: 10,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	names := map[string]bench.OverheadRow{}
+	for _, r := range res.Rows {
+		names[r.Name] = r
+	}
+	for _, name := range []string{"direct", "loomgate", "HAProxy", "nginx"} {
+		r, ok := names[name]
+		switch {
+		case !ok:
+			t.Errorf("no %s row; skipped: %v", name, res.Skipped)
+		case r.CPUPerRequest <= 0 || r.RPS <= 0:
+			t.Errorf("%s: CPU per request %v at %.0f rps; want both measured", name, r.CPUPerRequest, r.RPS)
+		case name != "direct" && r.RSSUnbounded <= r.Idle/2:
+			t.Errorf("%s: resident %d bytes held, %d idle; want the held figure read", name, r.RSSUnbounded, r.Idle)
+		case len(r.Latency) != 1 || r.Latency[0].P50 < 20*time.Millisecond:
+			t.Errorf("%s: latency %+v; want p50 above the upstream's 20 ms", name, r.Latency)
+		}
+	}
+	if r := names["loomgate"]; r.RSSFixed == 0 {
+		t.Error("loomgate has no fixed-mode memory figure")
+	}
+	if res.RigRPS <= 0 || res.WrkRPS <= 0 {
+		t.Errorf("rig %.0f rps, wrk %.0f rps; want both measured", res.RigRPS, res.WrkRPS)
+	}
+	var md strings.Builder
+	if err := bench.WriteOverheadMarkdown(&md, res); err != nil {
+		t.Fatal(err)
+	}
+	t.Log("\n" + md.String())
+}
