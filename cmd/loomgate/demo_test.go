@@ -10,8 +10,12 @@ import (
 )
 
 // TestDemoEndToEnd runs the README's first command, cut down to one small
-// level: stub, sidecar in both modes and bench, in this process.
+// level: stub and sidecar in both modes as processes of their own (the
+// built binary: under go test this executable is the test's), and bench.
 func TestDemoEndToEnd(t *testing.T) {
+	saved := scenarioLauncher
+	scenarioLauncher = processes{exe: loomgateBinary(t)}
+	t.Cleanup(func() { scenarioLauncher = saved })
 	out := t.TempDir()
 	var stdout, stderr bytes.Buffer
 	code := runDemo(context.Background(), []string{"-c", "10", "--warmup", "300ms", "--window", "1s", "--out", out}, &stdout, &stderr)

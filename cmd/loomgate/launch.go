@@ -6,6 +6,11 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"syscall"
 	"time"
 
 	"github.com/loomgate/loomgate/bench"
@@ -13,15 +18,154 @@ import (
 )
 
 func init() {
-	// Scenarios run in this process; see inProcess.
-	scenarioLauncher = inProcess{}
+	// Scenarios run the stub and the sidecar as processes of their own;
+	// see processes. --in-process keeps them in this one.
+	scenarioLauncher = processes{stderr: os.Stderr}
+}
+
+// processes launches, for each run of a scenario, `loomgate stub` and
+// `loomgate proxy` as processes of their own, this executable both: each
+// one's memory is then its own (the sidecar's process_resident_memory_bytes
+// is the sidecar's, not the rig's and the stub's too), and a run does not
+// inherit the previous one's peak. os.Executable finds the binary under
+// `go run` too, which builds one in a temporary directory.
+type processes struct {
+	// exe is the loomgate executable; if empty, this one.
+	exe    string
+	stderr io.Writer
+}
+
+func (l processes) Launch(ctx context.Context, arm bench.Arm) (bench.Target, func(), error) {
+	exe := l.exe
+	var err error
+	if exe == "" {
+		if exe, err = os.Executable(); err != nil {
+			return bench.Target{}, nil, fmt.Errorf("cannot find this executable to run the stub and the sidecar: %w", err)
+		}
+	}
+	addrs := make([]string, 3) // stub, traffic, admin
+	for i := range addrs {
+		if addrs[i], err = freeLoopback(); err != nil {
+			return bench.Target{}, nil, err
+		}
+	}
+	stubArgs := []string{"stub", "--listen", addrs[0], "--pool", strconv.Itoa(arm.Stub.Pool)}
+	if arm.Stub.DBPool > 0 {
+		stubArgs = append(stubArgs, "--db-pool", strconv.Itoa(arm.Stub.DBPool))
+	}
+	st, err := startChild(exe, stubArgs, nil)
+	if err != nil {
+		return bench.Target{}, nil, err
+	}
+	environ := append([]string{
+		"LOOMGATE_LISTEN=" + addrs[1],
+		"LOOMGATE_ADMIN_LISTEN=" + addrs[2],
+		"LOOMGATE_UPSTREAM=http://" + addrs[0],
+		"LOOMGATE_DRAIN_TIMEOUT=" + launchDrain.String(),
+		"LOOMGATE_LOG_LEVEL=warn",
+	}, arm.Sidecar.Environ()...)
+	if _, err := parseConfig(environ); err != nil {
+		st.stop()
+		return bench.Target{}, nil, fmt.Errorf("arm %q: %w", arm.Label, err)
+	}
+	sc, err := startChild(exe, []string{"proxy"}, environ)
+	if err != nil {
+		st.stop()
+		return bench.Target{}, nil, err
+	}
+	stop := func() {
+		if rss := st.rss(); rss > 0 && l.stderr != nil {
+			fmt.Fprintf(l.stderr, "loomgate bench: %s: the upstream (loomgate stub, its own process) ended at %.1f MiB resident\n", arm.Label, float64(rss)/(1<<20))
+		}
+		sc.stop()
+		st.stop()
+	}
+	for _, a := range addrs {
+		if err := waitFor(ctx, a, 10*time.Second); err != nil {
+			stop()
+			return bench.Target{}, nil, fmt.Errorf("arm %q: %w", arm.Label, err)
+		}
+	}
+	return bench.Target{URL: "http://" + addrs[1], AdminURL: "http://" + addrs[2]}, stop, nil
+}
+
+// child is a process the launcher started.
+type child struct {
+	cmd  *exec.Cmd
+	done chan struct{}
+}
+
+func startChild(exe string, args, env []string) (*child, error) {
+	cmd := exec.Command(exe, args...)
+	cmd.Env = append(os.Environ(), env...)
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	c := &child{cmd: cmd, done: make(chan struct{})}
+	go func() {
+		cmd.Wait()
+		close(c.done)
+	}()
+	return c, nil
+}
+
+// stop asks the process to drain (SIGTERM) and kills it if it has not
+// ended within launchDrain.
+func (c *child) stop() {
+	_ = c.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-c.done:
+	case <-time.After(launchDrain):
+		_ = c.cmd.Process.Kill()
+		<-c.done
+	}
+}
+
+// rss is the process's resident memory from /proc, 0 where there is none.
+func (c *child) rss() int64 {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", c.cmd.Process.Pid))
+	if err != nil {
+		return 0
+	}
+	for line := range strings.SplitSeq(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+			kb, _ := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
+			return kb << 10
+		}
+	}
+	return 0
+}
+
+func freeLoopback() (string, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", err
+	}
+	defer ln.Close()
+	return ln.Addr().String(), nil
+}
+
+func waitFor(ctx context.Context, addr string, within time.Duration) error {
+	deadline := time.Now().Add(within)
+	for {
+		c, err := net.DialTimeout("tcp", addr, time.Second)
+		if err == nil {
+			c.Close()
+			return nil
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			return fmt.Errorf("nothing listens on %s after %v: %w", addr, within, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 }
 
 // inProcess launches, for each run of a scenario, a stub and a sidecar in
 // this process on loopback, the sidecar configured through the same
-// LOOMGATE_* parsing as `loomgate proxy`. One process keeps the experiment
-// reproducible with one command; the price is that memory figures are the
-// whole process's.
+// LOOMGATE_* parsing as `loomgate proxy`: `loomgate bench --in-process`.
+// One process needs no executable; the price is that memory figures are
+// the whole process's.
 type inProcess struct{}
 
 // launchDrain bounds how long a finished run's sidecar and stub may take to

@@ -174,6 +174,7 @@ func benchCommand(ctx context.Context, args []string, launcher bench.Launcher, s
 	window := fs.Duration("window", 0, "measurement window of each level (default "+benchWindow.String()+", or the scenario's)")
 	timeout := fs.Duration("timeout", 0, "longest a request may take before it counts as a timeout (default "+benchTimeout.String()+"; with --rate "+benchOpenTimeout.String()+", counted from when the request was due)")
 	out := fs.String("out", "", "directory to write results.csv, results.json and report.html into")
+	inProc := fs.Bool("in-process", false, "run a scenario's stub and sidecar in this process instead of as processes of their own (memory figures are then the whole process's)")
 	scenarioName := fs.String("scenario", "", "run a scenario in this process instead of --url: "+strings.Join(allScenarioNames(), ", ")+"; list describes them")
 	caseNames := fs.String("cases", "", "with --scenario advice: the cases to run, comma-separated (default all)")
 	fs.Usage = func() {
@@ -213,6 +214,9 @@ Flags:
 		return fail("unexpected argument %q; flags come as --name value (loomgate bench -h)", fs.Arg(0))
 	}
 
+	if *inProc && launcher != nil {
+		launcher = inProcess{}
+	}
 	setFlags := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { setFlags[f.Name] = true })
 	open := *ratesFlag != ""
