@@ -230,24 +230,37 @@ func (l *Limiter) TryAcquire(bytes int64) error {
 		return err
 	}
 	if l.limit == 0 {
-		peak(&l.inFlightPeak, l.inFlight.Add(1))
+		l.countAdmitted()
 		return nil
 	}
 	l.mu.Lock()
-	if l.used < l.limit {
-		l.used++
-		l.mu.Unlock()
-		peak(&l.inFlightPeak, l.inFlight.Add(1))
-		return nil
-	}
-	full := l.wait <= 0 || l.queue >= 0 && l.waiting >= l.queue
+	admitted, full := l.admitLocked()
 	l.mu.Unlock()
-	l.releaseBytes(bytes)
-	if full {
+	switch {
+	case admitted:
+		l.countAdmitted()
+		return nil
+	case full:
+		l.releaseBytes(bytes)
 		return l.errFull
 	}
+	l.releaseBytes(bytes)
 	return ErrMustWait
 }
+
+// admitLocked takes a permit if one is free and reports whether it did,
+// and otherwise whether a wait is out of the question: no waiting in this
+// mode, or the queue at its bound. The caller holds l.mu.
+func (l *Limiter) admitLocked() (admitted, full bool) {
+	if l.used < l.limit {
+		l.used++
+		return true, false
+	}
+	return false, l.wait <= 0 || l.queue >= 0 && l.waiting >= l.queue
+}
+
+// countAdmitted counts a request admitted at once.
+func (l *Limiter) countAdmitted() { peak(&l.inFlightPeak, l.inFlight.Add(1)) }
 
 // Acquire admits one request that will hold the given bytes, waiting as the
 // mode allows. It returns nil, or one of the Err values of this package, or
@@ -258,17 +271,16 @@ func (l *Limiter) Acquire(ctx context.Context, bytes int64) error {
 		return err
 	}
 	if l.limit == 0 {
-		peak(&l.inFlightPeak, l.inFlight.Add(1))
+		l.countAdmitted()
 		return nil
 	}
 	l.mu.Lock()
-	if l.used < l.limit {
-		l.used++
+	switch admitted, full := l.admitLocked(); {
+	case admitted:
 		l.mu.Unlock()
-		peak(&l.inFlightPeak, l.inFlight.Add(1))
+		l.countAdmitted()
 		return nil
-	}
-	if l.wait <= 0 || l.queue >= 0 && l.waiting >= l.queue {
+	case full:
 		l.mu.Unlock()
 		l.releaseBytes(bytes)
 		return l.errFull

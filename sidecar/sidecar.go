@@ -314,16 +314,10 @@ func outcomeNames() []string {
 	return names
 }
 
-// noAdmitter and noRegisterer stand in for the real parts when only a
-// configuration is checked (Config.Validate).
+// noAdmitter stands in for the limiter when only a configuration is
+// checked (Config.Validate).
 type noAdmitter struct{}
 
 func (noAdmitter) TryAcquire(int64) error               { return nil }
 func (noAdmitter) Acquire(context.Context, int64) error { return nil }
 func (noAdmitter) Release(int64)                        {}
-
-type noRegisterer struct{}
-
-func (noRegisterer) Register(prometheus.Collector) error  { return nil }
-func (noRegisterer) MustRegister(...prometheus.Collector) {}
-func (noRegisterer) Unregister(prometheus.Collector) bool { return false }
