@@ -376,6 +376,35 @@ Flags:
 // finish prints what was measured, even when a run failed or was
 // interrupted part way, writes the files, and returns the exit status.
 func finish(rep bench.Report, runErr error, out string, stdout, stderr io.Writer) int {
+	return finishReport(closedReport{rep}, runErr, out, stdout, stderr)
+}
+
+// finishOpen is finish for open-loop results.
+func finishOpen(rep bench.OpenReport, runErr error, out string, stdout, stderr io.Writer) int {
+	return finishReport(openReport{rep}, runErr, out, stdout, stderr)
+}
+
+// report is what finishReport needs of a closed- or open-loop report.
+type report interface {
+	results() int
+	markdown(io.Writer) error
+	summary() []string
+	WriteDir(dir string) error
+}
+
+type closedReport struct{ bench.Report }
+
+func (r closedReport) results() int               { return len(r.Results) }
+func (r closedReport) markdown(w io.Writer) error { return bench.WriteMarkdown(w, r.Results) }
+func (r closedReport) summary() []string          { return bench.Narrative(r.Results) }
+
+type openReport struct{ bench.OpenReport }
+
+func (r openReport) results() int               { return len(r.Results) }
+func (r openReport) markdown(w io.Writer) error { return bench.WriteOpenMarkdown(w, r.Results) }
+func (r openReport) summary() []string          { return bench.OpenSummary(r.Results) }
+
+func finishReport(rep report, runErr error, out string, stdout, stderr io.Writer) int {
 	code := 0
 	if runErr != nil {
 		code = 1
@@ -385,15 +414,15 @@ func finish(rep bench.Report, runErr error, out string, stdout, stderr io.Writer
 			fmt.Fprintf(stderr, "loomgate bench: %v\n", runErr)
 		}
 	}
-	if len(rep.Results) == 0 {
+	if rep.results() == 0 {
 		return max(code, 1)
 	}
-	if err := bench.WriteMarkdown(stdout, rep.Results); err != nil {
+	if err := rep.markdown(stdout); err != nil {
 		fmt.Fprintf(stderr, "loomgate bench: %v\n", err)
 		return 1
 	}
 	fmt.Fprintln(stdout)
-	for _, s := range bench.Narrative(rep.Results) {
+	for _, s := range rep.summary() {
 		fmt.Fprintf(stdout, "- %s\n", s)
 	}
 	if out != "" {
@@ -467,39 +496,6 @@ func benchOpen(ctx context.Context, target, admin string, rates []float64, warmu
 	}
 	rep := bench.OpenReport{Title: "loomgate bench: " + target, Generated: time.Now(), Results: results}
 	return finishOpen(rep, err, out, stdout, stderr)
-}
-
-// finishOpen is finish for open-loop results.
-func finishOpen(rep bench.OpenReport, runErr error, out string, stdout, stderr io.Writer) int {
-	code := 0
-	if runErr != nil {
-		code = 1
-		if errors.Is(runErr, context.Canceled) {
-			fmt.Fprintln(stderr, "loomgate bench: interrupted")
-		} else {
-			fmt.Fprintf(stderr, "loomgate bench: %v\n", runErr)
-		}
-	}
-	if len(rep.Results) == 0 {
-		return max(code, 1)
-	}
-	if err := bench.WriteOpenMarkdown(stdout, rep.Results); err != nil {
-		fmt.Fprintf(stderr, "loomgate bench: %v\n", err)
-		return 1
-	}
-	fmt.Fprintln(stdout)
-	for _, s := range bench.OpenSummary(rep.Results) {
-		fmt.Fprintf(stdout, "- %s\n", s)
-	}
-	if out != "" {
-		if err := rep.WriteDir(out); err != nil {
-			fmt.Fprintf(stderr, "loomgate bench: --out %s: %v\n", out, err)
-			return 1
-		}
-		fmt.Fprintf(stderr, "loomgate bench: wrote %s, %s and %s\n",
-			filepath.Join(out, bench.FileCSV), filepath.Join(out, bench.FileJSON), filepath.Join(out, bench.FileHTML))
-	}
-	return code
 }
 
 // parseRates reads "800,1200,3000": requests per second, fractions allowed.
