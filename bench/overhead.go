@@ -182,7 +182,7 @@ func RunOverhead(ctx context.Context, cfg OverheadConfig) (OverheadResult, error
 	}
 	defer os.RemoveAll(dir)
 
-	stubAddr, err := freeAddr()
+	stubAddr, err := FreeAddr()
 	if err != nil {
 		return res, err
 	}
@@ -191,7 +191,7 @@ func RunOverhead(ctx context.Context, cfg OverheadConfig) (OverheadResult, error
 		return res, err
 	}
 	defer stub.stop()
-	if err := waitListening(ctx, stubAddr, 10*time.Second); err != nil {
+	if err := WaitListening(ctx, stubAddr, 10*time.Second); err != nil {
 		return res, fmt.Errorf("stub: %w", err)
 	}
 
@@ -517,7 +517,16 @@ func statField(b []byte, n int) string {
 
 // rss is the process's resident memory, VmRSS.
 func (p *proc) rss() (int64, error) {
-	f, err := os.Open(fmt.Sprintf("/proc/%d/status", p.cmd.Process.Pid))
+	b, err := ResidentBytes(p.cmd.Process.Pid)
+	if err != nil {
+		return 0, fmt.Errorf("%s: %w", p.name, err)
+	}
+	return b, nil
+}
+
+// ResidentBytes is a process's resident memory, VmRSS of /proc/<pid>/status.
+func ResidentBytes(pid int) (int64, error) {
+	f, err := os.Open(fmt.Sprintf("/proc/%d/status", pid))
 	if err != nil {
 		return 0, err
 	}
@@ -529,10 +538,12 @@ func (p *proc) rss() (int64, error) {
 			return kb << 10, err
 		}
 	}
-	return 0, fmt.Errorf("%s: no VmRSS", p.name)
+	return 0, errors.New("no VmRSS")
 }
 
-func freeAddr() (string, error) {
+// FreeAddr is a loopback address nothing listens on at the moment, for a
+// process about to be told to listen there.
+func FreeAddr() (string, error) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return "", err
@@ -541,7 +552,9 @@ func freeAddr() (string, error) {
 	return ln.Addr().String(), nil
 }
 
-func waitListening(ctx context.Context, addr string, within time.Duration) error {
+// WaitListening returns once something accepts connections on addr, or
+// fails after within.
+func WaitListening(ctx context.Context, addr string, within time.Duration) error {
 	deadline := time.Now().Add(within)
 	for {
 		c, err := net.DialTimeout("tcp", addr, time.Second)
@@ -557,11 +570,11 @@ func waitListening(ctx context.Context, addr string, within time.Duration) error
 }
 
 func startLoomgate(ctx context.Context, dir string, cfg OverheadConfig, upstream, mode string) (*proc, string, error) {
-	addr, err := freeAddr()
+	addr, err := FreeAddr()
 	if err != nil {
 		return nil, "", err
 	}
-	admin, err := freeAddr()
+	admin, err := FreeAddr()
 	if err != nil {
 		return nil, "", err
 	}
@@ -577,7 +590,7 @@ func startLoomgate(ctx context.Context, dir string, cfg OverheadConfig, upstream
 	if err != nil {
 		return nil, "", err
 	}
-	if err := waitListening(ctx, addr, 10*time.Second); err != nil {
+	if err := WaitListening(ctx, addr, 10*time.Second); err != nil {
 		p.stop()
 		return nil, "", fmt.Errorf("loomgate: %w", err)
 	}
@@ -588,7 +601,7 @@ func startLoomgate(ctx context.Context, dir string, cfg OverheadConfig, upstream
 // to the upstream, and in fixed mode maxconn on the server, which queues
 // the rest in HAProxy as loomgate's fixed mode does.
 func startHAProxy(ctx context.Context, dir, path string, cfg OverheadConfig, upstream, mode string) (*proc, string, error) {
-	addr, err := freeAddr()
+	addr, err := FreeAddr()
 	if err != nil {
 		return nil, "", err
 	}
@@ -619,7 +632,7 @@ backend b
 	if err != nil {
 		return nil, "", err
 	}
-	if err := waitListening(ctx, addr, 10*time.Second); err != nil {
+	if err := WaitListening(ctx, addr, 10*time.Second); err != nil {
 		p.stop()
 		return nil, "", fmt.Errorf("haproxy: %w", err)
 	}
@@ -630,7 +643,7 @@ backend b
 // CPU and memory are one process's, as loomgate's and HAProxy's are, with
 // keep-alive to the upstream.
 func startNginx(ctx context.Context, dir, path string, cfg OverheadConfig, upstream string) (*proc, string, error) {
-	addr, err := freeAddr()
+	addr, err := FreeAddr()
 	if err != nil {
 		return nil, "", err
 	}
@@ -671,7 +684,7 @@ http {
 	if err != nil {
 		return nil, "", err
 	}
-	if err := waitListening(ctx, addr, 10*time.Second); err != nil {
+	if err := WaitListening(ctx, addr, 10*time.Second); err != nil {
 		p.stop()
 		return nil, "", fmt.Errorf("nginx: %w", err)
 	}

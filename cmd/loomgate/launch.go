@@ -9,7 +9,6 @@ import (
 	"os"
 	"os/exec"
 	"strconv"
-	"strings"
 	"syscall"
 	"time"
 
@@ -45,7 +44,7 @@ func (l processes) Launch(ctx context.Context, arm bench.Arm) (bench.Target, fun
 	}
 	addrs := make([]string, 3) // stub, traffic, admin
 	for i := range addrs {
-		if addrs[i], err = freeLoopback(); err != nil {
+		if addrs[i], err = bench.FreeAddr(); err != nil {
 			return bench.Target{}, nil, err
 		}
 	}
@@ -81,7 +80,7 @@ func (l processes) Launch(ctx context.Context, arm bench.Arm) (bench.Target, fun
 		st.stop()
 	}
 	for _, a := range addrs {
-		if err := waitFor(ctx, a, 10*time.Second); err != nil {
+		if err := bench.WaitListening(ctx, a, 10*time.Second); err != nil {
 			stop()
 			return bench.Target{}, nil, fmt.Errorf("arm %q: %w", arm.Label, err)
 		}
@@ -124,41 +123,8 @@ func (c *child) stop() {
 
 // rss is the process's resident memory from /proc, 0 where there is none.
 func (c *child) rss() int64 {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", c.cmd.Process.Pid))
-	if err != nil {
-		return 0
-	}
-	for line := range strings.SplitSeq(string(b), "\n") {
-		if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
-			kb, _ := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
-			return kb << 10
-		}
-	}
-	return 0
-}
-
-func freeLoopback() (string, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", err
-	}
-	defer ln.Close()
-	return ln.Addr().String(), nil
-}
-
-func waitFor(ctx context.Context, addr string, within time.Duration) error {
-	deadline := time.Now().Add(within)
-	for {
-		c, err := net.DialTimeout("tcp", addr, time.Second)
-		if err == nil {
-			c.Close()
-			return nil
-		}
-		if time.Now().After(deadline) || ctx.Err() != nil {
-			return fmt.Errorf("nothing listens on %s after %v: %w", addr, within, err)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	b, _ := bench.ResidentBytes(c.cmd.Process.Pid)
+	return b
 }
 
 // inProcess launches, for each run of a scenario, a stub and a sidecar in
