@@ -70,9 +70,10 @@ type Config struct {
 	// answered 413 without reaching the upstream. If zero, 16 MiB.
 	MaxBodyBytes int64
 	// HeaderTimeout bounds the reading of a request's line, headers and
-	// first 8 KiB of body, from its first byte (on a new connection, from
-	// the connection's opening): a client that takes longer gets 408 and
-	// its connection is closed, before it meets admission. If zero, 10s.
+	// first 8 KiB of body, from its first byte: a client that takes longer
+	// gets 408 and its connection is closed, before it meets admission. A
+	// new connection that sends nothing for this long is closed without an
+	// answer. If zero, 10s.
 	HeaderTimeout time.Duration
 	// BodyTimeout bounds each pause in the rest of a request body, which
 	// streams to the upstream after admission: a client that sends nothing
@@ -262,11 +263,14 @@ func New(cfg Config) (*Proxy, error) {
 		NoDefaultDate:         true,
 		NoDefaultContentType:  true,
 		ReadBufferSize:        MaxHeaderBytes,
-		// Not ReduceMemoryUsage, though it would give a connection's 4 KiB
-		// writer back between responses: it reads a connection's first
-		// byte outside fasthttp's request reading, and a client that sends
-		// nothing would be closed without its 408.
-		//
+		// A connection's 4 KiB writer goes back to the pool after each
+		// response instead of staying with the connection: a request held
+		// at the upstream or in the queue costs no writer. The price is a
+		// buffer taken per response, from a pool. It also makes fasthttp
+		// read a new connection's first byte on its own: a connection that
+		// sends nothing within HeaderTimeout is closed without an answer,
+		// as no request arrived.
+		ReduceMemoryUsage: true,
 		// With StreamRequestBody, fasthttp reads at most 8 KiB of a body
 		// before the handler and streams the rest; the body limit is
 		// enforced by the handler, which knows what to count.
@@ -274,10 +278,10 @@ func New(cfg Config) (*Proxy, error) {
 		MaxRequestBodySize:           int(p.maxBody),
 		DisablePreParseMultipartForm: true,
 		CloseOnShutdown:              true,
-		// ReadTimeout runs from a request's first byte (a new connection's
-		// opening) to the end of what fasthttp reads before the handler:
-		// a slowloris client is cut there, and a half-sent request holds a
-		// graceful shutdown no longer than this.
+		// ReadTimeout runs from a request's first byte to the end of what
+		// fasthttp reads before the handler: a slowloris client is cut
+		// there, and a half-sent request holds a graceful shutdown no
+		// longer than this.
 		ReadTimeout: headerTimeout,
 		IdleTimeout: 90 * time.Second,
 		// A client that will not read its response must not hold a permit
@@ -396,10 +400,9 @@ func (p *Proxy) handleMalformed(ctx *fasthttp.RequestCtx, err error) {
 		// is 501.
 		status, msg = fasthttp.StatusNotImplemented, msgCoding
 	case errors.As(err, &netErr) && netErr.Timeout():
-		// Headers or a small body that did not arrive in time, or a new
-		// connection that stayed silent as long: fasthttp's errors do not
-		// tell these apart, and each is a client that did not send its
-		// request in time.
+		// Headers or a small body that did not arrive in time: a client
+		// that did not send its request in time. (A connection that sent
+		// nothing is closed by fasthttp and never reaches here.)
 		status, kind, msg = fasthttp.StatusRequestTimeout, ClientTimeout, msgReadTimeout
 	}
 	ctx.Response.Reset()
