@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -44,6 +45,15 @@ type OverheadConfig struct {
 	// CPUConcurrency drives the CPU measurement, a small GET answered at
 	// once. If zero, 50.
 	CPUConcurrency int
+	// CPURate is the arrival rate of the second CPU measurement, open loop
+	// from the rig, the same small GET: a load the machine carries with
+	// room to spare, where a request finds its process asleep more often
+	// than at saturation and pays for waking it. If zero, 5000 rps.
+	CPURate float64
+	// Rounds is how many times each CPU figure is measured, the arms in
+	// turn, so that a slow spell of a shared machine lands on every arm
+	// alike; the median is reported, with the range. If zero, 3.
+	Rounds int
 	// LatencyLevels are the concurrencies of the latency measurement, on
 	// LatencyDelay. If nil, 50 and 1000.
 	LatencyLevels []int
@@ -72,7 +82,8 @@ type OverheadResult struct {
 	Machine string
 	// Load says what drove it: wrk or the rig.
 	Load string
-	// Rows are direct, loomgate, HAProxy and nginx, those that ran.
+	// Rows are direct, loomgate, bare fasthttp, HAProxy and nginx, those
+	// that ran.
 	Rows []OverheadRow
 	// Skipped says which arms did not run, and why.
 	Skipped []string
@@ -90,10 +101,15 @@ type OverheadResult struct {
 type OverheadRow struct {
 	Name string
 	// CPUPerRequest is the process's CPU time (user + system) per request
-	// at CPUConcurrency; for direct, the upstream's own. RPS is the
-	// throughput it was measured at.
+	// at CPUConcurrency, the median of the rounds, and CPURange their
+	// lowest and highest; for direct, the upstream's own. RPS is the
+	// median throughput it was measured at.
 	CPUPerRequest time.Duration
+	CPURange      [2]time.Duration
 	RPS           float64
+	// CPUAtRate and CPUAtRateRange are the same at CPURate.
+	CPUAtRate      time.Duration
+	CPUAtRateRange [2]time.Duration
 	// Latency is p50 and p99 at each of LatencyLevels.
 	Latency []LatencyPoint
 	// RSSUnbounded and RSSFixed are the highest resident memory with Held
@@ -119,6 +135,12 @@ func (c OverheadConfig) withDefaults() OverheadConfig {
 	}
 	if c.CPUConcurrency == 0 {
 		c.CPUConcurrency = 50
+	}
+	if c.CPURate == 0 {
+		c.CPURate = 5000
+	}
+	if c.Rounds == 0 {
+		c.Rounds = 3
 	}
 	if c.LatencyLevels == nil {
 		c.LatencyLevels = []int{50, 1000}
@@ -210,26 +232,47 @@ func RunOverhead(ctx context.Context, cfg OverheadConfig) (OverheadResult, error
 		progress("direct c%d: wrk %.0f rps, the rig %.0f rps", cfg.CPUConcurrency, w.rps, r.rps)
 	}
 
-	arms := []overheadArm{{name: "direct", upstreamOnly: true}}
-	arms = append(arms, overheadArm{name: "loomgate", start: func(mode string) (*proc, string, error) {
+	arms := []*overheadArm{{name: "direct", upstreamOnly: true}}
+	arms = append(arms, &overheadArm{name: "loomgate", start: func(mode string) (*proc, string, error) {
 		return startLoomgate(ctx, dir, cfg, stubAddr, mode)
 	}})
+	arms = append(arms, &overheadArm{name: "bare fasthttp", noFixed: true, start: func(string) (*proc, string, error) {
+		return startBare(ctx, dir, cfg, stubAddr)
+	}})
 	if haproxy != "" {
-		arms = append(arms, overheadArm{name: "HAProxy", start: func(mode string) (*proc, string, error) {
+		arms = append(arms, &overheadArm{name: "HAProxy", start: func(mode string) (*proc, string, error) {
 			return startHAProxy(ctx, dir, haproxy, cfg, stubAddr, mode)
 		}})
 	}
 	if nginx != "" {
-		arms = append(arms, overheadArm{name: "nginx", noFixed: true, start: func(mode string) (*proc, string, error) {
+		arms = append(arms, &overheadArm{name: "nginx", noFixed: true, start: func(string) (*proc, string, error) {
 			return startNginx(ctx, dir, nginx, cfg, stubAddr)
 		}})
 	}
-	for _, arm := range arms {
-		row, err := arm.measure(ctx, cfg, load, stub, direct, progress)
-		if err != nil {
-			return res, fmt.Errorf("%s: %w", arm.name, err)
+	defer func() {
+		for _, a := range arms {
+			a.stop()
 		}
-		res.Rows = append(res.Rows, row)
+	}()
+	for _, a := range arms {
+		if err := a.launch(stub, direct); err != nil {
+			return res, fmt.Errorf("%s: %w", a.name, err)
+		}
+	}
+	// CPU first, all arms running and taking turns, round after round.
+	for round := range cfg.Rounds {
+		for _, a := range arms {
+			if err := a.measureCPU(ctx, cfg, load, round == 0, progress); err != nil {
+				return res, fmt.Errorf("%s: %w", a.name, err)
+			}
+		}
+	}
+	for _, a := range arms {
+		if err := a.measureRest(ctx, cfg, load, progress); err != nil {
+			return res, fmt.Errorf("%s: %w", a.name, err)
+		}
+		a.stop()
+		res.Rows = append(res.Rows, a.result())
 	}
 	res.StubRSS, _ = stub.rss()
 	return res, nil
@@ -243,87 +286,196 @@ type overheadArm struct {
 	// start launches the proxy in mode "unbounded" or "fixed" and returns
 	// it and its base URL.
 	start func(mode string) (*proc, string, error)
+
+	// p serves target: the proxy, or for direct the stub.
+	p      *proc
+	target string
+	row    OverheadRow
+	// cpu and cpuAtRate are the rounds' figures, rps the throughputs.
+	cpu, cpuAtRate []time.Duration
+	rps            []float64
 }
 
-func (a overheadArm) measure(ctx context.Context, cfg OverheadConfig, load *loader, stub *proc, direct string,
-	progress func(string, ...any)) (OverheadRow, error) {
-	row := OverheadRow{Name: a.name}
-	target, p := direct, stub
-	if !a.upstreamOnly {
+// launch starts the arm in unbounded mode, or for direct points it at the
+// stub.
+func (a *overheadArm) launch(stub *proc, direct string) error {
+	a.row = OverheadRow{Name: a.name}
+	if a.upstreamOnly {
+		a.p, a.target = stub, direct
+	} else {
 		var err error
-		if p, target, err = a.start("unbounded"); err != nil {
-			return row, err
+		if a.p, a.target, err = a.start("unbounded"); err != nil {
+			return err
 		}
-		defer func() { p.stop() }()
 	}
-	row.Idle, _ = p.rss()
+	a.row.Idle, _ = a.p.rss()
+	return nil
+}
 
-	// CPU per request: warm up, then count the process's CPU over a window.
-	path := "/wait?ms=0"
-	if _, err := load.run(ctx, target+path, cfg.CPUConcurrency, cfg.warmup()); err != nil {
-		return row, err
+// stop ends the arm's process; direct's is the stub, which is not its own.
+func (a *overheadArm) stop() {
+	if !a.upstreamOnly && a.p != nil {
+		a.p.stop()
+		a.p = nil
+	}
+}
+
+// measureCPU takes one round of both CPU figures: closed loop at
+// CPUConcurrency, and open loop at CPURate.
+func (a *overheadArm) measureCPU(ctx context.Context, cfg OverheadConfig, load *loader, first bool, progress func(string, ...any)) error {
+	url := a.target + "/wait?ms=0"
+	if first {
+		if _, err := load.run(ctx, url, cfg.CPUConcurrency, cfg.warmup()); err != nil {
+			return err
+		}
+	}
+	before, err := a.p.cpu()
+	if err != nil {
+		return err
+	}
+	out, err := load.run(ctx, url, cfg.CPUConcurrency, cfg.Duration)
+	if err != nil {
+		return err
+	}
+	after, err := a.p.cpu()
+	if err != nil {
+		return err
+	}
+	if out.requests == 0 {
+		return fmt.Errorf("no request answered at c%d", cfg.CPUConcurrency)
+	}
+	perRequest := (after - before) / time.Duration(out.requests)
+	a.cpu, a.rps = append(a.cpu, perRequest), append(a.rps, out.rps)
+
+	atRate, err := cpuAtRate(ctx, a.p, url, cfg)
+	if err != nil {
+		return err
+	}
+	a.cpuAtRate = append(a.cpuAtRate, atRate)
+	progress("%s: %v CPU per request at c%d (%.0f rps), %v at %.0f rps", a.name, perRequest, cfg.CPUConcurrency, out.rps, atRate, cfg.CPURate)
+	return nil
+}
+
+// cpuAtRate is p's CPU per request with the rig sending to url at
+// cfg.CPURate, open loop, over a window after a warm-up. The count is what
+// was due in the window: the pacer keeps to its rate well above this one,
+// and a run that fell behind is an error rather than a figure.
+func cpuAtRate(ctx context.Context, p *proc, url string, cfg OverheadConfig) (time.Duration, error) {
+	type done struct {
+		res OpenResult
+		err error
+	}
+	ch := make(chan done, 1)
+	go func() {
+		res, err := RunOpen(ctx, OpenConfig{URL: url, Rate: cfg.CPURate, Warmup: cfg.warmup(), Window: cfg.Duration})
+		ch <- done{res, err}
+	}()
+	var r *done
+	select {
+	case <-time.After(cfg.warmup()):
+	case d := <-ch:
+		if d.err != nil {
+			return 0, d.err
+		}
+		return 0, errors.New("the open-loop run ended before its window")
 	}
 	before, err := p.cpu()
 	if err != nil {
-		return row, err
+		return 0, err
 	}
-	out, err := load.run(ctx, target+path, cfg.CPUConcurrency, cfg.Duration)
-	if err != nil {
-		return row, err
+	start := time.Now()
+	// The run ends with its window (plus the answers' tail): whichever
+	// comes first closes the count.
+	select {
+	case <-time.After(cfg.Duration):
+	case d := <-ch:
+		r = &d
 	}
 	after, err := p.cpu()
 	if err != nil {
-		return row, err
+		return 0, err
 	}
-	if out.requests > 0 {
-		row.CPUPerRequest = (after - before) / time.Duration(out.requests)
+	took := time.Since(start)
+	if r == nil {
+		d := <-ch
+		r = &d
 	}
-	row.RPS = out.rps
-	progress("%s: %v CPU per request at c%d, %.0f rps", a.name, row.CPUPerRequest, cfg.CPUConcurrency, out.rps)
+	if r.err != nil {
+		return 0, r.err
+	}
+	if r.res.Due == 0 || float64(r.res.Sent) < 0.99*float64(r.res.Due) {
+		return 0, fmt.Errorf("at %.0f rps the rig sent %d of the %d requests due", cfg.CPURate, r.res.Sent, r.res.Due)
+	}
+	return (after - before) / time.Duration(cfg.CPURate*took.Seconds()), nil
+}
 
+// measureRest takes the latency and the memory figures.
+func (a *overheadArm) measureRest(ctx context.Context, cfg OverheadConfig, load *loader, progress func(string, ...any)) error {
 	for _, c := range cfg.LatencyLevels {
-		url := fmt.Sprintf("%s/wait?ms=%d", target, cfg.LatencyDelay.Milliseconds())
+		url := fmt.Sprintf("%s/wait?ms=%d", a.target, cfg.LatencyDelay.Milliseconds())
 		if _, err := load.run(ctx, url, c, cfg.warmup()); err != nil {
-			return row, err
+			return err
 		}
 		out, err := load.run(ctx, url, c, cfg.Duration)
 		if err != nil {
-			return row, err
+			return err
 		}
-		row.Latency = append(row.Latency, LatencyPoint{Concurrency: c, P50: out.p50, P99: out.p99})
+		a.row.Latency = append(a.row.Latency, LatencyPoint{Concurrency: c, P50: out.p50, P99: out.p99})
 		progress("%s: c%d p50 %v, p99 %v", a.name, c, out.p50, out.p99)
 	}
-
 	if a.upstreamOnly {
-		return row, nil
+		return nil
 	}
 	// Memory: a fresh process per mode, so that one's peak is not the
-	// other's.
+	// other's (nor the CPU rounds').
 	hold := func(mode string) (int64, float64, error) {
-		if mode != "unbounded" {
-			p.stop()
-			var err error
-			if p, target, err = a.start(mode); err != nil {
-				return 0, 0, err
-			}
+		a.stop()
+		var err error
+		if a.p, a.target, err = a.start(mode); err != nil {
+			return 0, 0, err
 		}
-		url := fmt.Sprintf("%s/wait?ms=%d", target, cfg.HoldDelay.Milliseconds())
-		peak, out, err := holdAndSample(ctx, load, p, url, cfg.Held, cfg.warmup()+cfg.HoldDelay, cfg.Duration)
+		url := fmt.Sprintf("%s/wait?ms=%d", a.target, cfg.HoldDelay.Milliseconds())
+		peak, out, err := holdAndSample(ctx, load, a.p, url, cfg.Held, cfg.warmup()+cfg.HoldDelay, cfg.Duration)
 		// Little's law: what was held on average is throughput × time
 		// held, in fixed mode only the pool's share (the rest waits).
 		held := out.rps * cfg.HoldDelay.Seconds()
 		progress("%s %s: %d requests held (%.0f on average), resident %.1f MiB", a.name, mode, cfg.Held, held, float64(peak)/(1<<20))
 		return peak, held, err
 	}
-	if row.RSSUnbounded, row.HeldUnbounded, err = hold("unbounded"); err != nil {
-		return row, err
+	var err error
+	if a.row.RSSUnbounded, a.row.HeldUnbounded, err = hold("unbounded"); err != nil {
+		return err
 	}
 	if !a.noFixed {
-		if row.RSSFixed, row.HeldFixed, err = hold("fixed"); err != nil {
-			return row, err
+		if a.row.RSSFixed, a.row.HeldFixed, err = hold("fixed"); err != nil {
+			return err
 		}
 	}
-	return row, nil
+	return nil
+}
+
+// result is the arm's row, the CPU rounds reduced to their medians.
+func (a *overheadArm) result() OverheadRow {
+	row := a.row
+	row.CPUPerRequest, row.CPURange = medianAndRange(a.cpu)
+	row.CPUAtRate, row.CPUAtRateRange = medianAndRange(a.cpuAtRate)
+	if len(a.rps) > 0 {
+		rps := slices.Clone(a.rps)
+		slices.Sort(rps)
+		row.RPS = rps[len(rps)/2]
+	}
+	return row
+}
+
+// medianAndRange is the median of ds (the upper one of an even count) and
+// their lowest and highest.
+func medianAndRange(ds []time.Duration) (time.Duration, [2]time.Duration) {
+	if len(ds) == 0 {
+		return 0, [2]time.Duration{}
+	}
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	return s[len(s)/2], [2]time.Duration{s[0], s[len(s)-1]}
 }
 
 // holdAndSample drives c users at url for warmup + window and returns the
@@ -465,6 +617,20 @@ func startProc(ctx context.Context, dir, name string, env []string, path string,
 	return &proc{name: name, cmd: cmd}, nil
 }
 
+// startServing starts a process told to listen on addr and returns it
+// once addr accepts connections, with its base URL.
+func startServing(ctx context.Context, dir, addr, name string, env []string, path string, args ...string) (*proc, string, error) {
+	p, err := startProc(ctx, dir, name, env, path, args...)
+	if err != nil {
+		return nil, "", err
+	}
+	if err := WaitListening(ctx, addr, 10*time.Second); err != nil {
+		p.stop()
+		return nil, "", fmt.Errorf("%s: %w", name, err)
+	}
+	return p, "http://" + addr, nil
+}
+
 func (p *proc) stop() {
 	if p == nil || p.cmd.Process == nil {
 		return
@@ -569,6 +735,17 @@ func WaitListening(ctx context.Context, addr string, within time.Duration) error
 	}
 }
 
+// startBare runs `loomgate stub --forward`: fasthttp's HostClient.Do
+// behind fasthttp's Server and nothing else, the floor of a proxy built on
+// fasthttp.
+func startBare(ctx context.Context, dir string, cfg OverheadConfig, upstream string) (*proc, string, error) {
+	addr, err := FreeAddr()
+	if err != nil {
+		return nil, "", err
+	}
+	return startServing(ctx, dir, addr, "bare", nil, cfg.Binary, "stub", "--listen", addr, "--forward", upstream)
+}
+
 func startLoomgate(ctx context.Context, dir string, cfg OverheadConfig, upstream, mode string) (*proc, string, error) {
 	addr, err := FreeAddr()
 	if err != nil {
@@ -586,15 +763,7 @@ func startLoomgate(ctx context.Context, dir string, cfg OverheadConfig, upstream
 	if mode == "fixed" {
 		env = append(env, fmt.Sprintf("LOOMGATE_WORKERS=%d", cfg.FixedWorkers), fmt.Sprintf("LOOMGATE_QUEUE_SIZE=%d", cfg.Held))
 	}
-	p, err := startProc(ctx, dir, "loomgate-"+mode, env, cfg.Binary, "proxy")
-	if err != nil {
-		return nil, "", err
-	}
-	if err := WaitListening(ctx, addr, 10*time.Second); err != nil {
-		p.stop()
-		return nil, "", fmt.Errorf("loomgate: %w", err)
-	}
-	return p, "http://" + addr, nil
+	return startServing(ctx, dir, addr, "loomgate-"+mode, env, cfg.Binary, "proxy")
 }
 
 // startHAProxy runs HAProxy with what a sidecar needs: HTTP mode, keep-alive
@@ -628,15 +797,7 @@ backend b
 	if err := os.WriteFile(file, []byte(conf), 0o644); err != nil {
 		return nil, "", err
 	}
-	p, err := startProc(ctx, dir, "haproxy-"+mode, nil, path, "-f", file, "-db")
-	if err != nil {
-		return nil, "", err
-	}
-	if err := WaitListening(ctx, addr, 10*time.Second); err != nil {
-		p.stop()
-		return nil, "", fmt.Errorf("haproxy: %w", err)
-	}
-	return p, "http://" + addr, nil
+	return startServing(ctx, dir, addr, "haproxy-"+mode, nil, path, "-f", file, "-db")
 }
 
 // startNginx runs nginx as one process (no master, one worker), so that its
@@ -680,15 +841,7 @@ http {
 	if err := os.WriteFile(file, []byte(conf), 0o644); err != nil {
 		return nil, "", err
 	}
-	p, err := startProc(ctx, dir, "nginx", nil, path, "-p", prefix, "-c", file)
-	if err != nil {
-		return nil, "", err
-	}
-	if err := WaitListening(ctx, addr, 10*time.Second); err != nil {
-		p.stop()
-		return nil, "", fmt.Errorf("nginx: %w", err)
-	}
-	return p, "http://" + addr, nil
+	return startServing(ctx, dir, addr, "nginx", nil, path, "-p", prefix, "-c", file)
 }
 
 // machine says how many cores and which CPU, from /proc/cpuinfo.

@@ -8,22 +8,28 @@ import (
 )
 
 // WriteOverheadMarkdown writes the overhead scenario's table: per arm the
-// CPU per request, the resident memory with the requests held in each
-// mode, and the latency added over direct, with ratios to HAProxy's and to
-// direct's figures; then where it ran and what was skipped.
+// CPU per request at saturation and at a fixed rate (medians of the
+// rounds, with their range), with ratios to HAProxy's and to the bare
+// fasthttp proxy's, the resident memory with the requests held in each
+// mode, with its ratio to HAProxy's, and the latency added over direct;
+// then where it ran and what was skipped.
 func WriteOverheadMarkdown(w io.Writer, res OverheadResult) error {
 	cfg := res.Config.withDefaults()
-	var direct, haproxy *OverheadRow
+	var direct, haproxy, bare *OverheadRow
 	for i := range res.Rows {
 		switch res.Rows[i].Name {
 		case "direct":
 			direct = &res.Rows[i]
 		case "HAProxy":
 			haproxy = &res.Rows[i]
+		case "bare fasthttp":
+			bare = &res.Rows[i]
 		}
 	}
 	var b strings.Builder
-	head := []string{"", "CPU per request (c" + fmt.Sprint(cfg.CPUConcurrency) + ")", "× HAProxy", "× direct"}
+	head := []string{"",
+		fmt.Sprintf("CPU per request, c%d", cfg.CPUConcurrency), "× HAProxy", "× bare",
+		fmt.Sprintf("CPU per request, %.0f rps", cfg.CPURate), "× HAProxy", "× bare"}
 	head = append(head,
 		fmt.Sprintf("RSS, %d held, unbounded", cfg.Held), "× HAProxy",
 		fmt.Sprintf("RSS, %d in flight + %d queued", cfg.FixedWorkers, cfg.Held-cfg.FixedWorkers), "× HAProxy")
@@ -38,9 +44,11 @@ func WriteOverheadMarkdown(w io.Writer, res OverheadResult) error {
 	}
 	fmt.Fprintf(&b, "| %s |\n", strings.Join(align, " | "))
 	for _, r := range res.Rows {
-		cells := []string{r.Name, micros(r.CPUPerRequest)}
-		cells = append(cells, ratio(r.CPUPerRequest.Seconds(), haproxy, func(h *OverheadRow) float64 { return h.CPUPerRequest.Seconds() }))
-		cells = append(cells, ratio(r.CPUPerRequest.Seconds(), direct, func(h *OverheadRow) float64 { return h.CPUPerRequest.Seconds() }))
+		closed := func(h *OverheadRow) float64 { return h.CPUPerRequest.Seconds() }
+		open := func(h *OverheadRow) float64 { return h.CPUAtRate.Seconds() }
+		cells := []string{r.Name,
+			microsRange(r.CPUPerRequest, r.CPURange), ratio(closed(&r), haproxy, closed), ratio(closed(&r), bare, closed),
+			microsRange(r.CPUAtRate, r.CPUAtRateRange), ratio(open(&r), haproxy, open), ratio(open(&r), bare, open)}
 		if r.Name == "direct" {
 			cells = append(cells, "", "", "", "")
 		} else {
@@ -66,10 +74,10 @@ func WriteOverheadMarkdown(w io.Writer, res OverheadResult) error {
 		}
 		fmt.Fprintf(&b, "| %s |\n", strings.Join(cells, " | "))
 	}
-	fmt.Fprintf(&b, "\nOn %s, load from %s; CPU from /proc/<pid>/stat (user + system) over %v at c%d on `/wait?ms=0` "+
-		"(direct: the upstream's own), resident memory the highest VmRSS over %v with %d users on `/wait?ms=%d` "+
+	fmt.Fprintf(&b, "\nOn %s, load from %s; CPU from /proc/<pid>/stat (user + system) over %v at c%d, and at %.0f rps open loop from the rig, on `/wait?ms=0` "+
+		"(direct: the upstream's own; the median of %d rounds, the arms in turn, lowest and highest in brackets); bare fasthttp is `loomgate stub --forward`, fasthttp's Server and HostClient.Do alone; resident memory the highest VmRSS over %v with %d users on `/wait?ms=%d` "+
 		"(in brackets the requests in flight on average, by Little's law: the rest wait in the queue or on the way), latency on `/wait?ms=%d` (direct's own in brackets).",
-		res.Machine, res.Load, cfg.Duration, cfg.CPUConcurrency, cfg.Duration, cfg.Held, cfg.HoldDelay.Milliseconds(), cfg.LatencyDelay.Milliseconds())
+		res.Machine, res.Load, cfg.Duration, cfg.CPUConcurrency, cfg.CPURate, cfg.Rounds, cfg.Duration, cfg.Held, cfg.HoldDelay.Milliseconds(), cfg.LatencyDelay.Milliseconds())
 	if res.StubRSS > 0 {
 		fmt.Fprintf(&b, " The upstream (`loomgate stub`, its own process) ended at %.1f MiB resident.", float64(res.StubRSS)/(1<<20))
 	}
@@ -87,6 +95,16 @@ func WriteOverheadMarkdown(w io.Writer, res OverheadResult) error {
 
 func micros(d time.Duration) string {
 	return fmt.Sprintf("%.1f µs", float64(d)/float64(time.Microsecond))
+}
+
+// microsRange is a median with its range, "39.0 µs (37.1–41.2)", or the
+// median alone when the range is one figure or unknown.
+func microsRange(d time.Duration, r [2]time.Duration) string {
+	if r[0] == r[1] {
+		return micros(d)
+	}
+	us := func(d time.Duration) float64 { return float64(d) / float64(time.Microsecond) }
+	return fmt.Sprintf("%.1f µs (%.1f–%.1f)", us(d), us(r[0]), us(r[1]))
 }
 
 func millis(d time.Duration) string {

@@ -40,6 +40,13 @@ type Config struct {
 	// hold thousands of them.
 	Concurrency int
 
+	// Forward, if set (host:port), makes the stub no upstream at all but
+	// the barest fasthttp reverse proxy to Forward: every request goes
+	// through fasthttp's HostClient.Do, with no limit, no timeout and no
+	// measurement. It is the floor against which the overhead scenario
+	// reads what loomgate's own work costs over fasthttp's.
+	Forward string
+
 	// ErrorLog receives errors the server meets on connections (not the
 	// frequent resets and timeouts, which fasthttp leaves out).
 	// If nil, the log package's standard logger is used.
@@ -148,6 +155,11 @@ func New(cfg Config) (*Server, error) {
 	if cfg.Concurrency < 0 {
 		errs = append(errs, fmt.Errorf("%w: Concurrency %d: want 0 (default %d) or more", ErrConfig, cfg.Concurrency, defaultConcurrency))
 	}
+	if cfg.Forward != "" {
+		if _, _, err := net.SplitHostPort(cfg.Forward); err != nil {
+			errs = append(errs, fmt.Errorf("%w: Forward %q: want host:port", ErrConfig, cfg.Forward))
+		}
+	}
 	if len(errs) > 0 {
 		return nil, errors.Join(errs...)
 	}
@@ -173,8 +185,12 @@ func New(cfg Config) (*Server, error) {
 	if cfg.ErrorLog != nil {
 		logger = cfg.ErrorLog
 	}
+	handler := s.handle
+	if cfg.Forward != "" {
+		handler = forwarder(cfg.Forward)
+	}
 	s.srv = &fasthttp.Server{
-		Handler:     s.handle,
+		Handler:     handler,
 		Name:        "loomgate-stub",
 		Concurrency: cfg.Concurrency,
 		Logger:      logger,
@@ -199,6 +215,17 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	err := s.srv.ShutdownWithContext(ctx)
 	s.cancel()
 	return err
+}
+
+// forwarder is Config.Forward's handler: fasthttp's own proxying, as its
+// documentation shows it, and nothing more.
+func forwarder(addr string) fasthttp.RequestHandler {
+	hc := &fasthttp.HostClient{Addr: addr, MaxConns: defaultConcurrency}
+	return func(ctx *fasthttp.RequestCtx) {
+		if err := hc.Do(&ctx.Request, &ctx.Response); err != nil {
+			ctx.Error("bad gateway", fasthttp.StatusBadGateway)
+		}
+	}
 }
 
 func (s *Server) handle(ctx *fasthttp.RequestCtx) {

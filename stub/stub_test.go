@@ -20,6 +20,26 @@ import (
 
 // start serves a stub configured by cfg on a loopback port and returns it
 // with its base URL; the stub is shut down when the test ends.
+// TestForwardIsABareProxy: with Forward, the stub passes requests through
+// to another and its answers back, and answers 502 when that one is gone.
+func TestForwardIsABareProxy(t *testing.T) {
+	_, upstream := start(t, Config{})
+	_, proxy := start(t, Config{Forward: strings.TrimPrefix(upstream, "http://")})
+	if code, body := get(t, proxy+"/wait?ms=1"); code != 200 || body != "waited 1 ms\n" {
+		t.Errorf("through the forwarder: %d %q; want 200 and the stub's answer", code, body)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	gone := ln.Addr().String()
+	ln.Close()
+	_, broken := start(t, Config{Forward: gone})
+	if code, _ := get(t, broken+"/wait"); code != 502 {
+		t.Errorf("forwarding to a closed port: %d; want 502", code)
+	}
+}
+
 func start(t testing.TB, cfg Config) (*Server, string) {
 	t.Helper()
 	s, err := New(cfg)
@@ -89,6 +109,7 @@ func TestNewRejectsBadConfig(t *testing.T) {
 		{Config{DBPool: -1}, "DBPool -1"},
 		{Config{Pool: -2}, "Pool -2"},
 		{Config{Concurrency: -3}, "Concurrency -3"},
+		{Config{Forward: "http://127.0.0.1:1"}, `Forward "http://127.0.0.1:1"`},
 	}
 	for _, tt := range tests {
 		_, err := New(tt.cfg)

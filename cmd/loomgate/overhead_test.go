@@ -16,7 +16,7 @@ import (
 // --scenario overhead), not a test's.
 func TestOverheadScenario(t *testing.T) {
 	if testing.Short() {
-		t.Skip("starts an upstream and three proxies")
+		t.Skip("starts an upstream and four proxies")
 	}
 	haproxy := requireTool(t, "haproxy", "haproxy")
 	nginx := requireTool(t, "nginx", "nginx")
@@ -25,7 +25,7 @@ func TestOverheadScenario(t *testing.T) {
 	defer cancel()
 	res, err := bench.RunOverhead(ctx, bench.OverheadConfig{
 		Binary: loomgateBinary(t), HAProxy: haproxy, Nginx: nginx, Wrk: wrk,
-		Duration: time.Second, CPUConcurrency: 4, LatencyLevels: []int{4}, LatencyDelay: 20 * time.Millisecond,
+		Duration: time.Second, CPUConcurrency: 4, CPURate: 300, Rounds: 2, LatencyLevels: []int{4}, LatencyDelay: 20 * time.Millisecond,
 		Held: 40, HoldDelay: 300 * time.Millisecond, FixedWorkers: 10,
 	})
 	if err != nil {
@@ -35,13 +35,15 @@ func TestOverheadScenario(t *testing.T) {
 	for _, r := range res.Rows {
 		names[r.Name] = r
 	}
-	for _, name := range []string{"direct", "loomgate", "HAProxy", "nginx"} {
+	for _, name := range []string{"direct", "loomgate", "bare fasthttp", "HAProxy", "nginx"} {
 		r, ok := names[name]
 		switch {
 		case !ok:
 			t.Errorf("no %s row; skipped: %v", name, res.Skipped)
-		case r.CPUPerRequest <= 0 || r.RPS <= 0:
-			t.Errorf("%s: CPU per request %v at %.0f rps; want both measured", name, r.CPUPerRequest, r.RPS)
+		case r.CPUPerRequest <= 0 || r.RPS <= 0 || r.CPUAtRate <= 0:
+			t.Errorf("%s: CPU per request %v at %.0f rps, %v at 300 rps; want all measured", name, r.CPUPerRequest, r.RPS, r.CPUAtRate)
+		case r.CPURange[0] > r.CPUPerRequest || r.CPUPerRequest > r.CPURange[1]:
+			t.Errorf("%s: CPU per request %v outside its rounds' range %v", name, r.CPUPerRequest, r.CPURange)
 		case name != "direct" && r.RSSUnbounded <= r.Idle/2:
 			t.Errorf("%s: resident %d bytes held, %d idle; want the held figure read", name, r.RSSUnbounded, r.Idle)
 		case len(r.Latency) != 1 || r.Latency[0].P50 < 20*time.Millisecond:
