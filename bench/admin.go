@@ -214,22 +214,37 @@ type sidecarResult struct {
 	err   error
 }
 
-// watch reads the endpoint when the window opens, every scrapeEvery during
-// it and when it closes. A failed scrape is skipped; the last error is
-// reported if fewer than two succeeded.
+// watch reads the endpoint at every tick of during. A failed scrape is
+// skipped; the last error is reported if fewer than two succeeded.
 func (sc *scraper) watch(ctx context.Context, win window) sidecarResult {
 	var sp span
 	var lastErr error
-	take := func() {
+	err := during(ctx, win, func() {
 		s, err := sc.scrape()
 		if err != nil {
 			lastErr = err
 			return
 		}
 		sp.add(s)
+	})
+	if err != nil {
+		return sidecarResult{err: err}
 	}
+	st := sp.stats()
+	if st == nil {
+		if lastErr == nil {
+			lastErr = fmt.Errorf("fewer than two readings in the window")
+		}
+		return sidecarResult{err: lastErr}
+	}
+	return sidecarResult{stats: st}
+}
+
+// during calls take when the window opens, every scrapeEvery during it and
+// when it closes. It returns ctx's error if ctx ends first.
+func during(ctx context.Context, win window, take func()) error {
 	if !sleepUntil(ctx, win.start) {
-		return sidecarResult{err: ctx.Err()}
+		return ctx.Err()
 	}
 	take()
 	tick := time.NewTicker(scrapeEvery)
@@ -241,7 +256,7 @@ func (sc *scraper) watch(ctx context.Context, win window) sidecarResult {
 		}
 		select {
 		case <-ctx.Done():
-			return sidecarResult{err: ctx.Err()}
+			return ctx.Err()
 		case <-tick.C:
 			if time.Until(win.end) > scrapeEvery/2 {
 				take()
@@ -250,14 +265,7 @@ func (sc *scraper) watch(ctx context.Context, win window) sidecarResult {
 		}
 	}
 	take()
-	st := sp.stats()
-	if st == nil {
-		if lastErr == nil {
-			lastErr = fmt.Errorf("fewer than two readings in the window")
-		}
-		return sidecarResult{err: lastErr}
-	}
-	return sidecarResult{stats: st}
+	return nil
 }
 
 // sleepUntil waits for t, or for ctx to end, which it reports as false.
