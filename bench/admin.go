@@ -27,9 +27,9 @@ const (
 	metricRSS         = "process_resident_memory_bytes"
 )
 
-// scrapeEvery is how often the sidecar is read during the window. Its
-// *_max gauges restart at every scrape, so the peak of the window is the
-// highest of these readings.
+// scrapeEvery is how often the sidecar, and the upstream's memory, are
+// read during the window. The peak of the window is the highest of these
+// readings.
 const scrapeEvery = 250 * time.Millisecond
 
 const (
@@ -241,7 +241,8 @@ func (sc *scraper) watch(ctx context.Context, win window) sidecarResult {
 }
 
 // during calls take when the window opens, every scrapeEvery during it and
-// when it closes. It returns ctx's error if ctx ends first.
+// when it closes: the cadence at which everything the rig reads over a
+// window is read. It returns ctx's error if ctx ends first.
 func during(ctx context.Context, win window, take func()) error {
 	if !sleepUntil(ctx, win.start) {
 		return ctx.Err()
@@ -266,6 +267,34 @@ func during(ctx context.Context, win window, take func()) error {
 	}
 	take()
 	return nil
+}
+
+type rssResult struct {
+	peak int64
+	err  error
+}
+
+// peakRSS reads a process's resident memory at every tick of during and
+// keeps the highest reading. A failed reading is skipped; the last error
+// is reported if none succeeded.
+func peakRSS(ctx context.Context, win window, rss func() (int64, error)) rssResult {
+	var peak int64
+	var lastErr error
+	err := during(ctx, win, func() {
+		b, err := rss()
+		if err != nil {
+			lastErr = err
+			return
+		}
+		peak = max(peak, b)
+	})
+	if err != nil {
+		return rssResult{err: err}
+	}
+	if peak == 0 {
+		return rssResult{err: lastErr}
+	}
+	return rssResult{peak: peak}
 }
 
 // sleepUntil waits for t, or for ctx to end, which it reports as false.

@@ -60,6 +60,13 @@ type Config struct {
 	// If empty, Result.Sidecar is nil.
 	AdminURL string
 
+	// UpstreamRSS, if set, reads the resident memory of the upstream's
+	// process, in bytes. It is read when the window opens, during it and
+	// when it closes, as AdminURL is, and the highest reading is
+	// Result.UpstreamMemoryBytes.
+	// If nil, Result.UpstreamMemoryBytes is 0.
+	UpstreamRSS func() (int64, error)
+
 	// Progress, if set, receives a line a second while the level runs and a
 	// summary line at its end.
 	// If nil, Run is silent.
@@ -205,6 +212,11 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 		sidecar = make(chan sidecarResult, 1)
 		go func() { sidecar <- sc.watch(runCtx, win) }()
 	}
+	var upstream chan rssResult
+	if cfg.UpstreamRSS != nil {
+		upstream = make(chan rssResult, 1)
+		go func() { upstream <- peakRSS(runCtx, win, cfg.UpstreamRSS) }()
+	}
 	progressDone := make(chan struct{})
 	if cfg.Progress != nil {
 		go func() {
@@ -231,6 +243,13 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 			fmt.Fprintf(cfg.Progress, "%s: reading %s: %v\n", cfg.Label, sc.url, sr.err)
 		}
 		res.Sidecar = sr.stats
+	}
+	if upstream != nil {
+		ur := <-upstream
+		if ur.err != nil && cfg.Progress != nil {
+			fmt.Fprintf(cfg.Progress, "%s: reading the upstream's memory: %v\n", cfg.Label, ur.err)
+		}
+		res.UpstreamMemoryBytes = ur.peak
 	}
 	cancel()
 	<-progressDone

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"net"
+	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -99,6 +100,56 @@ func TestRunClosedLoopAgainstStub(t *testing.T) {
 		if !strings.Contains(progress.String(), want) {
 			t.Errorf("progress lacks %q:\n%s", want, progress.String())
 		}
+	}
+}
+
+func TestRunReadsUpstreamMemory(t *testing.T) {
+	base := startStub(t, stub.Config{})
+	run := func(rss func() (int64, error)) (Result, string) {
+		t.Helper()
+		var progress bytes.Buffer
+		res, err := Run(context.Background(), Config{
+			URL: base + "/wait?ms=10", Concurrency: 2, Warmup: 100 * time.Millisecond, Window: 800 * time.Millisecond,
+			UpstreamRSS: rss, Progress: &progress, Label: "up",
+		})
+		if err != nil {
+			t.Fatalf("Run = %v", err)
+		}
+		return res, progress.String()
+	}
+
+	// Readings that rise and fall: the peak is kept, whenever it came.
+	var mu sync.Mutex
+	var calls int
+	readings := []int64{10 << 20, 30 << 20, 20 << 20}
+	res, _ := run(func() (int64, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		calls++
+		return readings[min(calls, len(readings))-1], nil
+	})
+	// When the window opens, at 250 ms, 500 ms and when it closes.
+	if calls < 3 {
+		t.Errorf("upstream memory read %d times in an 800 ms window; want it read when the window opens, during it and when it closes", calls)
+	}
+	if res.UpstreamMemoryBytes != 30<<20 {
+		t.Errorf("UpstreamMemoryBytes = %d; want the highest reading, %d", res.UpstreamMemoryBytes, 30<<20)
+	}
+
+	// A real process: this one.
+	if res, _ := run(func() (int64, error) { return ResidentBytes(os.Getpid()) }); res.UpstreamMemoryBytes <= 0 {
+		t.Errorf("UpstreamMemoryBytes of this process = %d; want its resident memory", res.UpstreamMemoryBytes)
+	}
+
+	// A process that is gone: unknown, and said.
+	res, progress := run(func() (int64, error) { return 0, errors.New("no such process") })
+	if res.UpstreamMemoryBytes != 0 || !strings.Contains(progress, "up: reading the upstream's memory: no such process") {
+		t.Errorf("UpstreamMemoryBytes = %d with a reader that fails, progress:\n%s\nwant 0, and the error in the progress", res.UpstreamMemoryBytes, progress)
+	}
+
+	// Without a reader, unknown.
+	if res, _ := run(nil); res.UpstreamMemoryBytes != 0 {
+		t.Errorf("UpstreamMemoryBytes = %d without a reader; want 0", res.UpstreamMemoryBytes)
 	}
 }
 

@@ -100,6 +100,10 @@ type Target struct {
 	URL string
 	// AdminURL is the sidecar's admin listener, empty without a sidecar.
 	AdminURL string
+	// UpstreamRSS, if set, reads the resident memory of the upstream's
+	// process (the stub's), for Result.UpstreamMemoryBytes. Nil when it
+	// is not known apart, e.g. when the upstream shares the rig's process.
+	UpstreamRSS func() (int64, error)
 }
 
 // Launcher starts what an arm describes and returns where it answers and
@@ -182,6 +186,7 @@ func runArm(ctx context.Context, sc Scenario, arm Arm, l Launcher, cfg Config) (
 	defer stop()
 	cfg.URL = t.URL + sc.Path
 	cfg.AdminURL = t.AdminURL
+	cfg.UpstreamRSS = t.UpstreamRSS
 	cfg.Capacity = arm.Capacity
 	res, err := Run(ctx, cfg)
 	if err != nil {

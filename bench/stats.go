@@ -38,6 +38,11 @@ type Result struct {
 	// Config.AdminURL was empty or could not be read.
 	Sidecar *SidecarStats
 
+	// UpstreamMemoryBytes is the highest resident memory of the upstream's
+	// process during the window, 0 when unknown (Config.UpstreamRSS was
+	// nil, or could not be read).
+	UpstreamMemoryBytes int64
+
 	Physics Verdict
 }
 

@@ -19,19 +19,19 @@ import (
 func init() {
 	// Scenarios run the stub and the sidecar as processes of their own;
 	// see processes. --in-process keeps them in this one.
-	scenarioLauncher = processes{stderr: os.Stderr}
+	scenarioLauncher = processes{}
 }
 
 // processes launches, for each run of a scenario, `loomgate stub` and
 // `loomgate proxy` as processes of their own, this executable both: each
 // one's memory is then its own (the sidecar's process_resident_memory_bytes
-// is the sidecar's, not the rig's and the stub's too), and a run does not
-// inherit the previous one's peak. os.Executable finds the binary under
-// `go run` too, which builds one in a temporary directory.
+// is the sidecar's, not the rig's and the stub's too; the stub's is read
+// from /proc for Target.UpstreamRSS), and a run does not inherit the
+// previous one's peak. os.Executable finds the binary under `go run` too,
+// which builds one in a temporary directory.
 type processes struct {
 	// exe is the loomgate executable; if empty, this one.
-	exe    string
-	stderr io.Writer
+	exe string
 }
 
 func (l processes) Launch(ctx context.Context, arm bench.Arm) (bench.Target, func(), error) {
@@ -73,9 +73,6 @@ func (l processes) Launch(ctx context.Context, arm bench.Arm) (bench.Target, fun
 		return bench.Target{}, nil, err
 	}
 	stop := func() {
-		if rss := st.rss(); rss > 0 && l.stderr != nil {
-			fmt.Fprintf(l.stderr, "loomgate bench: %s: the upstream (loomgate stub, its own process) ended at %.1f MiB resident\n", arm.Label, float64(rss)/(1<<20))
-		}
 		sc.stop()
 		st.stop()
 	}
@@ -85,7 +82,7 @@ func (l processes) Launch(ctx context.Context, arm bench.Arm) (bench.Target, fun
 			return bench.Target{}, nil, fmt.Errorf("arm %q: %w", arm.Label, err)
 		}
 	}
-	return bench.Target{URL: "http://" + addrs[1], AdminURL: "http://" + addrs[2]}, stop, nil
+	return bench.Target{URL: "http://" + addrs[1], AdminURL: "http://" + addrs[2], UpstreamRSS: st.rss}, stop, nil
 }
 
 // child is a process the launcher started.
@@ -121,10 +118,9 @@ func (c *child) stop() {
 	}
 }
 
-// rss is the process's resident memory from /proc, 0 where there is none.
-func (c *child) rss() int64 {
-	b, _ := bench.ResidentBytes(c.cmd.Process.Pid)
-	return b
+// rss is the process's resident memory, from /proc.
+func (c *child) rss() (int64, error) {
+	return bench.ResidentBytes(c.cmd.Process.Pid)
 }
 
 // inProcess launches, for each run of a scenario, a stub and a sidecar in
