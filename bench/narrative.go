@@ -62,8 +62,14 @@ func Narrative(results []Result) []string {
 				out = append(out, sent)
 			}
 		}
-		if sent := memorySentence(arms); sent != "" {
-			out = append(out, sent)
+		// The upstream's memory first: that is where admission shows,
+		// the requests it lets through being the ones the service holds.
+		up := memorySentence(arms, "upstream", Result.upstreamMemory, true)
+		side := memorySentence(arms, "sidecar", Result.sidecarMemory, up == "")
+		for _, sent := range []string{up, side} {
+			if sent != "" {
+				out = append(out, sent)
+			}
 		}
 	}
 	for _, s := range all {
@@ -186,9 +192,11 @@ func divergence(a, b series) string {
 	return sent + "."
 }
 
-// memorySentence compares the arms' memory at the highest level they all
-// reached, and says which grew.
-func memorySentence(arms []series) string {
+// memorySentence compares the arms' memory, as bytes reads it from a row
+// (the upstream's or the sidecar's, as who says), at the highest level they
+// all reached, and says which grew. With advise, a gap of half or more
+// between the arms ends with what to do about it.
+func memorySentence(arms []series, who string, bytes func(Result) int64, advise bool) string {
 	type point struct {
 		c   int
 		mem int64
@@ -199,8 +207,8 @@ func memorySentence(arms []series) string {
 	for _, s := range arms {
 		var pts []point
 		for _, r := range s.rows {
-			if r.Sidecar != nil && r.Sidecar.MemoryBytes > 0 {
-				pts = append(pts, point{r.Concurrency, r.Sidecar.MemoryBytes})
+			if b := bytes(r); b > 0 {
+				pts = append(pts, point{r.Concurrency, b})
 			}
 		}
 		if len(pts) == 0 {
@@ -222,7 +230,7 @@ func memorySentence(arms []series) string {
 	if len(parts) == 0 {
 		return ""
 	}
-	sent := "Resident memory: " + strings.Join(parts, "; ") + "."
+	sent := strings.ToUpper(who[:1]) + who[1:] + " memory: " + strings.Join(parts, "; ") + "."
 	if len(top) >= 2 {
 		var most, least string
 		for _, s := range arms {
@@ -239,10 +247,12 @@ func memorySentence(arms []series) string {
 		}
 		if top[most].c == top[least].c && top[least].mem > 0 {
 			ratio := float64(top[most].mem) / float64(top[least].mem)
-			sent += fmt.Sprintf(" At c%d %s needs %.1f× the memory of %s", top[most].c, most, ratio, least)
+			sent += fmt.Sprintf(" At c%d %s needs %.1f× the %s memory of %s", top[most].c, most, ratio, who, least)
 			if ratio >= 1.5 {
 				notable = true
-				sent += ": budget memory for peak in flight, or put a bulkhead in front"
+				if advise {
+					sent += ": budget memory for peak in flight, or put a bulkhead in front"
+				}
 			}
 			sent += "."
 		}

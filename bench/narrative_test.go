@@ -12,7 +12,8 @@ func TestNarrativeCrossover(t *testing.T) {
 		"fixed 200 pins throughput at 982 rps from c200 on (200 / 0.203 s = 985 rps); from there only latency grows, p50 203 ms at c200 to 1.01 s at c1000.",
 		"unbounded reaches 4860 rps at c1000 with p50 204 ms, still climbing at the highest level.",
 		"fixed 200 and unbounded diverge from c500 on: at c1000 unbounded serves 4.9× the throughput of fixed 200 (4860 vs 984 rps), with p50 204 ms against 1.01 s.",
-		"Resident memory: under fixed 200 memory grows from 60 MiB at c100 to 95 MiB at c1000; under unbounded memory grows from 60 MiB at c100 to 400 MiB at c1000. At c1000 unbounded needs 4.2× the memory of fixed 200: budget memory for peak in flight, or put a bulkhead in front.",
+		"Upstream memory: under fixed 200 it stays near 46 MiB from c100 to c1000; under unbounded memory grows from 40 MiB at c100 to 220 MiB at c1000. At c1000 unbounded needs 4.8× the upstream memory of fixed 200: budget memory for peak in flight, or put a bulkhead in front.",
+		"Sidecar memory: under fixed 200 memory grows from 60 MiB at c100 to 95 MiB at c1000; under unbounded memory grows from 60 MiB at c100 to 400 MiB at c1000. At c1000 unbounded needs 4.2× the sidecar memory of fixed 200.",
 		"Under fixed 200 at c1000 requests wait 811 ms in the sidecar's queue for 203 ms of service: the queue is where latency grows, and the sidecar's queue-time metric shows it.",
 		"Physics check: all 8 rows within 10% of C/R and of limit/service.",
 	}
@@ -84,23 +85,69 @@ func TestNarrativeReportsFlaggedRows(t *testing.T) {
 	}
 }
 
-func TestNarrativeLeavesOutMemoryNoise(t *testing.T) {
+// memRow is a row of an arm at a level with the sidecar's and the
+// upstream's memory in MiB, 0 when unknown.
+type memRow struct {
+	arm                     string
+	c                       int
+	sidecarMiB, upstreamMiB int64
+}
+
+func memoryRows(rows ...memRow) []Result {
 	var results []Result
-	for _, r := range []struct {
-		arm string
-		c   int
-		mib int64
-	}{{"a", 50, 31}, {"a", 200, 43}, {"b", 50, 44}, {"b", 200, 45}} {
+	for _, r := range rows {
 		results = append(results, Result{Arm: r.arm, Concurrency: r.c, RPS: 100, Mean: time.Second,
-			Sidecar: &SidecarStats{MemoryBytes: r.mib << 20}})
+			Sidecar: &SidecarStats{MemoryBytes: r.sidecarMiB << 20}, UpstreamMemoryBytes: r.upstreamMiB << 20})
 	}
+	return results
+}
+
+// memorySentences are the sentences of Narrative(results) about memory.
+func memorySentences(results []Result) []string {
+	var out []string
 	for _, s := range Narrative(results) {
 		if strings.Contains(s, "memory") {
-			t.Errorf("Narrative reports memory that moved by less than half: %q", s)
+			out = append(out, s)
 		}
+	}
+	return out
+}
+
+func TestNarrativeLeavesOutMemoryNoise(t *testing.T) {
+	results := memoryRows(memRow{"a", 50, 31, 0}, memRow{"a", 200, 43, 0}, memRow{"b", 50, 44, 0}, memRow{"b", 200, 45, 0})
+	if got := memorySentences(results); len(got) > 0 {
+		t.Errorf("Narrative reports memory that moved by less than half: %q", got)
 	}
 	results[3].Sidecar.MemoryBytes = 90 << 20
 	if got := strings.Join(Narrative(results), "\n"); !strings.Contains(got, "under b memory grows from 44 MiB at c50 to 90 MiB at c200") {
 		t.Errorf("Narrative lacks the doubling of b's memory:\n%s", got)
+	}
+	// The same for the upstream's.
+	results = memoryRows(memRow{"a", 50, 0, 31}, memRow{"a", 200, 0, 43}, memRow{"b", 50, 0, 44}, memRow{"b", 200, 0, 45})
+	if got := memorySentences(results); len(got) > 0 {
+		t.Errorf("Narrative reports upstream memory that moved by less than half: %q", got)
+	}
+	results[3].UpstreamMemoryBytes = 90 << 20
+	if got := strings.Join(Narrative(results), "\n"); !strings.Contains(got, "Upstream memory: under a memory grows from 31 MiB at c50 to 43 MiB at c200; under b memory grows from 44 MiB at c50 to 90 MiB at c200.") {
+		t.Errorf("Narrative lacks the doubling of b's upstream memory:\n%s", got)
+	}
+}
+
+// The advice that follows a gap in memory is given once: after the
+// upstream's memory, where admission shows, or after the sidecar's when the
+// upstream's is not known.
+func TestNarrativeMemoryAdviceOnce(t *testing.T) {
+	const advice = "budget memory for peak in flight, or put a bulkhead in front"
+	got := memorySentences(memoryRows(memRow{"fixed", 50, 30, 0}, memRow{"fixed", 500, 32, 0}, memRow{"unbounded", 50, 30, 0}, memRow{"unbounded", 500, 70, 0}))
+	want := "Sidecar memory: under fixed it stays near 32 MiB from c50 to c500; under unbounded memory grows from 30 MiB at c50 to 70 MiB at c500. At c500 unbounded needs 2.2× the sidecar memory of fixed: " + advice + "."
+	if len(got) != 1 || got[0] != want {
+		t.Errorf("without the upstream's memory, memory sentences = %q; want [%q]", got, want)
+	}
+
+	got = memorySentences(memoryRows(memRow{"fixed", 50, 30, 20}, memRow{"fixed", 500, 32, 20}, memRow{"unbounded", 50, 30, 20}, memRow{"unbounded", 500, 70, 100}))
+	want0 := "Upstream memory: under fixed it stays near 20 MiB from c50 to c500; under unbounded memory grows from 20 MiB at c50 to 100 MiB at c500. At c500 unbounded needs 5.0× the upstream memory of fixed: " + advice + "."
+	want1 := "Sidecar memory: under fixed it stays near 32 MiB from c50 to c500; under unbounded memory grows from 30 MiB at c50 to 70 MiB at c500. At c500 unbounded needs 2.2× the sidecar memory of fixed."
+	if len(got) != 2 || got[0] != want0 || got[1] != want1 {
+		t.Errorf("with the upstream's memory, memory sentences =\n%s\nwant\n%s\n%s", strings.Join(got, "\n"), want0, want1)
 	}
 }

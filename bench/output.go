@@ -17,19 +17,15 @@ import (
 var ErrFormat = errors.New("bench: malformed results")
 
 // WriteMarkdown writes results as a markdown table, one row per level, with
-// the reasons of flagged rows as numbered notes under it. Sidecar and
-// memory columns appear only when some row has them.
+// the reasons of flagged rows as numbered notes under it. The sidecar's
+// columns, and each memory column, appear only when some row has them.
 func WriteMarkdown(w io.Writer, results []Result) error {
 	var scenarios = map[string]bool{}
-	var timed, memory bool
 	for _, r := range results {
 		scenarios[r.Scenario] = true
-		if sc := r.Sidecar; sc != nil {
-			timed = timed || sc.Loomgate
-			memory = memory || sc.MemoryBytes > 0
-		}
 	}
 	multi := len(scenarios) > 1
+	timed, memory, upstream := knownColumns(results)
 
 	var head []string
 	if multi {
@@ -40,7 +36,10 @@ func WriteMarkdown(w io.Writer, results []Result) error {
 		head = append(head, "queue", "service", "peak in flight", "peak queued", "limit")
 	}
 	if memory {
-		head = append(head, "memory")
+		head = append(head, "sidecar memory")
+	}
+	if upstream {
+		head = append(head, "upstream memory")
 	}
 	head = append(head, "physics")
 
@@ -85,11 +84,10 @@ func WriteMarkdown(w io.Writer, results []Result) error {
 			}
 		}
 		if memory {
-			if sc != nil && sc.MemoryBytes > 0 {
-				cells = append(cells, fmtBytes(sc.MemoryBytes))
-			} else {
-				cells = append(cells, "")
-			}
+			cells = append(cells, fmtBytes(r.sidecarMemory()))
+		}
+		if upstream {
+			cells = append(cells, fmtBytes(r.UpstreamMemoryBytes))
 		}
 		verdict := "ok"
 		if r.Physics.Flagged {
@@ -125,9 +123,37 @@ func fmtErrors(e Errors) string {
 	return fmt.Sprintf("%d (%s)", e.Total(), strings.Join(parts, ", "))
 }
 
-// fmtBytes writes memory in MiB, the unit the experiments read it in.
+// fmtBytes writes memory in MiB, the unit the experiments read it in, and
+// nothing for 0, which is unknown.
 func fmtBytes(n int64) string {
+	if n <= 0 {
+		return ""
+	}
 	return fmt.Sprintf("%.0f MiB", float64(n)/(1<<20))
+}
+
+// sidecarMemory is the sidecar's peak resident memory, 0 when unknown.
+func (r Result) sidecarMemory() int64 {
+	if r.Sidecar == nil {
+		return 0
+	}
+	return r.Sidecar.MemoryBytes
+}
+
+// upstreamMemory is the upstream's peak resident memory, 0 when unknown.
+func (r Result) upstreamMemory() int64 { return r.UpstreamMemoryBytes }
+
+// knownColumns says which optional columns some row of results fills: the
+// sidecar's queue and service figures, its memory, the upstream's memory.
+func knownColumns(results []Result) (timed, memory, upstream bool) {
+	for _, r := range results {
+		if sc := r.Sidecar; sc != nil {
+			timed = timed || sc.Loomgate
+			memory = memory || sc.MemoryBytes > 0
+		}
+		upstream = upstream || r.UpstreamMemoryBytes > 0
+	}
+	return timed, memory, upstream
 }
 
 // record is the flat, unit-suffixed form of a Result shared by CSV and
@@ -151,6 +177,8 @@ type record struct {
 	ErrorsConnect int64   `json:"errors_connect"`
 
 	Sidecar *sidecarRecord `json:"sidecar"`
+
+	UpstreamMemoryBytes int64 `json:"upstream_memory_bytes"`
 
 	ExpectedRPS float64 `json:"expected_rps"`
 	Off         float64 `json:"physics_off"`
@@ -184,7 +212,8 @@ func toRecord(r Result) record {
 		WindowS: r.Window.Seconds(), Requests: r.Requests, RPS: r.RPS,
 		MeanMS: ms(r.Mean), P50MS: ms(r.P50), P95MS: ms(r.P95), P99MS: ms(r.P99), MaxMS: ms(r.Max),
 		ErrorsStatus: r.Errors.Status, ErrorsTimeout: r.Errors.Timeout, ErrorsConnect: r.Errors.Connect,
-		ExpectedRPS: r.Physics.Expected, Off: r.Physics.Off, CeilingRPS: r.Physics.Ceiling,
+		UpstreamMemoryBytes: r.UpstreamMemoryBytes,
+		ExpectedRPS:         r.Physics.Expected, Off: r.Physics.Off, CeilingRPS: r.Physics.Ceiling,
 		Limit: r.Physics.Limit, ServiceMS: ms(r.Physics.Service),
 		Flagged: r.Physics.Flagged, Reason: r.Physics.Reason,
 	}
@@ -203,7 +232,8 @@ func (rec record) result() Result {
 		Window:   time.Duration(math.Round(rec.WindowS * float64(time.Second))),
 		Requests: rec.Requests, RPS: rec.RPS,
 		Mean: fromMS(rec.MeanMS), P50: fromMS(rec.P50MS), P95: fromMS(rec.P95MS), P99: fromMS(rec.P99MS), Max: fromMS(rec.MaxMS),
-		Errors: Errors{Status: rec.ErrorsStatus, Timeout: rec.ErrorsTimeout, Connect: rec.ErrorsConnect},
+		Errors:              Errors{Status: rec.ErrorsStatus, Timeout: rec.ErrorsTimeout, Connect: rec.ErrorsConnect},
+		UpstreamMemoryBytes: rec.UpstreamMemoryBytes,
 		Physics: Verdict{
 			Expected: rec.ExpectedRPS, Off: rec.Off, Ceiling: rec.CeilingRPS,
 			Limit: rec.Limit, Service: fromMS(rec.ServiceMS),
@@ -221,7 +251,8 @@ func (rec record) result() Result {
 
 // WriteJSON writes results as an indented JSON array, one object per level,
 // durations in milliseconds (fields ending _ms), "sidecar" null when there
-// was no sidecar.
+// was no sidecar, "upstream_memory_bytes" 0 when the upstream's memory was
+// not known.
 func WriteJSON(w io.Writer, results []Result) error {
 	recs := make([]record, len(results))
 	for i, r := range results {
@@ -253,12 +284,18 @@ var csvColumns = []string{
 	"errors_status", "errors_timeout", "errors_connect",
 	"sidecar_loomgate", "queue_ms", "service_ms", "peak_in_flight", "peak_queued", "limit", "memory_bytes",
 	"expected_rps", "physics_off", "ceiling_rps", "physics_limit", "physics_service_ms", "physics_flagged", "physics_reason",
+	"upstream_memory_bytes",
 }
+
+// csvAdded are the columns added to csvColumns since results.csv was first
+// written: files from before lack them, and read as if they were empty.
+var csvAdded = map[string]bool{"upstream_memory_bytes": true}
 
 func fmtFloat(v float64) string { return strconv.FormatFloat(v, 'f', -1, 64) }
 
 // WriteCSV writes results with a header line; the sidecar's columns are
-// empty for rows without one.
+// empty for rows without one, and upstream_memory_bytes when it is not
+// known.
 func WriteCSV(w io.Writer, results []Result) error {
 	cw := csv.NewWriter(w)
 	if err := cw.Write(csvColumns); err != nil {
@@ -280,6 +317,11 @@ func WriteCSV(w io.Writer, results []Result) error {
 		}
 		line = append(line, fmtFloat(rec.ExpectedRPS), fmtFloat(rec.Off), fmtFloat(rec.CeilingRPS),
 			strconv.Itoa(rec.Limit), fmtFloat(rec.ServiceMS), strconv.FormatBool(rec.Flagged), rec.Reason)
+		if rec.UpstreamMemoryBytes > 0 {
+			line = append(line, strconv.FormatInt(rec.UpstreamMemoryBytes, 10))
+		} else {
+			line = append(line, "")
+		}
 		if err := cw.Write(line); err != nil {
 			return err
 		}
@@ -301,7 +343,7 @@ func ReadCSV(r io.Reader) ([]Result, error) {
 		index[name] = i
 	}
 	for _, name := range csvColumns {
-		if _, ok := index[name]; !ok {
+		if _, ok := index[name]; !ok && !csvAdded[name] {
 			return nil, fmt.Errorf("%w: header has no %s column", ErrFormat, name)
 		}
 	}
@@ -325,6 +367,9 @@ func ReadCSV(r io.Reader) ([]Result, error) {
 			Limit: p.int("physics_limit"), ServiceMS: p.float("physics_service_ms"),
 			Flagged: p.bool("physics_flagged"), Reason: p.str("physics_reason"),
 		}
+		if p.str("upstream_memory_bytes") != "" {
+			rec.UpstreamMemoryBytes = p.int64("upstream_memory_bytes")
+		}
 		if p.str("sidecar_loomgate") != "" {
 			rec.Sidecar = &sidecarRecord{
 				Loomgate: p.bool("sidecar_loomgate"), QueueMS: p.float("queue_ms"), ServiceMS: p.float("service_ms"),
@@ -347,8 +392,10 @@ type cellParser struct {
 	err   error
 }
 
+// str is the cell of col, empty when the line is short or the header has
+// no such column.
 func (p *cellParser) str(col string) string {
-	if i := p.index[col]; i < len(p.cells) {
+	if i, ok := p.index[col]; ok && i < len(p.cells) {
 		return p.cells[i]
 	}
 	return ""

@@ -10,15 +10,17 @@ import (
 )
 
 // crossover is a synthetic crossover scenario shaped like the published
-// figures: fixed 200 pins at 200 / 0.203 s, unbounded keeps scaling.
+// figures: fixed 200 pins at 200 / 0.203 s, unbounded keeps scaling; the
+// upstream's memory stays where 200 requests put it under fixed 200 and
+// grows with the requests in flight under unbounded.
 func crossover() []Result {
 	ms := time.Millisecond
-	row := func(arm string, c int, rps float64, p50 time.Duration, sc *SidecarStats) Result {
+	row := func(arm string, c int, rps float64, p50 time.Duration, sc *SidecarStats, upstreamMiB int64) Result {
 		r := Result{
 			Scenario: "crossover", Arm: arm, URL: "http://127.0.0.1:8080/wait?ms=200",
 			Concurrency: c, Window: 5 * time.Second, Requests: int64(rps * 5), RPS: rps,
 			Mean: p50 + 2*ms, P50: p50, P95: p50 + 10*ms, P99: p50 + 20*ms, Max: p50 + 50*ms,
-			Sidecar: sc,
+			Sidecar: sc, UpstreamMemoryBytes: upstreamMiB << 20,
 		}
 		r.Physics = r.physics(Capacity{}).Check()
 		return r
@@ -30,14 +32,14 @@ func crossover() []Result {
 		return &SidecarStats{Loomgate: true, QueueWait: 20 * time.Microsecond, Service: 202 * ms, PeakInFlight: peak, MemoryBytes: mem}
 	}
 	return []Result{
-		row("fixed 200", 100, 490, 202*ms, fixed(0, 0, 60<<20)),
-		row("fixed 200", 200, 978, 203*ms, fixed(time.Millisecond, 3, 80<<20)),
-		row("fixed 200", 500, 985, 505*ms, fixed(300*ms, 300, 90<<20)),
-		row("fixed 200", 1000, 984, 1014*ms, fixed(811*ms, 800, 95<<20)),
-		row("unbounded", 100, 491, 202*ms, unbounded(100, 60<<20)),
-		row("unbounded", 200, 980, 202*ms, unbounded(200, 80<<20)),
-		row("unbounded", 500, 2440, 203*ms, unbounded(500, 180<<20)),
-		row("unbounded", 1000, 4860, 204*ms, unbounded(1000, 400<<20)),
+		row("fixed 200", 100, 490, 202*ms, fixed(0, 0, 60<<20), 40),
+		row("fixed 200", 200, 978, 203*ms, fixed(time.Millisecond, 3, 80<<20), 44),
+		row("fixed 200", 500, 985, 505*ms, fixed(300*ms, 300, 90<<20), 45),
+		row("fixed 200", 1000, 984, 1014*ms, fixed(811*ms, 800, 95<<20), 46),
+		row("unbounded", 100, 491, 202*ms, unbounded(100, 60<<20), 40),
+		row("unbounded", 200, 980, 202*ms, unbounded(200, 80<<20), 44),
+		row("unbounded", 500, 2440, 203*ms, unbounded(500, 180<<20), 110),
+		row("unbounded", 1000, 4860, 204*ms, unbounded(1000, 400<<20), 220),
 	}
 }
 
@@ -67,6 +69,34 @@ func TestCSVRoundTrip(t *testing.T) {
 	}
 }
 
+// A results.csv written before the upstream's memory was a column still
+// reads, the upstream's memory unknown.
+func TestReadCSVWithoutUpstreamMemory(t *testing.T) {
+	results := crossover()
+	var buf bytes.Buffer
+	if err := WriteCSV(&buf, results); err != nil {
+		t.Fatal(err)
+	}
+	var old strings.Builder
+	for line := range strings.Lines(buf.String()) {
+		i := strings.LastIndexByte(line, ',')
+		old.WriteString(line[:i] + "\n")
+	}
+	if !strings.HasSuffix(strings.SplitN(old.String(), "\n", 2)[0], ",physics_reason") {
+		t.Fatalf("header after dropping the last column = %q; want it to end at physics_reason", strings.SplitN(old.String(), "\n", 2)[0])
+	}
+	got, err := ReadCSV(strings.NewReader(old.String()))
+	if err != nil {
+		t.Fatalf("ReadCSV of a file without upstream_memory_bytes = %v", err)
+	}
+	for i := range results {
+		results[i].UpstreamMemoryBytes = 0
+	}
+	if !reflect.DeepEqual(got, results) {
+		t.Errorf("ReadCSV without upstream_memory_bytes differs:\ngot  %+v\nwant %+v", got, results)
+	}
+}
+
 func TestJSONRoundTrip(t *testing.T) {
 	results := crossover()
 	results[0].Physics.Flagged, results[0].Physics.Reason = true, "synthetic"
@@ -88,14 +118,15 @@ func TestJSONFields(t *testing.T) {
 	if err := WriteJSON(&buf, crossover()[3:4]); err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{`"concurrency": 1000`, `"rps": 984`, `"p50_ms": 1014`, `"queue_ms": 811`, `"limit": 200`, `"memory_bytes": 99614720`, `"physics_flagged": false`} {
+	for _, want := range []string{`"concurrency": 1000`, `"rps": 984`, `"p50_ms": 1014`, `"queue_ms": 811`, `"limit": 200`, `"memory_bytes": 99614720`, `"upstream_memory_bytes": 48234496`, `"physics_flagged": false`} {
 		if !strings.Contains(buf.String(), want) {
 			t.Errorf("WriteJSON output has no %s:\n%s", want, buf.String())
 		}
 	}
 	buf.Reset()
-	if err := WriteJSON(&buf, []Result{{Arm: "x"}}); err != nil || !strings.Contains(buf.String(), `"sidecar": null`) {
-		t.Errorf("WriteJSON without a sidecar = %v\n%s; want \"sidecar\": null", err, buf.String())
+	if err := WriteJSON(&buf, []Result{{Arm: "x"}}); err != nil || !strings.Contains(buf.String(), `"sidecar": null`) ||
+		!strings.Contains(buf.String(), `"upstream_memory_bytes": 0`) {
+		t.Errorf("WriteJSON without a sidecar = %v\n%s; want \"sidecar\": null, \"upstream_memory_bytes\": 0", err, buf.String())
 	}
 }
 
@@ -133,9 +164,9 @@ func TestMarkdownFlagsRows(t *testing.T) {
 	}
 	out := buf.String()
 	for _, want := range []string{
-		"| arm | c | rps | mean | p50 | p95 | p99 | max | errors | queue | service | peak in flight | peak queued | limit | memory | physics |",
-		"| fixed 200 | 200 | 978 | 205 ms | 203 ms | 213 ms | 223 ms | 253 ms | 0 | 1.00 ms | 203 ms | 200 | 3 | 200 | 80 MiB | off [1] |",
-		"| unbounded | 1000 | 4860 | 206 ms | 204 ms | 214 ms | 224 ms | 254 ms | 0 | 0.02 ms | 202 ms | 1000 | 0 | none | 400 MiB | ok |",
+		"| arm | c | rps | mean | p50 | p95 | p99 | max | errors | queue | service | peak in flight | peak queued | limit | sidecar memory | upstream memory | physics |",
+		"| fixed 200 | 200 | 978 | 205 ms | 203 ms | 213 ms | 223 ms | 253 ms | 0 | 1.00 ms | 203 ms | 200 | 3 | 200 | 80 MiB | 44 MiB | off [1] |",
+		"| unbounded | 1000 | 4860 | 206 ms | 204 ms | 214 ms | 224 ms | 254 ms | 0 | 0.02 ms | 202 ms | 1000 | 0 | none | 400 MiB | 220 MiB | ok |",
 		"Rows more than 10% off the physics check:\n1. fixed 200 c200: 600 rps is 39% below C/R = 200 / 203 ms = 985 rps",
 	} {
 		if !strings.Contains(out, want) {
@@ -157,6 +188,35 @@ func TestMarkdownWithoutSidecar(t *testing.T) {
 		"| 127.0.0.1:8081/wait?ms=50 | 4 | 80 | 50 ms | 0 ms | 0 ms | 0 ms | 0 ms | 3 (2 status, 1 connect) | ok |\n"
 	if got := buf.String(); got != want {
 		t.Errorf("WriteMarkdown =\n%s\nwant\n%s", got, want)
+	}
+}
+
+// Each memory column appears when some row knows it, its cell empty in rows
+// that do not.
+func TestMarkdownMemoryColumns(t *testing.T) {
+	sidecarOnly := Result{Arm: "a", Concurrency: 1, Sidecar: &SidecarStats{MemoryBytes: 30 << 20}}
+	upstreamOnly := Result{Arm: "b", Concurrency: 2, UpstreamMemoryBytes: 12 << 20}
+	tests := []struct {
+		results    []Result
+		head, body string
+	}{
+		{[]Result{sidecarOnly, upstreamOnly}, "| arm | c | rps | mean | p50 | p95 | p99 | max | errors | sidecar memory | upstream memory | physics |",
+			"| a | 1 | 0 | 0 ms | 0 ms | 0 ms | 0 ms | 0 ms | 0 | 30 MiB |  | ok |\n| b | 2 | 0 | 0 ms | 0 ms | 0 ms | 0 ms | 0 ms | 0 |  | 12 MiB | ok |\n"},
+		{[]Result{sidecarOnly}, "| arm | c | rps | mean | p50 | p95 | p99 | max | errors | sidecar memory | physics |",
+			"| a | 1 | 0 | 0 ms | 0 ms | 0 ms | 0 ms | 0 ms | 0 | 30 MiB | ok |\n"},
+		{[]Result{upstreamOnly}, "| arm | c | rps | mean | p50 | p95 | p99 | max | errors | upstream memory | physics |",
+			"| b | 2 | 0 | 0 ms | 0 ms | 0 ms | 0 ms | 0 ms | 0 | 12 MiB | ok |\n"},
+	}
+	for _, tt := range tests {
+		var buf bytes.Buffer
+		if err := WriteMarkdown(&buf, tt.results); err != nil {
+			t.Fatal(err)
+		}
+		head, rest, _ := strings.Cut(buf.String(), "\n")
+		_, body, _ := strings.Cut(rest, "\n")
+		if head != tt.head || body != tt.body {
+			t.Errorf("WriteMarkdown =\n%s\nwant\n%s\n(separator)\n%s", buf.String(), tt.head, tt.body)
+		}
 	}
 }
 

@@ -88,14 +88,12 @@ func (rep Report) WriteHTML(w io.Writer) error {
 		Notes     []string
 		Timed     bool
 		Memory    bool
+		Upstream  bool
 	}{Report: rep, Narrative: Narrative(rep.Results), Charts: charts}
+	data.Timed, data.Memory, data.Upstream = knownColumns(rep.Results)
 	scenarios := map[string]bool{}
 	for _, r := range rep.Results {
 		scenarios[r.Scenario] = true
-		if sc := r.Sidecar; sc != nil {
-			data.Timed = data.Timed || sc.Loomgate
-			data.Memory = data.Memory || sc.MemoryBytes > 0
-		}
 	}
 	for _, r := range rep.Results {
 		row := htmlRow{Name: r.Arm, Errors: fmtErrors(r.Errors),
@@ -115,11 +113,7 @@ func (rep Report) WriteHTML(w io.Writer) error {
 				row.Sidecar = make([]string, 5)
 			}
 		}
-		if data.Memory {
-			if sc := r.Sidecar; sc != nil && sc.MemoryBytes > 0 {
-				row.Memory = fmtBytes(sc.MemoryBytes)
-			}
-		}
+		row.Memory, row.Upstream = fmtBytes(r.sidecarMemory()), fmtBytes(r.UpstreamMemoryBytes)
 		if r.Physics.Flagged {
 			data.Notes = append(data.Notes, fmt.Sprintf("%s c%d: %s", r.Arm, r.Concurrency, r.Physics.Reason))
 			row.Note = len(data.Notes)
@@ -134,8 +128,11 @@ type htmlRow struct {
 	Cells   []string
 	Errors  string
 	Sidecar []string
-	Memory  string
-	Note    int // 1-based index of the physics note, 0 when the row is ok
+	// Memory and Upstream are the sidecar's and the upstream's peak
+	// resident memory, empty when unknown.
+	Memory   string
+	Upstream string
+	Note     int // 1-based index of the physics note, 0 when the row is ok
 }
 
 type chart struct {
@@ -186,9 +183,9 @@ th { background: #f6f6f6; }
 <table>
 <thead><tr><th>arm</th><th>c</th><th>rps</th><th>mean</th><th>p50</th><th>p95</th><th>p99</th><th>max</th><th>errors</th>
 {{if .Timed}}<th>queue</th><th>service</th><th>peak in flight</th><th>peak queued</th><th>limit</th>{{end}}
-{{if .Memory}}<th>memory</th>{{end}}<th>physics</th></tr></thead>
+{{if .Memory}}<th>sidecar memory</th>{{end}}{{if .Upstream}}<th>upstream memory</th>{{end}}<th>physics</th></tr></thead>
 <tbody>
-{{range .Rows}}<tr><td>{{.Name}}</td>{{range .Cells}}<td>{{.}}</td>{{end}}<td>{{.Errors}}</td>{{range .Sidecar}}<td>{{.}}</td>{{end}}{{if $.Memory}}<td>{{.Memory}}</td>{{end}}<td>{{if .Note}}<span class="off">off [{{.Note}}]</span>{{else}}ok{{end}}</td></tr>
+{{range .Rows}}<tr><td>{{.Name}}</td>{{range .Cells}}<td>{{.}}</td>{{end}}<td>{{.Errors}}</td>{{range .Sidecar}}<td>{{.}}</td>{{end}}{{if $.Memory}}<td>{{.Memory}}</td>{{end}}{{if $.Upstream}}<td>{{.Upstream}}</td>{{end}}<td>{{if .Note}}<span class="off">off [{{.Note}}]</span>{{else}}ok{{end}}</td></tr>
 {{end}}</tbody>
 </table>
 </div>
@@ -262,25 +259,36 @@ func buildCharts(results []Result) ([]chart, error) {
 		}
 	}
 
-	p = newPlot("Resident memory", "concurrency (virtual users)", "MiB", levels)
-	withMemory := 0
+	title := "Resident memory"
+	if _, memory, upstream := knownColumns(results); memory && upstream {
+		title += ": sidecar solid, upstream dashed"
+	}
+	p = newPlot(title, "concurrency (virtual users)", "MiB", levels)
+	lines := 0
 	for i, s := range all {
-		pts := points(s, func(r Result) (float64, bool) {
-			if r.Sidecar == nil || r.Sidecar.MemoryBytes <= 0 {
-				return 0, false
+		for _, m := range []struct {
+			who    string
+			dashed bool
+			bytes  func(Result) int64
+		}{
+			{"sidecar", false, Result.sidecarMemory},
+			{"upstream", true, Result.upstreamMemory},
+		} {
+			pts := points(s, func(r Result) (float64, bool) {
+				b := m.bytes(r)
+				return float64(b) / (1 << 20), b > 0
+			})
+			if len(pts) == 0 {
+				continue
 			}
-			return float64(r.Sidecar.MemoryBytes) / (1 << 20), true
-		})
-		if len(pts) == 0 {
-			continue
-		}
-		withMemory++
-		if err := addLine(p, name(s), i, false, pts); err != nil {
-			return nil, err
+			lines++
+			if err := addLine(p, name(s)+" "+m.who, i, m.dashed, pts); err != nil {
+				return nil, err
+			}
 		}
 	}
-	if withMemory > 0 {
-		if err := add("Peak resident memory of the process behind the admin endpoint, against concurrency.", p, withMemory); err != nil {
+	if lines > 0 {
+		if err := add("Peak resident memory against concurrency, per arm, where known: the sidecar's process (solid, from its admin endpoint) and the upstream's (dashed).", p, lines); err != nil {
 			return nil, err
 		}
 	}

@@ -47,6 +47,10 @@ func TestReportIsSelfContained(t *testing.T) {
 		"Where the time goes",
 		"font-family:'Liberation Sans',Arial,Helvetica,sans-serif;",
 		"unbounded reaches 4860 rps at c1000",
+		"<th>sidecar memory</th><th>upstream memory</th>",
+		"<td>400 MiB</td><td>220 MiB</td>", // unbounded c1000's memory, the sidecar's then the upstream's
+		"fixed 200 upstream",               // the upstream's series in the memory chart's legend
+		"Upstream memory: under &lt;script&gt;alert(&#34;x&#34;)&lt;/script&gt; the process holds 40 MiB at c100; under fixed 200 it stays near 46 MiB from c200 to c1000",
 	} {
 		if !strings.Contains(html, want) {
 			t.Errorf("report lacks %q", want)

@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/loomgate/loomgate/bench"
 )
 
 // TestDemoEndToEnd runs the README's first command, cut down to one small
@@ -23,7 +25,7 @@ func TestDemoEndToEnd(t *testing.T) {
 		t.Fatalf("demo exit %d\nstdout:\n%s\nstderr:\n%s", code, &stdout, &stderr)
 	}
 	table := stdout.String()
-	for _, want := range []string{"| fixed 200 | 10 |", "| unbounded | 10 |", "Physics check"} {
+	for _, want := range []string{"| fixed 200 | 10 |", "| unbounded | 10 |", "| sidecar memory | upstream memory | physics |", "Physics check"} {
 		if !strings.Contains(table, want) {
 			t.Errorf("demo output lacks %q:\n%s", want, table)
 		}
@@ -31,6 +33,22 @@ func TestDemoEndToEnd(t *testing.T) {
 	for _, f := range []string{"results.csv", "results.json", "report.html"} {
 		if st, err := os.Stat(filepath.Join(out, f)); err != nil || st.Size() == 0 {
 			t.Errorf("report file %s: %v", f, err)
+		}
+	}
+	// The stub ran as a process of its own: its memory was read, as the
+	// sidecar's was.
+	f, err := os.Open(filepath.Join(out, "results.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	results, err := bench.ReadJSON(f)
+	if err != nil || len(results) != 2 {
+		t.Fatalf("results.json: %d results, %v; want 2", len(results), err)
+	}
+	for _, r := range results {
+		if r.UpstreamMemoryBytes <= 0 || r.Sidecar == nil || r.Sidecar.MemoryBytes <= 0 {
+			t.Errorf("%s c%d: upstream memory %d, sidecar %+v; want both processes' memory", r.Arm, r.Concurrency, r.UpstreamMemoryBytes, r.Sidecar)
 		}
 	}
 }

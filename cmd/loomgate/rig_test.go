@@ -178,7 +178,7 @@ func TestBenchCommandAgainstURL(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("bench = %d\nstderr:\n%s", code, stderr.String())
 	}
-	for _, want := range []string{"| arm | c | rps |", "/wait?ms=20 | 1 |", "/wait?ms=20 | 4 |", "| memory | physics |", "- Physics check:"} {
+	for _, want := range []string{"| arm | c | rps |", "/wait?ms=20 | 1 |", "/wait?ms=20 | 4 |", "| sidecar memory | physics |", "- Physics check:"} {
 		if !strings.Contains(stdout.String(), want) {
 			t.Errorf("stdout lacks %q:\n%s", want, stdout.String())
 		}
@@ -210,6 +210,10 @@ func TestBenchCommandScenario(t *testing.T) {
 	}
 	if !strings.Contains(stderr.String(), "[2/2] hidden unbounded, no stub pool c2: ") {
 		t.Errorf("stderr lacks the scenario's progress:\n%s", stderr.String())
+	}
+	// In one process the stub's memory is not its own.
+	if strings.Contains(stdout.String(), "upstream memory") {
+		t.Errorf("--in-process shows an upstream memory column:\n%s", stdout.String())
 	}
 }
 
