@@ -75,7 +75,7 @@ Flags:
 		if !ok {
 			continue
 		}
-		// Only the numeric flags can refuse a value here.
+		// Only the numeric flags can refuse a value.
 		if err := fs.Set(f.name, v); err != nil {
 			fmt.Fprintf(stderr, "loomgate stub: %s=%q: want a whole number, as --%s takes\n", f.env, v, f.name)
 			return 2
@@ -97,6 +97,11 @@ Flags:
 	}
 	if *dbPool < 1 {
 		bad = append(bad, fmt.Sprintf("--db-pool %d: want at least 1 connection", *dbPool))
+	}
+	if *forward != "" {
+		if _, _, err := net.SplitHostPort(*forward); err != nil {
+			bad = append(bad, fmt.Sprintf("--forward %q (or STUB_FORWARD): want host:port, e.g. 127.0.0.1:8081", *forward))
+		}
 	}
 	if len(bad) > 0 {
 		for _, b := range bad {

@@ -34,6 +34,8 @@ func TestStubCommandRefusesBadInput(t *testing.T) {
 		{[]string{"extra"}, nil, `unexpected argument "extra"`},
 		{nil, map[string]string{"STUB_POOL": "lots"}, `STUB_POOL="lots": want a whole number, as --pool takes`},
 		{nil, map[string]string{"STUB_DB_POOL": "-3"}, "--db-pool -3: want at least 1 connection"},
+		{[]string{"--forward", "http://127.0.0.1:8081"}, nil, `--forward "http://127.0.0.1:8081" (or STUB_FORWARD): want host:port`},
+		{nil, map[string]string{"STUB_FORWARD": "nope"}, `--forward "nope" (or STUB_FORWARD): want host:port`},
 	}
 	for _, tt := range tests {
 		var stderr bytes.Buffer
