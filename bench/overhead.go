@@ -478,38 +478,26 @@ func medianAndRange(ds []time.Duration) (time.Duration, [2]time.Duration) {
 	return s[len(s)/2], [2]time.Duration{s[0], s[len(s)-1]}
 }
 
-// holdAndSample drives c users at url for warmup + window and returns the
-// process's highest resident memory after the warm-up.
-func holdAndSample(ctx context.Context, load *loader, p *proc, url string, c int, warmup, window time.Duration) (int64, loadResult, error) {
+// holdAndSample drives c users at url for warmup + length and returns the
+// process's highest resident memory after the warm-up, read at the rig's
+// usual cadence (peakRSS).
+func holdAndSample(ctx context.Context, load *loader, p *proc, url string, c int, warmup, length time.Duration) (int64, loadResult, error) {
 	type done struct {
 		out loadResult
 		err error
 	}
 	ch := make(chan done, 1)
+	start := time.Now()
 	go func() {
 		// One run throughout: a warm-up of its own would close its
 		// connections and open as many again, and the process would be
 		// measured after holding twice as many.
-		out, err := load.run(ctx, url, c, warmup+window)
+		out, err := load.run(ctx, url, c, warmup+length)
 		ch <- done{out, err}
 	}()
-	var peak int64
-	start := time.Now()
-	tick := time.NewTicker(100 * time.Millisecond)
-	defer tick.Stop()
-	for {
-		select {
-		case d := <-ch:
-			return peak, d.out, d.err
-		case <-tick.C:
-			if time.Since(start) < warmup {
-				continue
-			}
-			if r, err := p.rss(); err == nil {
-				peak = max(peak, r)
-			}
-		}
-	}
+	mem := peakRSS(ctx, window{start: start.Add(warmup), end: start.Add(warmup + length)}, p.rss)
+	d := <-ch
+	return mem.peak, d.out, d.err
 }
 
 // loadResult is what one measurement's load saw.
