@@ -194,19 +194,29 @@ func newScraper(admin string) (*scraper, error) {
 }
 
 func (sc *scraper) scrape() (sample, error) {
+	var s sample
+	err := sc.fetch(func(body io.Reader) (err error) {
+		s, err = parseSample(body)
+		return err
+	})
+	return s, err
+}
+
+// fetch GETs the endpoint in the text format, which the parsers read, and
+// hands parse the body, which is valid only during the call.
+func (sc *scraper) fetch(parse func(io.Reader) error) error {
 	req, resp := fasthttp.AcquireRequest(), fasthttp.AcquireResponse()
 	defer fasthttp.ReleaseRequest(req)
 	defer fasthttp.ReleaseResponse(resp)
 	req.SetRequestURI(sc.url)
-	// Ask for the text format: that is what parseSample reads.
 	req.Header.Set("Accept", "text/plain;version=0.0.4")
 	if err := sc.client.DoTimeout(req, resp, scrapeTimeout); err != nil {
-		return sample{}, err
+		return err
 	}
 	if code := resp.StatusCode(); code != fasthttp.StatusOK {
-		return sample{}, fmt.Errorf("status %d", code)
+		return fmt.Errorf("status %d", code)
 	}
-	return parseSample(bytes.NewReader(resp.Body()))
+	return parse(bytes.NewReader(resp.Body()))
 }
 
 type sidecarResult struct {

@@ -1,9 +1,7 @@
 package bench
 
 import (
-	"bytes"
 	"context"
-	"fmt"
 	"io"
 	"math"
 	"slices"
@@ -14,7 +12,6 @@ import (
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
-	"github.com/valyala/fasthttp"
 )
 
 // The queue-time alert of deploy/prometheus/rules.yml, LoomgateQueueTimeHigh:
@@ -170,18 +167,12 @@ func classicBuckets(f *dto.MetricFamily) (bounds, cum []float64) {
 }
 
 func (sc *scraper) scrapeOpen() (openSample, error) {
-	req, resp := fasthttp.AcquireRequest(), fasthttp.AcquireResponse()
-	defer fasthttp.ReleaseRequest(req)
-	defer fasthttp.ReleaseResponse(resp)
-	req.SetRequestURI(sc.url)
-	req.Header.Set("Accept", "text/plain;version=0.0.4")
-	if err := sc.client.DoTimeout(req, resp, scrapeTimeout); err != nil {
-		return openSample{}, err
-	}
-	if code := resp.StatusCode(); code != fasthttp.StatusOK {
-		return openSample{}, fmt.Errorf("status %d", code)
-	}
-	return parseOpenSample(bytes.NewReader(resp.Body()))
+	var s openSample
+	err := sc.fetch(func(body io.Reader) (err error) {
+		s, err = parseOpenSample(body)
+		return err
+	})
+	return s, err
 }
 
 type openSidecarResult struct {
