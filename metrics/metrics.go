@@ -53,12 +53,28 @@ type Config struct {
 	// for PeakWindow, for every scraper; nothing else may call it. Required.
 	TakePeaks func() (inFlight, queued, bytes int64)
 
+	// MaxClientConns is the bound on client connections, 0 when there is
+	// none.
+	MaxClientConns int
+	// Connections reads the client connections' figures at each scrape.
+	// If nil, they read 0.
+	Connections func() Connections
+
 	// Advice supplies the advice's numbers, read at each scrape. If nil,
 	// the advice gauges read unknown.
 	Advice func() Advice
 	// SampleInterval is how often Run folds the limiter's peaks in. If
 	// zero, 250ms.
 	SampleInterval time.Duration
+}
+
+// Connections are the traffic listener's figures.
+type Connections struct {
+	// Open is the client connections open now.
+	Open int64
+	// AcceptErrors counts accepts that failed and were retried, most
+	// often for want of file descriptors.
+	AcceptErrors uint64
 }
 
 // Sample is one finished request.
@@ -135,6 +151,9 @@ func New(cfg Config) (*Metrics, error) {
 	if cfg.Advice == nil {
 		cfg.Advice = noAdvice
 	}
+	if cfg.Connections == nil {
+		cfg.Connections = func() Connections { return Connections{} }
+	}
 	m := &Metrics{
 		requests: make(map[string]prometheus.Counter, len(cfg.Outcomes)),
 		cfg:      cfg,
@@ -186,6 +205,11 @@ func New(cfg Config) (*Metrics, error) {
 		constant("loomgate_limit", "Enforced concurrency limit, 0 when there is none.", float64(cfg.Limit), nil),
 		constant("loomgate_queue_limit", "Most requests allowed to wait, 0 when the queue is bounded by time alone or absent.", float64(cfg.QueueLimit), nil),
 		constant("loomgate_max_in_flight_bytes", "Memory bulkhead in bytes, 0 when there is none.", float64(cfg.MaxInFlightBytes), nil),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "loomgate_client_connections", Help: "Client connections open on the traffic listener."},
+			func() float64 { return float64(cfg.Connections().Open) }),
+		constant("loomgate_client_connections_limit", "Most client connections open at once (LOOMGATE_MAX_CONNS), 0 when unbounded; beyond it new connections wait to be accepted.", float64(cfg.MaxClientConns), nil),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "loomgate_accept_errors_total", Help: "Accepts on the traffic listener that failed and were retried, most often for want of file descriptors."},
+			func() float64 { return float64(cfg.Connections().AcceptErrors) }),
 		constant("loomgate_mode_info", "The admission mode in force.", 1, prometheus.Labels{"mode": cfg.Mode}),
 		constant("loomgate_build_info", "The running build.", 1, prometheus.Labels{"version": cfg.Version, "goversion": runtime.Version()}),
 		newPeakCollector(m),

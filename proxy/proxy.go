@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/valyala/fasthttp"
@@ -84,6 +85,11 @@ type Config struct {
 	// limit: a smaller pool would be a second, unmeasured queue. If zero,
 	// connections are not capped.
 	MaxConns int
+	// MaxClientConns bounds the client connections open at once; at the
+	// bound new connections wait in the listener's backlog until one
+	// closes. Size it so that the descriptors left serve the upstream
+	// connections and the admin listener. If zero, unbounded.
+	MaxClientConns int
 	// ServerTiming adds the Server-Timing header to every response.
 	ServerTiming bool
 	// RejectStatus answers a rejection by admission: 503 or 429. Clients
@@ -126,6 +132,20 @@ type Proxy struct {
 
 	exchanges  sync.Pool
 	departures departures
+
+	maxClientConns int
+	// acceptErrors counts failed accepts that were retried.
+	acceptErrors atomic.Uint64
+	// lastAcceptLog is when a failed accept was last logged (UnixNano).
+	lastAcceptLog atomic.Int64
+
+	// mu orders Serve and Shutdown: whichever comes second sees the
+	// other's mark, so a shutdown during start-up stops the Serve that
+	// starts after it.
+	mu       sync.Mutex
+	ln       atomic.Pointer[listener]
+	stopping bool
+	served   chan struct{} // closed when Serve returns; nil before Serve
 }
 
 // FieldError is a problem with one field of Config.
@@ -198,6 +218,9 @@ func (cfg Config) Validate() error {
 	if cfg.MaxConns < 0 {
 		bad("MaxConns", fmt.Sprintf("is %d; want 0 (no cap) or more", cfg.MaxConns))
 	}
+	if cfg.MaxClientConns < 0 {
+		bad("MaxClientConns", fmt.Sprintf("is %d; want 0 (no bound) or more", cfg.MaxClientConns))
+	}
 	return errors.Join(problems...)
 }
 
@@ -220,6 +243,8 @@ func New(cfg Config) (*Proxy, error) {
 		reserve:      cfg.Reserve,
 		log:          cfg.Logger,
 		host:         host,
+
+		maxClientConns: cfg.MaxClientConns,
 	}
 	p.reserver, _ = cfg.Admitter.(reserver)
 	if p.timeout == 0 {
@@ -288,20 +313,99 @@ func New(cfg Config) (*Proxy, error) {
 		// forever.
 		WriteTimeout: p.timeout,
 		Logger:       fasthttpLogger{p.log},
+		ConnState:    p.connState,
 	}
 	p.exchanges.New = func() any { return &exchange{p: p} }
 	return p, nil
 }
 
-// Serve accepts connections on ln until Shutdown.
+// Serve accepts connections on ln until Shutdown, which may come first:
+// Serve then closes ln and returns nil at once. It returns nil after
+// Shutdown, or the listener's error if it failed for good. A Proxy
+// serves one listener once.
 func (p *Proxy) Serve(ln net.Listener) error {
-	return p.server.Serve(ln)
+	l := newListener(ln, p.maxClientConns, &p.acceptErrors, p.acceptFailed)
+	p.mu.Lock()
+	if p.stopping || p.served != nil {
+		stopping := p.stopping
+		p.mu.Unlock()
+		l.Close()
+		if stopping {
+			return nil
+		}
+		return errors.New("proxy: Serve called twice")
+	}
+	p.ln.Store(l)
+	p.served = make(chan struct{})
+	p.mu.Unlock()
+	defer close(p.served)
+	err := p.server.Serve(l)
+	p.mu.Lock()
+	stopping := p.stopping
+	p.mu.Unlock()
+	if stopping && errors.Is(err, net.ErrClosed) {
+		return nil
+	}
+	return err
 }
 
 // Shutdown stops accepting connections and waits until every request in
 // progress, queued or admitted, has its response, or ctx ends.
 func (p *Proxy) Shutdown(ctx context.Context) error {
+	p.mu.Lock()
+	p.stopping = true
+	ln, served := p.ln.Load(), p.served
+	p.mu.Unlock()
+	if ln == nil {
+		// Serve has not begun; it will see stopping and not serve.
+		return nil
+	}
+	// Closing the listener first ends Serve's accept loop whether or not
+	// fasthttp has registered the listener yet: if it has not, its own
+	// shutdown would return at once and leave Serve accepting.
+	ln.Close()
+	select {
+	case <-served:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	// Serve has returned, so fasthttp knows the listener and counts every
+	// connection it accepted: its shutdown waits for them.
 	return p.server.ShutdownWithContext(ctx)
+}
+
+// connState hears of every client connection's end, once, from fasthttp.
+func (p *Proxy) connState(_ net.Conn, st fasthttp.ConnState) {
+	if st == fasthttp.StateClosed || st == fasthttp.StateHijacked {
+		if ln := p.ln.Load(); ln != nil {
+			ln.connClosed()
+		}
+	}
+}
+
+// ClientConns is the number of client connections open now.
+func (p *Proxy) ClientConns() int64 {
+	ln := p.ln.Load()
+	if ln == nil {
+		return 0
+	}
+	return ln.open.Load()
+}
+
+// AcceptErrors is the number of failed accepts retried so far (out of
+// descriptors, most often).
+func (p *Proxy) AcceptErrors() uint64 { return p.acceptErrors.Load() }
+
+// acceptFailed logs a retried accept failure, at most one line every ten
+// seconds: under a flood every accept fails.
+func (p *Proxy) acceptFailed(err error) {
+	now := time.Now().UnixNano()
+	last := p.lastAcceptLog.Load()
+	if now-last < int64(10*time.Second) || !p.lastAcceptLog.CompareAndSwap(last, now) {
+		return
+	}
+	p.log.Warn("accepting a connection failed; retrying. If out of file descriptors, raise the open-file limit or lower LOOMGATE_MAX_CONNS",
+		"err", err, "client_conns", p.ClientConns(), "accept_errors", p.acceptErrors.Load())
 }
 
 // handle serves one request. Every path ends in e.respond or e.forward,

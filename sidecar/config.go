@@ -36,6 +36,7 @@ type Config struct {
 	HeaderTimeout        time.Duration   `env:"HEADER_TIMEOUT" envDefault:"10s" help:"longest a client may take to send a request's line, headers and first 8 KiB of body (408 beyond)" accepts:"a duration with a unit, e.g. 10s, above 0"`
 	BodyTimeout          time.Duration   `env:"BODY_TIMEOUT" envDefault:"10s" help:"longest pause in the rest of a request body, which streams while holding a worker (408 beyond)" accepts:"a duration with a unit, e.g. 10s, above 0"`
 	MaxBodyBytes         Size            `env:"MAX_BODY_BYTES" envDefault:"16MiB" help:"request body limit (413 beyond)" accepts:"a size in bytes above 0, at most 2GiB, e.g. 16MiB or 1048576"`
+	MaxConns             AutoCount       `env:"MAX_CONNS" envDefault:"auto" help:"client connections open at once; beyond, new ones wait in the listen backlog until one closes. auto = what the open-file limit leaves after the upstream pool and 64 spare descriptors; 0 = unbounded" accepts:"auto, or a whole number from 0 to 10000000"`
 	DrainTimeout         time.Duration   `env:"DRAIN_TIMEOUT" envDefault:"30s" help:"on SIGTERM: how long queued and in-flight requests may finish" accepts:"a duration with a unit, e.g. 30s, not negative"`
 	ServerTiming         bool            `env:"SERVER_TIMING" envDefault:"true" help:"add the Server-Timing response header" accepts:"true or false"`
 	AccessLog            string          `env:"ACCESS_LOG" envDefault:"off" help:"one JSON line per request on stdout" accepts:"off or json"`
@@ -136,6 +137,9 @@ func (c Config) Validate() error {
 	}
 	if c.MaxBodyBytes <= 0 {
 		bad("MaxBodyBytes", "is %d; want above 0", c.MaxBodyBytes)
+	}
+	if c.MaxConns != CountAuto && (c.MaxConns < 0 || c.MaxConns > 10_000_000) {
+		bad("MaxConns", "is %d; want auto, or 0 (unbounded) to 10000000", c.MaxConns)
 	}
 	if c.DrainTimeout < 0 {
 		bad("DrainTimeout", "is %v; want 0 or more", c.DrainTimeout)

@@ -81,6 +81,18 @@ func New(cfg Config, opts Options) (*Sidecar, error) {
 				"LOOMGATE_MAX_INFLIGHT_BYTES", cfg.MaxInflightBytes.String(), "limit", Size(limit.Bytes).String(), "source", limit.Source)
 		}
 	}
+	if cfg.MaxConns == CountAuto {
+		files := openFileLimit()
+		bound, ok := connsBound(files, cfg.Mode, cfg.Workers, cfg.Bulkhead)
+		cfg.MaxConns = AutoCount(bound)
+		if !ok {
+			opts.Logger.Warn("the open-file limit leaves too few descriptors for the admission limit; raise the limit (ulimit -n) or lower the limit",
+				"open_file_limit", files, "LOOMGATE_MAX_CONNS", bound)
+		}
+	} else if files := openFileLimit(); files > 0 && int(cfg.MaxConns) > files {
+		opts.Logger.Warn("LOOMGATE_MAX_CONNS is above the open-file limit; the limit is the real bound, and upstream connections may then fail",
+			"LOOMGATE_MAX_CONNS", int(cfg.MaxConns), "open_file_limit", files)
+	}
 	s := &Sidecar{cfg: cfg, version: opts.Version, log: opts.Logger, registry: prometheus.NewRegistry()}
 	lim, err := limiter.New(cfg.Limiter())
 	if err != nil {
@@ -130,6 +142,11 @@ func New(cfg Config, opts Options) (*Sidecar, error) {
 		TakePeaks:      lim.TakePeaks,
 		Advice:         s.gauges,
 		SampleInterval: opts.SampleInterval,
+		MaxClientConns: int(cfg.MaxConns),
+		Connections: func() metrics.Connections {
+			// s.proxy is set below, before anything scrapes.
+			return metrics.Connections{Open: s.proxy.ClientConns(), AcceptErrors: s.proxy.AcceptErrors()}
+		},
 	})
 	if err != nil {
 		return nil, err
@@ -147,9 +164,10 @@ func New(cfg Config, opts Options) (*Sidecar, error) {
 		BodyTimeout:     cfg.BodyTimeout,
 		MaxBodyBytes:    int64(cfg.MaxBodyBytes),
 		// One connection per permit: the pool can never be a second queue.
-		MaxConns:     stats.Limit,
-		ServerTiming: cfg.ServerTiming,
-		RejectStatus: cfg.RejectStatus,
+		MaxConns:       stats.Limit,
+		MaxClientConns: int(cfg.MaxConns),
+		ServerTiming:   cfg.ServerTiming,
+		RejectStatus:   cfg.RejectStatus,
 		// Every request reserves what it may hold, so that
 		// loomgate_in_flight_bytes means something with or without a
 		// memory bulkhead.

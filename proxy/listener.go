@@ -1,0 +1,142 @@
+package proxy
+
+import (
+	"errors"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// listener is the traffic listener as the proxy serves it. It exists for
+// three reasons fasthttp's Serve does not cover:
+//
+//   - Shutdown may come before Serve has registered the listener with
+//     fasthttp (a SIGTERM during start-up); fasthttp's shutdown then
+//     returns at once and Serve, starting afterwards, would accept
+//     forever. The proxy closes this listener itself, so Accept fails
+//     whichever comes first.
+//   - fasthttp ends Serve on any accept error it does not know as
+//     temporary, and running out of file descriptors (EMFILE, ENFILE) is
+//     one: the process would exit under a flood of connections, dropping
+//     every request it held. Here such errors are counted, logged and
+//     retried after a pause that grows to a second, as net/http, HAProxy
+//     and nginx do; connections wait in the kernel's backlog meanwhile.
+//   - MaxClientConns bounds the client connections open at once, so that
+//     descriptors remain for the upstream and the admin listener. At the
+//     bound Accept waits for a connection to close: new clients wait in
+//     the backlog (as with HAProxy's maxconn), nothing is refused.
+type listener struct {
+	net.Listener
+	// slots holds one token per open client connection when the count is
+	// bounded; nil when it is not.
+	slots chan struct{}
+	// open counts client connections accepted and not yet closed.
+	open atomic.Int64
+	// acceptErrors counts accept failures that were retried.
+	acceptErrors *atomic.Uint64
+	// onAcceptError is told of each retried failure, for the log.
+	onAcceptError func(error)
+
+	closeOnce sync.Once
+	closeErr  error
+	closed    chan struct{}
+}
+
+func newListener(ln net.Listener, maxConns int, acceptErrors *atomic.Uint64, onAcceptError func(error)) *listener {
+	l := &listener{Listener: ln, acceptErrors: acceptErrors, onAcceptError: onAcceptError, closed: make(chan struct{})}
+	if maxConns > 0 {
+		l.slots = make(chan struct{}, maxConns)
+	}
+	return l
+}
+
+// acceptPause bounds the pause after a failed accept.
+const (
+	firstAcceptPause = 5 * time.Millisecond
+	lastAcceptPause  = time.Second
+)
+
+// Accept waits for a free slot (when bounded), then for a connection;
+// failures that more time can cure are retried, not returned.
+func (l *listener) Accept() (net.Conn, error) {
+	var pause time.Duration
+	for {
+		if l.slots != nil {
+			select {
+			case l.slots <- struct{}{}:
+			case <-l.closed:
+				return nil, net.ErrClosed
+			}
+		}
+		c, err := l.Listener.Accept()
+		if err == nil {
+			// The connection is returned as it is, not wrapped: fasthttp
+			// writes a response with one writev only to a *net.TCPConn.
+			// Its close is reported by connClosed.
+			l.open.Add(1)
+			return c, nil
+		}
+		l.release()
+		select {
+		case <-l.closed:
+			// fasthttp reads this as the end of Serve, not a failure.
+			return nil, net.ErrClosed
+		default:
+		}
+		if !retryable(err) {
+			return nil, err
+		}
+		l.acceptErrors.Add(1)
+		if l.onAcceptError != nil {
+			l.onAcceptError(err)
+		}
+		pause = min(max(2*pause, firstAcceptPause), lastAcceptPause)
+		t := time.NewTimer(pause)
+		select {
+		case <-t.C:
+		case <-l.closed:
+			t.Stop()
+			return nil, net.ErrClosed
+		}
+	}
+}
+
+// Close closes the listener once; later calls return the first one's
+// result, so that both the proxy and fasthttp may close it.
+func (l *listener) Close() error {
+	l.closeOnce.Do(func() {
+		close(l.closed)
+		l.closeErr = l.Listener.Close()
+	})
+	return l.closeErr
+}
+
+// connClosed gives back the slot of a connection Accept returned; fasthttp
+// reports each one's end once (Server.ConnState).
+func (l *listener) connClosed() {
+	l.open.Add(-1)
+	l.release()
+}
+
+func (l *listener) release() {
+	if l.slots != nil {
+		<-l.slots
+	}
+}
+
+// retryable reports whether an accept error passes with time: the
+// process or system is out of descriptors or buffers, or one connection
+// was aborted before it was accepted.
+func retryable(err error) bool {
+	var ne net.Error
+	if errors.As(err, &ne) && ne.Timeout() {
+		return true
+	}
+	for _, errno := range retryableErrnos {
+		if errors.Is(err, errno) {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,246 @@
+package sidecar
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"os/signal"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/caarlos0/env/v11"
+)
+
+// floodFiles is the open-file limit of the sidecar under a flood.
+const floodFiles = 256
+
+// TestFloodChild is the sidecar of TestConnectionFlood, in a process of
+// its own so that its open-file limit can be lowered: it runs only when
+// that test starts it.
+func TestFloodChild(t *testing.T) {
+	if os.Getenv("LOOMGATE_TEST_FLOOD_CHILD") == "" {
+		t.Skip("started by TestConnectionFlood")
+	}
+	lim := syscall.Rlimit{Cur: floodFiles, Max: floodFiles}
+	if err := syscall.Setrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
+		t.Fatal(err)
+	}
+	var cfg Config
+	if err := env.ParseWithOptions(&cfg, env.Options{Prefix: EnvPrefix}); err != nil {
+		t.Fatal(err)
+	}
+	s, err := New(cfg, Options{Logger: slog.New(slog.NewTextHandler(os.Stderr, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	adminLn, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM)
+	defer stop()
+	fmt.Printf("listening %s %s\n", ln.Addr(), adminLn.Addr())
+	if err := s.Run(ctx, ln, adminLn); err != nil {
+		t.Fatalf("Run = %v", err)
+	}
+}
+
+// TestConnectionFlood: three times the open-file limit in connections,
+// some with requests held at the upstream, must leave the sidecar running,
+// its admin port answering while it is bounded, and serving new requests
+// once the flood ends; then SIGTERM still drains and exits cleanly.
+// Unbounded (LOOMGATE_MAX_CONNS=0), accepting fails for want of
+// descriptors: it is counted and retried, never the end of the process.
+func TestConnectionFlood(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a process and opens hundreds of connections")
+	}
+	for _, tc := range []struct {
+		name, maxConns string
+		// bounded: the admin port answers during the flood, and the
+		// client connections stay within the bound.
+		bounded bool
+	}{
+		{"auto bound", "auto", true},
+		{"unbounded", "0", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) { flood(t, tc.maxConns, tc.bounded) })
+	}
+}
+
+func flood(t *testing.T, maxConns string, bounded bool) {
+	release := make(chan struct{})
+	var once sync.Once
+	releaseAll := func() { once.Do(func() { close(release) }) }
+	upLn, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	up := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/held" {
+			select {
+			case <-release:
+			case <-r.Context().Done():
+			}
+		}
+		io.WriteString(w, "ok")
+	})}
+	go up.Serve(upLn)
+	t.Cleanup(func() { releaseAll(); up.Close() })
+
+	cmd := exec.Command(os.Args[0], "-test.run=^TestFloodChild$", "-test.count=1")
+	cmd.Env = append(os.Environ(),
+		"LOOMGATE_TEST_FLOOD_CHILD=1",
+		"LOOMGATE_UPSTREAM=http://"+upLn.Addr().String(),
+		"LOOMGATE_MODE=fixed", "LOOMGATE_WORKERS=20", "LOOMGATE_QUEUE_SIZE=10000",
+		"LOOMGATE_MAX_CONNS="+maxConns, "LOOMGATE_DRAIN_TIMEOUT=10s",
+		"LOOMGATE_MAX_INFLIGHT_BYTES=0",
+	)
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	var traffic, admin string
+	lines := bufio.NewScanner(out)
+	for lines.Scan() {
+		if _, err := fmt.Sscanf(lines.Text(), "listening %s %s", &traffic, &admin); err == nil {
+			break
+		}
+	}
+	go func() {
+		io.Copy(io.Discard, out)
+		exited <- cmd.Wait()
+	}()
+	t.Cleanup(func() {
+		cmd.Process.Kill()
+		if t.Failed() {
+			t.Logf("sidecar's log:\n%s", stderr.String())
+		}
+	})
+	if traffic == "" {
+		t.Fatalf("the sidecar did not start: %v\n%s", <-exited, stderr.String())
+	}
+	alive := func(when string) {
+		t.Helper()
+		select {
+		case err := <-exited:
+			t.Fatalf("%s: the sidecar exited: %v\n%s", when, err, stderr.String())
+		default:
+		}
+	}
+	client := &http.Client{Timeout: 5 * time.Second}
+
+	// The flood: 3× the open-file limit in connections; one in four sends
+	// a request that the upstream holds, the rest stay idle.
+	var conns []net.Conn
+	defer func() {
+		for _, c := range conns {
+			c.Close()
+		}
+	}()
+	for i := range 3 * floodFiles {
+		c, err := net.DialTimeout("tcp", traffic, 5*time.Second)
+		if err != nil {
+			t.Fatalf("dial %d: %v", i, err)
+		}
+		conns = append(conns, c)
+		if i%4 == 0 {
+			fmt.Fprintf(c, "GET /held HTTP/1.1\r\nHost: flood\r\n\r\n")
+		}
+	}
+	// Give the sidecar time to take all it can and run out.
+	time.Sleep(2 * time.Second)
+	alive("during the flood")
+	if bounded {
+		resp, err := client.Get("http://" + admin + "/metrics")
+		if err != nil {
+			t.Fatalf("admin port during the flood: %v", err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		open, limit := metricValue(t, body, "loomgate_client_connections"), metricValue(t, body, "loomgate_client_connections_limit")
+		if limit <= 0 || limit >= floodFiles {
+			t.Errorf("loomgate_client_connections_limit = %v; want a bound below the open-file limit %d", limit, floodFiles)
+		}
+		if open > limit {
+			t.Errorf("loomgate_client_connections = %v; want at most the limit %v", open, limit)
+		}
+	}
+
+	// The flood ends.
+	releaseAll()
+	for _, c := range conns {
+		c.Close()
+	}
+	conns = nil
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		alive("after the flood")
+		resp, err := client.Get("http://" + traffic + "/after")
+		if err == nil {
+			io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				break
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no 200 from a new request 20s after the flood ended (last: %v)", err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	resp, err := client.Get("http://" + admin + "/metrics")
+	if err != nil {
+		t.Fatalf("admin port after the flood: %v", err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if !bounded {
+		if n := metricValue(t, body, "loomgate_accept_errors_total"); n < 1 {
+			t.Errorf("loomgate_accept_errors_total = %v; want the failed accepts counted", n)
+		}
+	}
+	cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case err := <-exited:
+		if err != nil {
+			t.Errorf("after SIGTERM the sidecar exited with %v; want 0\n%s", err, stderr.String())
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the sidecar did not exit within 30s of SIGTERM")
+	}
+}
+
+// metricValue reads an unlabelled sample from a text exposition.
+func metricValue(t *testing.T, body []byte, name string) float64 {
+	t.Helper()
+	for _, line := range strings.Split(string(body), "\n") {
+		var v float64
+		if strings.HasPrefix(line, name+" ") {
+			if _, err := fmt.Sscanf(line[len(name)+1:], "%g", &v); err == nil {
+				return v
+			}
+		}
+	}
+	t.Fatalf("no sample of %s in /metrics", name)
+	return 0
+}
