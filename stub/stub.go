@@ -128,6 +128,13 @@ type Server struct {
 	ctx    context.Context
 	cancel context.CancelFunc
 
+	// mu orders Serve and Shutdown: fasthttp's shutdown returns at once
+	// when Serve has not yet registered its listener, which would then
+	// accept forever; the listener is closed here whichever comes first.
+	mu       sync.Mutex
+	ln       *onceCloseListener
+	stopping bool
+
 	inFlight  atomic.Int64
 	dbOcc     occupancy
 	poolOcc   occupancy
@@ -204,7 +211,16 @@ func New(cfg Config) (*Server, error) {
 // Serve accepts connections on ln and serves them until Shutdown. It returns
 // nil after Shutdown.
 func (s *Server) Serve(ln net.Listener) error {
-	return s.srv.Serve(ln)
+	l := &onceCloseListener{Listener: ln}
+	s.mu.Lock()
+	if s.stopping {
+		s.mu.Unlock()
+		l.Close()
+		return nil
+	}
+	s.ln = l
+	s.mu.Unlock()
+	return s.srv.Serve(l)
 }
 
 // Shutdown stops accepting connections and waits for the requests in flight
@@ -212,9 +228,29 @@ func (s *Server) Serve(ln net.Listener) error {
 // a pool worker when ctx ends are answered 503; requests already sleeping run
 // to the end of their ms in the background.
 func (s *Server) Shutdown(ctx context.Context) error {
+	s.mu.Lock()
+	s.stopping = true
+	ln := s.ln
+	s.mu.Unlock()
+	if ln != nil {
+		ln.Close()
+	}
 	err := s.srv.ShutdownWithContext(ctx)
 	s.cancel()
 	return err
+}
+
+// onceCloseListener closes once, so that Shutdown and fasthttp may both
+// close it; fasthttp reads the closed listener's error as the end of Serve.
+type onceCloseListener struct {
+	net.Listener
+	once sync.Once
+	err  error
+}
+
+func (l *onceCloseListener) Close() error {
+	l.once.Do(func() { l.err = l.Listener.Close() })
+	return l.err
 }
 
 // forwarder is Config.Forward's handler: fasthttp's own proxying, as its

@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -465,4 +466,40 @@ func value(f *dto.MetricFamily) float64 {
 		return m.GetGauge().GetValue()
 	}
 	return m.GetCounter().GetValue()
+}
+
+// TestShutdownDuringStartUp: a Shutdown that comes before Serve has begun,
+// or while it begins, must still end Serve.
+func TestShutdownDuringStartUp(t *testing.T) {
+	for i := range 200 {
+		s, err := New(Config{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		served := make(chan error, 1)
+		if i%2 == 0 {
+			go func() { served <- s.Serve(ln) }()
+			for range i % 20 {
+				runtime.Gosched()
+			}
+		}
+		if err := s.Shutdown(context.Background()); err != nil {
+			t.Fatalf("round %d: Shutdown = %v", i, err)
+		}
+		if i%2 == 1 {
+			go func() { served <- s.Serve(ln) }()
+		}
+		select {
+		case err := <-served:
+			if err != nil {
+				t.Fatalf("round %d: Serve = %v; want nil after Shutdown", i, err)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("round %d: Serve still running 10s after Shutdown", i)
+		}
+	}
 }
