@@ -17,6 +17,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/loomgate/loomgate/sidecar"
 )
 
 var (
@@ -123,7 +125,7 @@ func TestHelpListsEveryVariable(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, v := range configVars() {
+	for _, v := range sidecar.Variables() {
 		if !strings.Contains(string(out), v.Name+" (default ") {
 			t.Errorf("-h does not list %s with its default", v.Name)
 		}

@@ -13,6 +13,8 @@ import (
 	"runtime/debug"
 	"strings"
 	"syscall"
+
+	"github.com/loomgate/loomgate/sidecar"
 )
 
 // Stamped at build time: -ldflags "-X main.version=v1.2.3 -X main.commit=abc".
@@ -106,7 +108,7 @@ Commands:
 
 Configuration (environment):
 `)
-	for _, v := range configVars() {
+	for _, v := range sidecar.Variables() {
 		def := v.Default
 		if def == "" {
 			def = "empty"

@@ -13,7 +13,7 @@ import (
 
 // runProxy is `loomgate proxy`: parse, listen, serve, drain on ctx's end.
 func runProxy(ctx context.Context, environ []string, stdout, stderr io.Writer) int {
-	cfg, err := parseConfig(environ)
+	cfg, err := sidecar.ParseEnv(environ)
 	if err != nil {
 		fmt.Fprintf(stderr, "loomgate: %v\n", err)
 		return 2
@@ -42,7 +42,7 @@ func runProxy(ctx context.Context, environ []string, stdout, stderr io.Writer) i
 		return 1
 	}
 	// What is in force: auto resolved.
-	logConfig(log, s.Config())
+	s.LogConfig(log)
 	log.Info("serving", "traffic", ln.Addr().String(), "admin", adminLn.Addr().String(), "upstream", cfg.Upstream, "version", version)
 	// The drain starts with ctx's end; Run logs it when it times out.
 	go func() {
@@ -64,22 +64,4 @@ func runProxy(ctx context.Context, environ []string, stdout, stderr io.Writer) i
 // log lines, when enabled, to accessLog.
 func newSidecar(cfg sidecar.Config, log *slog.Logger, accessLog io.Writer) (*sidecar.Sidecar, error) {
 	return sidecar.New(cfg, sidecar.Options{Logger: log, AccessLog: accessLog, Version: version})
-}
-
-// logConfig writes the effective configuration, defaults included, so that
-// an operator reading the log knows what is in force without reading the
-// deployment; the other mode's settings follow on a line of their own,
-// marked inactive, so that what a flip of LOOMGATE_MODE would bring is in
-// the log too.
-func logConfig(log *slog.Logger, cfg sidecar.Config) {
-	var active, inactive []any
-	for _, v := range configVars() {
-		if v.Mode != "" && v.Mode != cfg.Mode.String() {
-			inactive = append(inactive, v.Name, cfg.Value(v))
-			continue
-		}
-		active = append(active, v.Name, cfg.Value(v))
-	}
-	log.Info("configuration", active...)
-	log.Info("inactive in LOOMGATE_MODE="+cfg.Mode.String()+"; in force after a flip of the mode", inactive...)
 }

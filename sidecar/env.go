@@ -1,42 +1,37 @@
-package main
+package sidecar
 
 import (
 	"errors"
 	"fmt"
+	"log/slog"
 	"reflect"
 	"sort"
 	"strconv"
 	"strings"
 
 	"github.com/caarlos0/env/v11"
-
-	"github.com/loomgate/loomgate/sidecar"
 )
 
-// envPrefix is prepended to every variable name in sidecar.Config's tags.
-const envPrefix = sidecar.EnvPrefix
-
-// configVars lists every variable sidecar.Config reads, in declaration
-// order: the one map from fields to variable names.
-func configVars() []sidecar.Variable { return sidecar.Variables() }
-
-// configError holds every problem found in the environment, each naming the
-// variable, the value given and what is accepted.
-type configError struct {
-	problems []string
+// EnvError holds every problem found in the environment, each naming the
+// variable, the value given and what is accepted, so that an operator
+// fixes them in one round instead of one per restart.
+type EnvError struct {
+	// Problems are lines such as
+	// LOOMGATE_WORKERS="0": want at least 1; accepted: a whole number …
+	Problems []string
 }
 
-func (e *configError) Error() string {
-	return "invalid configuration:\n  " + strings.Join(e.problems, "\n  ")
+func (e *EnvError) Error() string {
+	return "invalid configuration:\n  " + strings.Join(e.Problems, "\n  ")
 }
 
-// parseConfig reads sidecar.Config from environ (os.Environ's form) and
-// validates it. Every problem is reported, each naming the variable, the
-// value given and what is accepted, in the order of `loomgate -h`.
-func parseConfig(environ []string) (sidecar.Config, error) {
+// ParseEnv reads the Config from environ (os.Environ's form) and validates
+// it: the one reading of the LOOMGATE_* variables. Every problem is
+// reported in an *EnvError, in the order of `loomgate -h`.
+func ParseEnv(environ []string) (Config, error) {
 	envMap := env.ToMap(environ)
-	vars := configVars()
-	byField := make(map[string]sidecar.Variable, len(vars))
+	vars := Variables()
+	byField := make(map[string]Variable, len(vars))
 	known := make(map[string]bool, len(vars))
 	for _, v := range vars {
 		byField[v.Field] = v
@@ -44,12 +39,12 @@ func parseConfig(environ []string) (sidecar.Config, error) {
 	}
 	kinds := fieldKinds()
 
-	var cfg sidecar.Config
+	var cfg Config
 	var problems []string
 	// A field that failed to parse keeps its zero value; judging it again
 	// would report a second, misleading problem for the same variable.
 	failed := make(map[string]bool)
-	bad := func(v sidecar.Variable, detail string) {
+	bad := func(v Variable, detail string) {
 		if failed[v.Name] {
 			return
 		}
@@ -66,7 +61,7 @@ func parseConfig(environ []string) (sidecar.Config, error) {
 		}
 	}
 
-	err := env.ParseWithOptions(&cfg, env.Options{Prefix: envPrefix, Environment: envMap})
+	err := env.ParseWithOptions(&cfg, env.Options{Prefix: EnvPrefix, Environment: envMap})
 	var agg env.AggregateError
 	if errors.As(err, &agg) {
 		for _, e := range agg.Errors {
@@ -83,7 +78,7 @@ func parseConfig(environ []string) (sidecar.Config, error) {
 
 	// A field that failed to parse is judged no further (bad keeps to one
 	// line a variable).
-	var ce *sidecar.ConfigError
+	var ce *ConfigError
 	if err := cfg.Validate(); errors.As(err, &ce) {
 		for _, p := range ce.Problems {
 			v, ok := byField[p.Field]
@@ -99,7 +94,7 @@ func parseConfig(environ []string) (sidecar.Config, error) {
 
 	var unknown []string
 	for name := range envMap {
-		if strings.HasPrefix(name, envPrefix) && !known[name] {
+		if strings.HasPrefix(name, EnvPrefix) && !known[name] {
 			unknown = append(unknown, name)
 		}
 	}
@@ -122,16 +117,35 @@ func parseConfig(environ []string) (sidecar.Config, error) {
 			return len(vars)
 		}
 		sort.SliceStable(problems, func(i, j int) bool { return rank(problems[i]) < rank(problems[j]) })
-		return cfg, &configError{problems: problems}
+		return cfg, &EnvError{Problems: problems}
 	}
 	return cfg, nil
+}
+
+// LogConfig writes the configuration in force, defaults included and
+// auto resolved, so that an operator reading the log knows what runs
+// without reading the deployment; the other mode's settings follow on a
+// line of their own, marked inactive, so that what a flip of LOOMGATE_MODE
+// would bring is in the log too.
+func (s *Sidecar) LogConfig(log *slog.Logger) {
+	cfg := s.cfg
+	var active, inactive []any
+	for _, v := range Variables() {
+		if v.Mode != "" && v.Mode != cfg.Mode.String() {
+			inactive = append(inactive, v.Name, cfg.Value(v))
+			continue
+		}
+		active = append(active, v.Name, cfg.Value(v))
+	}
+	log.Info("configuration", active...)
+	log.Info("inactive in LOOMGATE_MODE="+cfg.Mode.String()+"; in force after a flip of the mode", inactive...)
 }
 
 // problemText turns a part's problem ("is 0; want at least 1", "is 1s;
 // has no effect without a Bulkhead above 0") into the words of the
 // variable's line, where the value is already shown and other fields go by
 // their variables' names.
-func problemText(p string, vars []sidecar.Variable) string {
+func problemText(p string, vars []Variable) string {
 	if rest, ok := strings.CutPrefix(p, "is "); ok {
 		if value, want, ok := strings.Cut(rest, "; "); ok && !strings.Contains(value, " ") {
 			p = want
@@ -151,7 +165,7 @@ func problemText(p string, vars []sidecar.Variable) string {
 // fieldKinds maps each Config field to the kind of its value, so that a
 // parse error can say what was expected.
 func fieldKinds() map[string]reflect.Kind {
-	t := reflect.TypeFor[sidecar.Config]()
+	t := reflect.TypeFor[Config]()
 	kinds := make(map[string]reflect.Kind, t.NumField())
 	for i := range t.NumField() {
 		kinds[t.Field(i).Name] = t.Field(i).Type.Kind()
@@ -183,7 +197,7 @@ func parseDetail(err error, kind reflect.Kind) string {
 }
 
 // suggest names the known variable closest to a misspelt one.
-func suggest(name string, vars []sidecar.Variable) string {
+func suggest(name string, vars []Variable) string {
 	best, bestDist := "", 4
 	for _, v := range vars {
 		if d := editDistance(name, v.Name); d < bestDist {
