@@ -65,6 +65,52 @@ func (m *Mode) UnmarshalText(text []byte) error {
 // MarshalText writes the mode as String does.
 func (m Mode) MarshalText() ([]byte, error) { return []byte(m.String()), nil }
 
+// QueuePolicy orders and bounds the queue of the Fixed mode.
+type QueuePolicy int
+
+const (
+	// FIFO admits waiters in arrival order, each after at most
+	// QueueTimeout. Under sustained overload every admitted request has
+	// waited about as long as the queue is deep: the whole queue's time.
+	FIFO QueuePolicy = iota
+	// CoDel holds queue time near QueueTarget under sustained overload:
+	// once the queue has not been empty for QueueInterval, waiters that
+	// have waited QueueTarget are rejected, and the newest waiter is
+	// admitted first (adaptive LIFO), so that the requests served are the
+	// ones whose clients still wait for them. A burst shorter than the
+	// interval queues as with FIFO. This is the controlled-delay queue of
+	// Facebook's servers ("Fail at Scale", 2015: target 5 ms, interval
+	// 100 ms).
+	CoDel
+)
+
+// String returns the policy's name as the configuration writes it.
+func (q QueuePolicy) String() string {
+	switch q {
+	case FIFO:
+		return "fifo"
+	case CoDel:
+		return "codel"
+	}
+	return fmt.Sprintf("QueuePolicy(%d)", int(q))
+}
+
+// UnmarshalText reads a policy as String writes it.
+func (q *QueuePolicy) UnmarshalText(text []byte) error {
+	switch string(text) {
+	case "fifo":
+		*q = FIFO
+	case "codel":
+		*q = CoDel
+	default:
+		return errors.New("unknown queue policy")
+	}
+	return nil
+}
+
+// MarshalText writes the policy as String does.
+func (q QueuePolicy) MarshalText() ([]byte, error) { return []byte(q.String()), nil }
+
 // Config describes a Limiter. It may carry both modes' settings, so that
 // one configuration serves either mode: every field is validated, and only
 // the fields of Mode are in force.
@@ -83,6 +129,16 @@ type Config struct {
 	// worker before ErrQueueTimeout. It must be above zero when QueueSize is
 	// and Mode is Fixed.
 	QueueTimeout time.Duration
+	// QueuePolicy is, in Fixed mode, how waiters are ordered and how long
+	// they may wait under overload. If zero, FIFO.
+	QueuePolicy QueuePolicy
+	// QueueTarget is, with CoDel, the longest wait once the queue has
+	// stood for QueueInterval. It must be above zero and below
+	// QueueTimeout with CoDel.
+	QueueTarget time.Duration
+	// QueueInterval is, with CoDel, how long the queue must stay non-empty
+	// before QueueTarget applies. It must be above zero with CoDel.
+	QueueInterval time.Duration
 
 	// Bulkhead is, in Unbounded mode, the most requests admitted at once.
 	// If zero, every request is admitted.
@@ -142,6 +198,26 @@ func (cfg Config) Validate() error {
 	if cfg.MaxInFlightBytes < 0 {
 		bad("MaxInFlightBytes", "is %d; want 0 or more", cfg.MaxInFlightBytes)
 	}
+	switch cfg.QueuePolicy {
+	case FIFO:
+	case CoDel:
+		if cfg.QueueTarget <= 0 {
+			bad("QueueTarget", "is %v; want above 0 with the codel queue policy", cfg.QueueTarget)
+		} else if cfg.QueueTimeout > 0 && cfg.QueueTarget >= cfg.QueueTimeout {
+			bad("QueueTarget", "is %v; want below QueueTimeout (%v)", cfg.QueueTarget, cfg.QueueTimeout)
+		}
+		if cfg.QueueInterval <= 0 {
+			bad("QueueInterval", "is %v; want above 0 with the codel queue policy", cfg.QueueInterval)
+		}
+	default:
+		bad("QueuePolicy", "is %v; want FIFO or CoDel", cfg.QueuePolicy)
+	}
+	if cfg.QueueTarget < 0 {
+		bad("QueueTarget", "is %v; want 0 or more", cfg.QueueTarget)
+	}
+	if cfg.QueueInterval < 0 {
+		bad("QueueInterval", "is %v; want 0 or more", cfg.QueueInterval)
+	}
 	return errors.Join(problems...)
 }
 
@@ -163,13 +239,28 @@ type Limiter struct {
 	errFull, errTimeout error
 	memSize             int64 // MaxInFlightBytes; 0: bytes not capped
 
-	mu      sync.Mutex
-	used    int // permits held; below limit only while nobody waits
-	head    *waiter
-	tail    *waiter
-	waiting int
-	timer   *time.Timer // fires at the head's deadline; nil until first needed
-	armed   bool        // timer is set to fire
+	// codel is set with the CoDel queue policy (Fixed mode only): target
+	// and interval are its QueueTarget and QueueInterval.
+	codel            bool
+	target, interval time.Duration
+
+	mu   sync.Mutex
+	used int // permits held; below limit only while nobody waits
+	// emptySince is when the queue last stopped being empty (its first
+	// waiter's arrival): with codel, a queue that has not been empty for
+	// interval is a standing queue, the sign of overload.
+	emptySince time.Time
+	// overloadUntil is, with codel, when overload ends unless another
+	// request has to wait before: every request that queues while
+	// overloaded extends it by interval. Without it the queue would empty
+	// for an instant under LIFO and rejections, and each such instant
+	// would start another interval of FIFO and long waits.
+	overloadUntil time.Time
+	head          *waiter
+	tail          *waiter
+	waiting       int
+	timer         *time.Timer // fires at the head's deadline; nil until first needed
+	armed         bool        // timer is set to fire
 	// free holds waiters for reuse, linked by next. A Limiter's own list
 	// rather than a sync.Pool: a waiter's channel may only be used where
 	// it was made (a synctest bubble is one such place).
@@ -184,7 +275,10 @@ type Limiter struct {
 // mutex, except ready, which is how its decision reaches it.
 type waiter struct {
 	prev, next *waiter
-	deadline   time.Time
+	// enqueued is when the waiter joined; its deadline is enqueued plus
+	// the wait in force (see timeout), which is the same for every waiter
+	// at any moment, so deadlines rise from head to tail.
+	enqueued time.Time
 	// ready receives one value when the waiter is decided: admitted (err
 	// nil) or timed out. Buffered, so that the decider never blocks.
 	ready  chan struct{}
@@ -210,6 +304,9 @@ func New(cfg Config) (*Limiter, error) {
 			l.wait = 0
 		}
 		l.errFull, l.errTimeout = ErrQueueFull, ErrQueueTimeout
+		if cfg.QueuePolicy == CoDel && l.wait > 0 {
+			l.codel, l.target, l.interval = true, cfg.QueueTarget, cfg.QueueInterval
+		}
 	case Unbounded:
 		l.limit, l.queue, l.wait = cfg.Bulkhead, -1, cfg.BulkheadWait
 		l.errFull, l.errTimeout = ErrBulkheadFull, ErrBulkheadFull
@@ -297,7 +394,7 @@ func (l *Limiter) Acquire(ctx context.Context, bytes int64) error {
 	} else {
 		w = &waiter{ready: make(chan struct{}, 1)}
 	}
-	w.deadline = time.Now().Add(l.wait)
+	w.enqueued = time.Now()
 	l.push(w)
 	l.mu.Unlock()
 
@@ -352,17 +449,57 @@ func (l *Limiter) push(w *waiter) {
 		l.head = w
 	}
 	l.tail = w
+	if l.waiting == 0 {
+		l.emptySince = w.enqueued
+	}
 	l.waiting++
+	if l.overloaded(w.enqueued) {
+		l.overloadUntil = w.enqueued.Add(l.interval)
+	}
 	peak(&l.queuedPeak, l.queued.Add(1))
 	if !l.armed {
 		l.armed = true
-		d := time.Until(l.head.deadline)
+		d := l.nextCheck(w.enqueued).Sub(w.enqueued)
 		if l.timer == nil {
 			l.timer = time.AfterFunc(d, l.expire)
 		} else {
 			l.timer.Reset(d)
 		}
 	}
+}
+
+// overloaded reports whether codel's overload holds at now: the queue has
+// not been empty for a whole interval (a standing queue, not a burst), or
+// it did and requests have kept queueing since. The caller holds l.mu.
+func (l *Limiter) overloaded(now time.Time) bool {
+	return l.codel && (now.Before(l.overloadUntil) || l.waiting > 0 && now.Sub(l.emptySince) >= l.interval)
+}
+
+// timeout is the longest wait in force at now: QueueTarget while the
+// queue stands, the mode's wait otherwise. The caller holds l.mu.
+func (l *Limiter) timeout(now time.Time) time.Duration {
+	if l.overloaded(now) {
+		return l.target
+	}
+	return l.wait
+}
+
+// nextCheck is when the queue must next be looked at: the head's deadline,
+// or, with codel and no standing queue yet, the moment it would begin to
+// stand, when the head's deadline shortens. The caller holds l.mu, and the
+// queue is not empty.
+func (l *Limiter) nextCheck(now time.Time) time.Time {
+	at := l.head.enqueued.Add(l.timeout(now))
+	if l.codel && !l.overloaded(now) {
+		if stands := l.emptySince.Add(l.interval); stands.Before(at) {
+			at = stands
+		}
+	}
+	// Never in the past: a check due now runs now.
+	if at.Before(now) {
+		return now
+	}
+	return at
 }
 
 // unlink removes w from the queue. The caller holds l.mu.
@@ -381,14 +518,23 @@ func (l *Limiter) unlink(w *waiter) {
 	l.waiting--
 }
 
-// decide takes the head off the queue with err (nil: admitted) and wakes
-// it. The caller holds l.mu, and has counted an admission in flight.
-func (l *Limiter) decide(err error) {
-	w := l.head
+// decide takes w off the queue with err (nil: admitted) and wakes it. The
+// caller holds l.mu, and has counted an admission in flight.
+func (l *Limiter) decide(w *waiter, err error) {
 	l.unlink(w)
 	w.err = err
 	l.queued.Add(-1)
 	w.ready <- struct{}{}
+}
+
+// next is the waiter a freed permit goes to: the oldest, or with codel
+// under a standing queue the newest, whose client is the likeliest still
+// to wait for its answer. The caller holds l.mu; the queue is not empty.
+func (l *Limiter) next() *waiter {
+	if l.codel && l.overloaded(time.Now()) {
+		return l.tail
+	}
+	return l.head
 }
 
 // expire rejects the waiters whose deadline has passed, from the head, and
@@ -399,14 +545,17 @@ func (l *Limiter) expire() {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	now := time.Now()
-	for l.head != nil && !l.head.deadline.After(now) {
-		l.decide(l.errTimeout)
+	// The wait in force is read once: rejecting the head may empty the
+	// queue, and must not make the rest's wait longer mid-loop.
+	wait := l.timeout(now)
+	for l.head != nil && !l.head.enqueued.Add(wait).After(now) {
+		l.decide(l.head, l.errTimeout)
 	}
 	if l.head == nil {
 		l.armed = false
 		return
 	}
-	l.timer.Reset(l.head.deadline.Sub(now))
+	l.timer.Reset(l.nextCheck(now).Sub(now))
 }
 
 // Release returns the permit and bytes of one admitted request. The permit
@@ -422,7 +571,7 @@ func (l *Limiter) Release(bytes int64) {
 			// In flight rises before queued falls, so that a reader
 			// summing the two never sees the request vanish.
 			peak(&l.inFlightPeak, l.inFlight.Add(1))
-			l.decide(nil)
+			l.decide(l.next(), nil)
 		} else {
 			l.used--
 		}

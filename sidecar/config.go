@@ -21,31 +21,34 @@ import (
 // valid value looks like, and mode the admission mode it belongs to (in
 // the other mode it is checked as strictly, and inactive).
 type Config struct {
-	Listen               string          `env:"LISTEN" envDefault:":8080" help:"traffic listener" accepts:"host:port, e.g. :8080"`
-	AdminListen          string          `env:"ADMIN_LISTEN" envDefault:":9090" help:"admin listener: metrics, health, advice, status page; never subject to admission" accepts:"host:port, e.g. :9090, different from LOOMGATE_LISTEN"`
-	Upstream             string          `env:"UPSTREAM" envDefault:"http://127.0.0.1:8081" help:"the service behind the sidecar" accepts:"http://host:port with no path, query or user, port 1 to 65535"`
-	Mode                 limiter.Mode    `env:"MODE" envDefault:"unbounded" help:"admission policy" accepts:"fixed or unbounded"`
-	Workers              int             `mode:"fixed" env:"WORKERS" envDefault:"200" help:"fixed: requests served at once" accepts:"a whole number from 1 to 1000000"`
-	QueueSize            int             `mode:"fixed" env:"QUEUE_SIZE" envDefault:"10000" help:"fixed: waiters allowed in the FIFO queue; more are rejected at once" accepts:"a whole number from 0 to 1000000 (0 = reject when all workers are busy)"`
-	QueueTimeout         time.Duration   `mode:"fixed" env:"QUEUE_TIMEOUT" envDefault:"30s" help:"fixed: longest wait in the queue before rejection" accepts:"a duration with a unit, e.g. 30s or 250ms, above 0"`
-	Bulkhead             int             `mode:"unbounded" env:"BULKHEAD" envDefault:"0" help:"unbounded: max concurrent requests, 0 = off" accepts:"a whole number from 0 to 1000000"`
-	BulkheadWait         time.Duration   `mode:"unbounded" env:"BULKHEAD_WAIT" envDefault:"0s" help:"unbounded: how long a request may wait for the bulkhead, 0 = fail fast" accepts:"a duration with a unit, e.g. 0s or 100ms, not negative, 0 unless LOOMGATE_BULKHEAD is above 0"`
-	RejectStatus         int             `env:"REJECT_STATUS" envDefault:"503" help:"status of admission's rejections (queue full or timed out, bulkhead, memory), with Retry-After" accepts:"503 or 429"`
-	MaxInflightBytes     AutoSize        `env:"MAX_INFLIGHT_BYTES" envDefault:"auto" help:"memory bulkhead: bytes held by in-flight requests; auto = half the memory limit (GOMEMLIMIT, else the cgroup's), off without one; 0 = off" accepts:"auto, or a size in bytes, e.g. 0, 268435456, 256MiB or 1GB"`
-	UpstreamTimeout      time.Duration   `env:"UPSTREAM_TIMEOUT" envDefault:"60s" help:"per request, from admission to the last response byte" accepts:"a duration with a unit, e.g. 60s, above 0"`
-	HeaderTimeout        time.Duration   `env:"HEADER_TIMEOUT" envDefault:"10s" help:"longest a client may take to send a request's line, headers and first 8 KiB of body (408 beyond)" accepts:"a duration with a unit, e.g. 10s, above 0"`
-	BodyTimeout          time.Duration   `env:"BODY_TIMEOUT" envDefault:"10s" help:"longest pause in the rest of a request body, which streams while holding a worker (408 beyond)" accepts:"a duration with a unit, e.g. 10s, above 0"`
-	MaxBodyBytes         Size            `env:"MAX_BODY_BYTES" envDefault:"16MiB" help:"request body limit (413 beyond)" accepts:"a size in bytes above 0, at most 2GiB, e.g. 16MiB or 1048576"`
-	MaxConns             AutoCount       `env:"MAX_CONNS" envDefault:"auto" help:"client connections open at once; beyond, new ones wait in the listen backlog until one closes. auto = what the open-file limit leaves after the upstream pool and 64 spare descriptors; 0 = unbounded" accepts:"auto, or a whole number from 0 to 10000000"`
-	DrainTimeout         time.Duration   `env:"DRAIN_TIMEOUT" envDefault:"30s" help:"on SIGTERM: how long queued and in-flight requests may finish" accepts:"a duration with a unit, e.g. 30s, not negative"`
-	ServerTiming         bool            `env:"SERVER_TIMING" envDefault:"true" help:"add the Server-Timing response header" accepts:"true or false"`
-	AccessLog            string          `env:"ACCESS_LOG" envDefault:"off" help:"one JSON line per request on stdout" accepts:"off or json"`
-	LogLevel             slog.Level      `env:"LOG_LEVEL" envDefault:"info" help:"level of the process log on stderr" accepts:"debug, info, warn or error"`
-	UpstreamMetricsURL   string          `env:"UPSTREAM_METRICS_URL" envDefault:"" help:"optional: the service's own Prometheus endpoint, for its memory" accepts:"empty, or an http:// or https:// URL"`
-	UpstreamMemoryMetric advice.Selector `env:"UPSTREAM_MEMORY_METRIC" envDefault:"process_resident_memory_bytes" help:"the series to read there (summed)" accepts:"a metric name with optional = or != label matchers, e.g. jvm_memory_used_bytes{area=\"heap\"}"`
-	Routes               string          `env:"ROUTES" envDefault:"" help:"route classes the advice compares like with like: name=[METHOD ]/path/prefix pairs, * for one segment; empty: method and first path segment, the first 32 seen" accepts:"empty, or e.g. checkout=POST /api/checkout,search=/api/search,orders=/users/*/orders"`
-	MemoryBudgetBytes    Size            `env:"MEMORY_BUDGET_BYTES" envDefault:"0" help:"memory the advice may plan for, 0 = none" accepts:"a size in bytes, e.g. 0 or 2GiB"`
-	Pprof                bool            `env:"PPROF" envDefault:"false" help:"serve /debug/pprof/ on the admin listener, to clients on loopback only (kubectl port-forward arrives there)" accepts:"true or false"`
+	Listen               string              `env:"LISTEN" envDefault:":8080" help:"traffic listener" accepts:"host:port, e.g. :8080"`
+	AdminListen          string              `env:"ADMIN_LISTEN" envDefault:":9090" help:"admin listener: metrics, health, advice, status page; never subject to admission" accepts:"host:port, e.g. :9090, different from LOOMGATE_LISTEN"`
+	Upstream             string              `env:"UPSTREAM" envDefault:"http://127.0.0.1:8081" help:"the service behind the sidecar" accepts:"http://host:port with no path, query or user, port 1 to 65535"`
+	Mode                 limiter.Mode        `env:"MODE" envDefault:"unbounded" help:"admission policy" accepts:"fixed or unbounded"`
+	Workers              int                 `mode:"fixed" env:"WORKERS" envDefault:"200" help:"fixed: requests served at once" accepts:"a whole number from 1 to 1000000"`
+	QueueSize            int                 `mode:"fixed" env:"QUEUE_SIZE" envDefault:"10000" help:"fixed: waiters allowed in the FIFO queue; more are rejected at once" accepts:"a whole number from 0 to 1000000 (0 = reject when all workers are busy)"`
+	QueueTimeout         time.Duration       `mode:"fixed" env:"QUEUE_TIMEOUT" envDefault:"30s" help:"fixed: longest wait in the queue before rejection" accepts:"a duration with a unit, e.g. 30s or 250ms, above 0"`
+	QueuePolicy          limiter.QueuePolicy `mode:"fixed" env:"QUEUE_POLICY" envDefault:"fifo" help:"fixed: fifo, or codel: under sustained overload (the queue not empty for QUEUE_INTERVAL) reject waits past QUEUE_TARGET and serve the newest first" accepts:"fifo or codel"`
+	QueueTarget          time.Duration       `mode:"fixed" env:"QUEUE_TARGET" envDefault:"5ms" help:"fixed, codel: longest queue time under sustained overload" accepts:"a duration with a unit, e.g. 5ms, above 0 and below LOOMGATE_QUEUE_TIMEOUT"`
+	QueueInterval        time.Duration       `mode:"fixed" env:"QUEUE_INTERVAL" envDefault:"100ms" help:"fixed, codel: how long the queue must stay non-empty to count as overload rather than a burst" accepts:"a duration with a unit, e.g. 100ms, above 0"`
+	Bulkhead             int                 `mode:"unbounded" env:"BULKHEAD" envDefault:"0" help:"unbounded: max concurrent requests, 0 = off" accepts:"a whole number from 0 to 1000000"`
+	BulkheadWait         time.Duration       `mode:"unbounded" env:"BULKHEAD_WAIT" envDefault:"0s" help:"unbounded: how long a request may wait for the bulkhead, 0 = fail fast" accepts:"a duration with a unit, e.g. 0s or 100ms, not negative, 0 unless LOOMGATE_BULKHEAD is above 0"`
+	RejectStatus         int                 `env:"REJECT_STATUS" envDefault:"503" help:"status of admission's rejections (queue full or timed out, bulkhead, memory), with Retry-After" accepts:"503 or 429"`
+	MaxInflightBytes     AutoSize            `env:"MAX_INFLIGHT_BYTES" envDefault:"auto" help:"memory bulkhead: bytes held by in-flight requests; auto = half the memory limit (GOMEMLIMIT, else the cgroup's), off without one; 0 = off" accepts:"auto, or a size in bytes, e.g. 0, 268435456, 256MiB or 1GB"`
+	UpstreamTimeout      time.Duration       `env:"UPSTREAM_TIMEOUT" envDefault:"60s" help:"per request, from admission to the last response byte" accepts:"a duration with a unit, e.g. 60s, above 0"`
+	HeaderTimeout        time.Duration       `env:"HEADER_TIMEOUT" envDefault:"10s" help:"longest a client may take to send a request's line, headers and first 8 KiB of body (408 beyond)" accepts:"a duration with a unit, e.g. 10s, above 0"`
+	BodyTimeout          time.Duration       `env:"BODY_TIMEOUT" envDefault:"10s" help:"longest pause in the rest of a request body, which streams while holding a worker (408 beyond)" accepts:"a duration with a unit, e.g. 10s, above 0"`
+	MaxBodyBytes         Size                `env:"MAX_BODY_BYTES" envDefault:"16MiB" help:"request body limit (413 beyond)" accepts:"a size in bytes above 0, at most 2GiB, e.g. 16MiB or 1048576"`
+	MaxConns             AutoCount           `env:"MAX_CONNS" envDefault:"auto" help:"client connections open at once; beyond, new ones wait in the listen backlog until one closes. auto = what the open-file limit leaves after the upstream pool and 64 spare descriptors; 0 = unbounded" accepts:"auto, or a whole number from 0 to 10000000"`
+	DrainTimeout         time.Duration       `env:"DRAIN_TIMEOUT" envDefault:"30s" help:"on SIGTERM: how long queued and in-flight requests may finish" accepts:"a duration with a unit, e.g. 30s, not negative"`
+	ServerTiming         bool                `env:"SERVER_TIMING" envDefault:"true" help:"add the Server-Timing response header" accepts:"true or false"`
+	AccessLog            string              `env:"ACCESS_LOG" envDefault:"off" help:"one JSON line per request on stdout" accepts:"off or json"`
+	LogLevel             slog.Level          `env:"LOG_LEVEL" envDefault:"info" help:"level of the process log on stderr" accepts:"debug, info, warn or error"`
+	UpstreamMetricsURL   string              `env:"UPSTREAM_METRICS_URL" envDefault:"" help:"optional: the service's own Prometheus endpoint, for its memory" accepts:"empty, or an http:// or https:// URL"`
+	UpstreamMemoryMetric advice.Selector     `env:"UPSTREAM_MEMORY_METRIC" envDefault:"process_resident_memory_bytes" help:"the series to read there (summed)" accepts:"a metric name with optional = or != label matchers, e.g. jvm_memory_used_bytes{area=\"heap\"}"`
+	Routes               string              `env:"ROUTES" envDefault:"" help:"route classes the advice compares like with like: name=[METHOD ]/path/prefix pairs, * for one segment; empty: method and first path segment, the first 32 seen" accepts:"empty, or e.g. checkout=POST /api/checkout,search=/api/search,orders=/users/*/orders"`
+	MemoryBudgetBytes    Size                `env:"MEMORY_BUDGET_BYTES" envDefault:"0" help:"memory the advice may plan for, 0 = none" accepts:"a size in bytes, e.g. 0 or 2GiB"`
+	Pprof                bool                `env:"PPROF" envDefault:"false" help:"serve /debug/pprof/ on the admin listener, to clients on loopback only (kubectl port-forward arrives there)" accepts:"true or false"`
 }
 
 // Limiter returns the limiter's part of the configuration: both modes'
@@ -54,6 +57,7 @@ func (c Config) Limiter() limiter.Config {
 	return limiter.Config{
 		Mode:    c.Mode,
 		Workers: c.Workers, QueueSize: c.QueueSize, QueueTimeout: c.QueueTimeout,
+		QueuePolicy: c.QueuePolicy, QueueTarget: c.QueueTarget, QueueInterval: c.QueueInterval,
 		Bulkhead: c.Bulkhead, BulkheadWait: c.BulkheadWait,
 		MaxInFlightBytes: c.inflightBytes(),
 	}

@@ -49,7 +49,14 @@ func ParseEnv(environ []string) (Config, error) {
 			return
 		}
 		failed[v.Name] = true
-		problems = append(problems, fmt.Sprintf("%s=%q: %s; accepted: %s", v.Name, envMap[v.Name], detail, v.Accepts))
+		if value, set := envMap[v.Name]; set {
+			problems = append(problems, fmt.Sprintf("%s=%q: %s; accepted: %s", v.Name, value, detail, v.Accepts))
+			return
+		}
+		// A default at fault beside another variable's value: say which
+		// value it is, or the operator looks for a setting that is not
+		// there.
+		problems = append(problems, fmt.Sprintf("%s (unset, default %s): %s; accepted: %s", v.Name, v.Default, detail, v.Accepts))
 	}
 
 	// Set but empty is not unset: env would quietly take the default, and
@@ -111,6 +118,7 @@ func ParseEnv(environ []string) (Config, error) {
 		}
 		rank := func(p string) int {
 			name, _, _ := strings.Cut(p, "=")
+			name, _, _ = strings.Cut(name, " ")
 			if i, ok := order[name]; ok {
 				return i
 			}

@@ -19,7 +19,8 @@ func TestDefaults(t *testing.T) {
 	}
 	want := Config{
 		Listen: ":8080", AdminListen: ":9090", Upstream: "http://127.0.0.1:8081", Mode: limiter.Unbounded,
-		Workers: 200, QueueSize: 10000, QueueTimeout: 30 * time.Second, UpstreamTimeout: 60 * time.Second,
+		Workers: 200, QueueSize: 10000, QueueTimeout: 30 * time.Second,
+		QueuePolicy: limiter.FIFO, QueueTarget: 5 * time.Millisecond, QueueInterval: 100 * time.Millisecond, UpstreamTimeout: 60 * time.Second,
 		HeaderTimeout: 10 * time.Second, BodyTimeout: 10 * time.Second,
 		MaxBodyBytes: 16 << 20, RejectStatus: 503, DrainTimeout: 30 * time.Second, ServerTiming: true, AccessLog: "off",
 		MaxInflightBytes: SizeAuto, MaxConns: CountAuto,
@@ -66,6 +67,10 @@ func TestParseEnvProblems(t *testing.T) {
 		{[]string{"LOOMGATE_UPSTREAM_MEMORY_METRIC=jvm{area=heap}"}, []string{`LOOMGATE_UPSTREAM_MEMORY_METRIC="jvm{area=heap}":`}},
 		{[]string{"LOOMGATE_REJECT_STATUS=429"}, nil},
 		{[]string{"LOOMGATE_MAX_CONNS=0"}, nil},
+		{[]string{"LOOMGATE_MODE=fixed", "LOOMGATE_QUEUE_POLICY=codel"}, nil},
+		{[]string{"LOOMGATE_QUEUE_POLICY=lifo"}, []string{`LOOMGATE_QUEUE_POLICY="lifo": unknown queue policy`}},
+		{[]string{"LOOMGATE_QUEUE_POLICY=codel", "LOOMGATE_QUEUE_TIMEOUT=2ms"}, []string{`LOOMGATE_QUEUE_TARGET (unset, default 5ms): want below LOOMGATE_QUEUE_TIMEOUT (2ms)`}},
+		{[]string{"LOOMGATE_QUEUE_POLICY=codel", "LOOMGATE_QUEUE_INTERVAL=0s"}, []string{`LOOMGATE_QUEUE_INTERVAL="0s": want above 0`}},
 		{[]string{"LOOMGATE_MAX_CONNS=5000"}, nil},
 		{[]string{"LOOMGATE_MAX_CONNS=-1"}, []string{`LOOMGATE_MAX_CONNS="-1": want auto, or 0 (unbounded) to 10000000`}},
 		{[]string{"LOOMGATE_MAX_CONNS=lots"}, []string{`LOOMGATE_MAX_CONNS="lots": not a whole number or auto`}},
