@@ -35,6 +35,11 @@ const (
 	Fixed Mode = iota + 1
 	// Unbounded admits every request, or at most Bulkhead at once.
 	Unbounded
+	// Adaptive admits every request until SetLimit sets a limit, then at
+	// most that many at once, queueing the rest as Fixed does (QueueSize,
+	// QueueTimeout, QueuePolicy). A controller outside the limiter moves
+	// the limit; SetLimit(0) lifts it.
+	Adaptive
 )
 
 // String returns the mode's name as the configuration writes it.
@@ -44,6 +49,8 @@ func (m Mode) String() string {
 		return "fixed"
 	case Unbounded:
 		return "unbounded"
+	case Adaptive:
+		return "adaptive"
 	}
 	return fmt.Sprintf("Mode(%d)", int(m))
 }
@@ -56,6 +63,8 @@ func (m *Mode) UnmarshalText(text []byte) error {
 		*m = Fixed
 	case "unbounded":
 		*m = Unbounded
+	case "adaptive":
+		*m = Adaptive
 	default:
 		return errors.New("unknown mode")
 	}
@@ -172,9 +181,9 @@ func (cfg Config) Validate() error {
 		problems = append(problems, &FieldError{Field: field, Problem: fmt.Sprintf(format, args...)})
 	}
 	switch cfg.Mode {
-	case Fixed, Unbounded:
+	case Fixed, Unbounded, Adaptive:
 	default:
-		bad("Mode", "is %v; want Fixed or Unbounded", cfg.Mode)
+		bad("Mode", "is %v; want Fixed, Unbounded or Adaptive", cfg.Mode)
 	}
 	if cfg.Workers < 0 || cfg.Mode == Fixed && cfg.Workers < 1 {
 		bad("Workers", "is %d; want at least 1", cfg.Workers)
@@ -184,7 +193,7 @@ func (cfg Config) Validate() error {
 	}
 	if cfg.QueueTimeout < 0 {
 		bad("QueueTimeout", "is %v; want above 0", cfg.QueueTimeout)
-	} else if cfg.Mode == Fixed && cfg.QueueSize > 0 && cfg.QueueTimeout == 0 {
+	} else if cfg.Mode != Unbounded && cfg.QueueSize > 0 && cfg.QueueTimeout == 0 {
 		bad("QueueTimeout", "is %v; want above 0 when QueueSize is above 0", cfg.QueueTimeout)
 	}
 	if cfg.Bulkhead < 0 {
@@ -230,8 +239,10 @@ func (cfg Config) Validate() error {
 // costs the Limiter a small pooled record and nothing else: no goroutine,
 // no timer, no context of its own.
 type Limiter struct {
-	mode  Mode
-	limit int // permits; 0: admit everyone
+	mode Mode
+	// open is set when nothing can limit admission (Unbounded without a
+	// bulkhead): admission then takes no lock.
+	open  bool
 	queue int // most waiters; -1 when bounded by time only
 	wait  time.Duration
 	// errFull and errTimeout are what a rejection returns in this mode, so
@@ -244,8 +255,12 @@ type Limiter struct {
 	codel            bool
 	target, interval time.Duration
 
-	mu   sync.Mutex
-	used int // permits held; below limit only while nobody waits
+	mu sync.Mutex
+	// limit is the most permits held at once; 0 admits everyone (Adaptive
+	// before SetLimit). limitNow mirrors it for Stats.
+	limit    int
+	limitNow atomic.Int64
+	used     int // permits held; below limit only while nobody waits
 	// emptySince is when the queue last stopped being empty (its first
 	// waiter's arrival): with codel, a queue that has not been empty for
 	// interval is a standing queue, the sign of overload.
@@ -304,13 +319,21 @@ func New(cfg Config) (*Limiter, error) {
 			l.wait = 0
 		}
 		l.errFull, l.errTimeout = ErrQueueFull, ErrQueueTimeout
-		if cfg.QueuePolicy == CoDel && l.wait > 0 {
-			l.codel, l.target, l.interval = true, cfg.QueueTarget, cfg.QueueInterval
-		}
 	case Unbounded:
 		l.limit, l.queue, l.wait = cfg.Bulkhead, -1, cfg.BulkheadWait
 		l.errFull, l.errTimeout = ErrBulkheadFull, ErrBulkheadFull
+		l.open = cfg.Bulkhead == 0
+	case Adaptive:
+		l.limit, l.queue, l.wait = 0, cfg.QueueSize, cfg.QueueTimeout
+		if cfg.QueueSize == 0 {
+			l.wait = 0
+		}
+		l.errFull, l.errTimeout = ErrQueueFull, ErrQueueTimeout
 	}
+	if cfg.Mode != Unbounded && cfg.QueuePolicy == CoDel && l.wait > 0 {
+		l.codel, l.target, l.interval = true, cfg.QueueTarget, cfg.QueueInterval
+	}
+	l.limitNow.Store(int64(l.limit))
 	return l, nil
 }
 
@@ -326,7 +349,7 @@ func (l *Limiter) TryAcquire(bytes int64) error {
 	if err := l.reserveBytes(bytes); err != nil {
 		return err
 	}
-	if l.limit == 0 {
+	if l.open {
 		l.countAdmitted()
 		return nil
 	}
@@ -349,7 +372,7 @@ func (l *Limiter) TryAcquire(bytes int64) error {
 // and otherwise whether a wait is out of the question: no waiting in this
 // mode, or the queue at its bound. The caller holds l.mu.
 func (l *Limiter) admitLocked() (admitted, full bool) {
-	if l.used < l.limit {
+	if l.used < l.limit || l.limit == 0 {
 		l.used++
 		return true, false
 	}
@@ -367,7 +390,7 @@ func (l *Limiter) Acquire(ctx context.Context, bytes int64) error {
 	if err := l.reserveBytes(bytes); err != nil {
 		return err
 	}
-	if l.limit == 0 {
+	if l.open {
 		l.countAdmitted()
 		return nil
 	}
@@ -565,9 +588,11 @@ func (l *Limiter) Release(bytes int64) {
 	if l.inFlight.Add(-1) < 0 {
 		panic("limiter: released more than acquired")
 	}
-	if l.limit > 0 {
+	if !l.open {
 		l.mu.Lock()
-		if l.head != nil {
+		// A permit goes on to a waiter only while the limit allows it: a
+		// lowered limit is reached by releases that hand nothing on.
+		if l.head != nil && (l.limit == 0 || l.used <= l.limit) {
 			// In flight rises before queued falls, so that a reader
 			// summing the two never sees the request vanish.
 			peak(&l.inFlightPeak, l.inFlight.Add(1))
@@ -578,6 +603,26 @@ func (l *Limiter) Release(bytes int64) {
 		l.mu.Unlock()
 	}
 	l.releaseBytes(bytes)
+}
+
+// SetLimit sets the most requests admitted at once, from now: waiters are
+// admitted at once if the new limit allows, and a lower limit is reached
+// as admitted requests finish (none is cut short). Zero admits everyone.
+// It is for Adaptive mode, whose controller calls it; it panics in the
+// other modes, whose limit is their configuration.
+func (l *Limiter) SetLimit(n int) {
+	if l.mode != Adaptive || n < 0 {
+		panic("limiter: SetLimit outside Adaptive mode or below 0")
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.limit = n
+	l.limitNow.Store(int64(n))
+	for l.head != nil && (n == 0 || l.used < n) {
+		l.used++
+		peak(&l.inFlightPeak, l.inFlight.Add(1))
+		l.decide(l.next(), nil)
+	}
 }
 
 // TryReserve adds bytes to what an admitted request holds, without waiting,
@@ -661,7 +706,7 @@ func (l *Limiter) Stats() Stats {
 		InFlight:   l.inFlight.Load(),
 		Queued:     l.queued.Load(),
 		Bytes:      l.bytes.Load(),
-		Limit:      l.limit,
+		Limit:      int(l.limitNow.Load()),
 		QueueLimit: max(l.queue, 0),
 		MaxBytes:   l.memSize,
 	}

@@ -165,7 +165,13 @@ func (c Config) Validate() error {
 	asFixed, asUnbounded := c.Limiter(), c.Limiter()
 	asFixed.Mode, asUnbounded.Mode = limiter.Fixed, limiter.Unbounded
 	limiterProblems := asFixed.Validate()
-	if c.Mode != limiter.Fixed && c.Mode != limiter.Unbounded {
+	switch c.Mode {
+	case limiter.Fixed, limiter.Unbounded:
+	case limiter.Adaptive:
+		// The limiter has the mode; the controller that moves its limit
+		// is not wired yet.
+		bad("Mode", "is adaptive; want fixed or unbounded")
+	default:
 		limiterProblems = c.Limiter().Validate()
 	}
 	parts := []error{

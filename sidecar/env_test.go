@@ -62,7 +62,7 @@ func TestParseEnvProblems(t *testing.T) {
 		{[]string{"LOOMGATE_QUEUE_TIMEOUT=-1s"}, []string{`LOOMGATE_QUEUE_TIMEOUT="-1s": want above 0;`}},
 		{[]string{"LOOMGATE_MAX_INFLIGHT_BYTES=1.5MiB"}, nil},
 		{[]string{"LOOMGATE_MAX_INFLIGHT_BYTES=1.5"}, []string{`LOOMGATE_MAX_INFLIGHT_BYTES="1.5": 1.5 is not a whole number of bytes`}},
-		{[]string{"LOOMGATE_MODE=adaptive"}, []string{`LOOMGATE_MODE="adaptive": unknown mode`}},
+		{[]string{"LOOMGATE_MODE=adaptive"}, []string{`LOOMGATE_MODE="adaptive": want fixed or unbounded`}},
 		{[]string{"LOOMGATE_LOG_LEVEL=loud"}, []string{`LOOMGATE_LOG_LEVEL="loud": unknown level;`}},
 		{[]string{"LOOMGATE_UPSTREAM_MEMORY_METRIC=jvm{area=heap}"}, []string{`LOOMGATE_UPSTREAM_MEMORY_METRIC="jvm{area=heap}":`}},
 		{[]string{"LOOMGATE_REJECT_STATUS=429"}, nil},
