@@ -1,0 +1,590 @@
+package adaptive
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Estimate is the estimator's judgement of the upstream, as the
+// controller reads it.
+type Estimate struct {
+	// Saturated is set when the upstream queues inside: its service time
+	// grew with the load while its throughput stopped.
+	Saturated bool
+	// Capacity is the concurrency it sustains; NaN or 0 when unknown.
+	Capacity float64
+	// LowerBound is the most requests it was seen to serve at once
+	// without its service time growing: the limit never goes below it.
+	LowerBound float64
+}
+
+// State is admission's state, sampled between ticks.
+type State struct {
+	InFlight, Queued int64
+}
+
+// Reason says why the limit changed.
+type Reason string
+
+// The reasons for a change of the limit.
+const (
+	// CapacityFound: the estimator found the upstream queueing inside
+	// while admission was open; the limit is set at its capacity.
+	CapacityFound Reason = "capacity_found"
+	// Probe: a trial step, up or down, judged after one tick.
+	Probe Reason = "probe"
+	// ThroughputFollowed: a step up raised throughput; it is kept.
+	ThroughputFollowed Reason = "throughput_followed"
+	// ThroughputHeld: a step down lost no throughput, so the upstream
+	// was holding more than it served; it is kept.
+	ThroughputHeld Reason = "throughput_held"
+	// ProbeFailed: the trial step was not borne out; the limit goes back.
+	ProbeFailed Reason = "probe_failed"
+	// DemandFell: nothing waited for the limit for LiftAfter and the
+	// upstream was not stretched; admission opens again.
+	DemandFell Reason = "demand_fell"
+)
+
+// Reasons lists every Reason, for metrics that create their series at once.
+func Reasons() []Reason {
+	return []Reason{CapacityFound, Probe, ThroughputFollowed, ThroughputHeld, ProbeFailed, DemandFell}
+}
+
+// Change is one change of the limit.
+type Change struct {
+	At       time.Time
+	From, To int
+	Reason   Reason
+	// Detail gives the figures behind the change, in words.
+	Detail string
+}
+
+// Config describes a Controller.
+type Config struct {
+	// SetLimit applies a limit; 0 opens admission. Required.
+	SetLimit func(int)
+	// State reads admission's state. Required.
+	State func() State
+	// Estimate reads the estimator's judgement, at each tick while
+	// admission is open. Required.
+	Estimate func() Estimate
+	// Min and Max bound the limit. If Min is zero, 1; if Max is zero, no
+	// bound above.
+	Min, Max int
+	// Tick is the measuring interval. If zero, 30 of the least median
+	// service times seen, from 1s to 3s: long enough for every permit to
+	// turn over many times, short enough to converge within a minute.
+	Tick time.Duration
+	// LiftAfter is how long nothing must wait for the limit, with the
+	// upstream unstretched, before admission opens again. If zero, 2m.
+	LiftAfter time.Duration
+	// Logger receives each change. If nil, slog.Default().
+	Logger *slog.Logger
+	// OnChange is told of each change, for metrics. Optional.
+	OnChange func(Change)
+}
+
+// Validate reports the problems of cfg, or nil.
+func (cfg Config) Validate() error {
+	var problems []error
+	if cfg.SetLimit == nil || cfg.State == nil || cfg.Estimate == nil {
+		problems = append(problems, errors.New("adaptive: SetLimit, State and Estimate are required"))
+	}
+	if cfg.Min < 0 || cfg.Max < 0 || cfg.Max > 0 && cfg.Max < max(cfg.Min, 1) {
+		problems = append(problems, fmt.Errorf("adaptive: Min %d and Max %d; want 0 ≤ Min ≤ Max, or Max 0 for no bound", cfg.Min, cfg.Max))
+	}
+	if cfg.Tick < 0 || cfg.LiftAfter < 0 {
+		problems = append(problems, errors.New("adaptive: Tick and LiftAfter must not be negative"))
+	}
+	return errors.Join(problems...)
+}
+
+// Step sizes, as fractions of the limit.
+const (
+	firstStep = 0.1
+	lastStep  = 0.5
+	// followShare is the share of a step's proportional change in
+	// throughput that counts as following it (up) or as losing it
+	// (down): a step of 10% up is kept when throughput rose 5% or more.
+	followShare = 0.5
+	// busyShare is the share of samples with requests waiting for the
+	// limit from which the limit counts as the binding constraint: only
+	// then does a step up have demand to show.
+	busyShare = 0.5
+	// stretched is the service time, over the least seen, from which
+	// the upstream counts as holding requests it does not serve: only
+	// then is a step down tried.
+	stretched = 1.2
+	// restTicks is how many ticks pass, at a limit both of whose
+	// neighbours were tried and refused, before the next trial.
+	restTicks = 3
+	// minWindow is how long the least service time is remembered.
+	minWindow = 10 * time.Minute
+)
+
+// Controller moves an Adaptive limiter's limit: open until the estimator
+// finds the upstream queueing inside, then at its capacity, then by
+// bounded steps judged on whether throughput follows.
+//
+// While limited, the upstream's load no longer varies, and an estimate
+// from load alone goes blind. The controller keeps learning by trial:
+// when requests wait for the limit, a step up is kept if throughput rose
+// with it; when the upstream's service time is stretched over the least
+// seen, a step down is kept if throughput held. Service time is measured
+// from admission, apart from the queue, so the controller's own queue
+// never looks like the upstream slowing down. Steps grow while they keep
+// being borne out (10% to 50%), so a pool that doubles is found within a
+// minute, and shrink back to 10% at the first refusal.
+type Controller struct {
+	cfg Config
+	log *slog.Logger
+
+	// The current tick's figures, written by Record from every request.
+	completed atomic.Int64
+	hist      histogram
+
+	mu    sync.Mutex
+	limit int
+	// The controller's phase and what it compares against.
+	phase     phase
+	base      tick // the last tick at the limit in force, before a trial
+	from      int  // the limit before a trial
+	dir       int  // +1 up, -1 down: the next trial's direction
+	step      float64
+	refused   int  // trials refused in a row
+	knees     int  // rests after a refused step down, in a row
+	upKnees   int  // rests after a refused step up, in a row
+	rest      int  // ticks left to rest
+	restBase  tick // the figures at the knee, when the rest began
+	bothWays  bool // the trial under way had evidence for both directions
+	calmSince time.Time
+	mins      minWindowed
+	changes   []Change
+	tickLen   time.Duration
+	skip      int // ticks to pass over before the next measure
+
+	samples, busy int // this tick's State samples, and those with waiters
+	inFlightSum   int64
+
+	// What decide chose, applied once c.mu is released: the limit to set
+	// (-1 for none) and the changes to report.
+	apply   int
+	pending []Change
+}
+
+type phase int
+
+const (
+	open    phase = iota // no limit; waiting for the estimator
+	measure              // at a limit, measuring the base of a trial
+	settle               // a trial's first tick: requests of the old limit finish
+	judge                // a trial's second tick: measured and judged
+)
+
+// tick is one interval's figures.
+type tick struct {
+	throughput float64       // completions a second
+	service    time.Duration // median service time
+	busy       float64       // share of samples with requests waiting
+	inFlight   float64       // mean admitted
+	n          int64         // completions
+}
+
+// New validates cfg and returns a Controller; Run starts it.
+func New(cfg Config) (*Controller, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if cfg.Min == 0 {
+		cfg.Min = 1
+	}
+	if cfg.LiftAfter == 0 {
+		cfg.LiftAfter = 2 * time.Minute
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	return &Controller{cfg: cfg, log: cfg.Logger, step: firstStep, dir: +1, apply: -1}, nil
+}
+
+// Record counts one request answered by the upstream, with its service
+// time (admission to last byte). It is safe for concurrent use and takes
+// no lock.
+func (c *Controller) Record(service time.Duration) {
+	c.completed.Add(1)
+	c.hist.add(service)
+}
+
+// Limit is the limit in force, 0 when admission is open.
+func (c *Controller) Limit() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.limit
+}
+
+// Changes returns the last changes, oldest first (at most 50).
+func (c *Controller) Changes() []Change {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return append([]Change(nil), c.changes...)
+}
+
+// sampleEvery is how often State is sampled within a tick.
+const sampleEvery = 50 * time.Millisecond
+
+// Run measures and adjusts until ctx ends.
+func (c *Controller) Run(ctx context.Context) {
+	sample := time.NewTicker(sampleEvery)
+	defer sample.Stop()
+	start := time.Now()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case now := <-sample.C:
+			c.sample()
+			if now.Sub(start) >= c.tickLength() {
+				c.step1(now, now.Sub(start))
+				start = now
+			}
+		}
+	}
+}
+
+func (c *Controller) sample() {
+	st := c.cfg.State()
+	c.mu.Lock()
+	c.samples++
+	c.inFlightSum += st.InFlight
+	if st.Queued > 0 {
+		c.busy++
+	}
+	c.mu.Unlock()
+}
+
+// tickLength is the measuring interval in force.
+func (c *Controller) tickLength() time.Duration {
+	if c.cfg.Tick > 0 {
+		return c.cfg.Tick
+	}
+	c.mu.Lock()
+	d := c.tickLen
+	c.mu.Unlock()
+	if d == 0 {
+		return time.Second
+	}
+	return d
+}
+
+// step1 closes a tick of length d and acts on it.
+func (c *Controller) step1(now time.Time, d time.Duration) {
+	n := c.completed.Swap(0)
+	median := c.hist.takeMedian()
+	c.mu.Lock()
+	c.decide(now, d, n, median)
+	// The limiter, the log and the metrics hear of the decisions after
+	// the lock is released: no lock is held across another component.
+	limit, changes := c.apply, c.pending
+	c.apply, c.pending = -1, nil
+	c.mu.Unlock()
+	if limit >= 0 {
+		c.cfg.SetLimit(limit)
+	}
+	for _, ch := range changes {
+		level := slog.LevelInfo
+		if ch.Reason == Probe {
+			// Trials come every few ticks at the knee; the outcome of
+			// each is logged at info.
+			level = slog.LevelDebug
+		}
+		c.log.Log(context.Background(), level, "adaptive limit", "from", ch.From, "to", ch.To, "reason", string(ch.Reason), "detail", ch.Detail)
+		if c.cfg.OnChange != nil {
+			c.cfg.OnChange(ch)
+		}
+	}
+}
+
+// decide closes a tick of length d with n answers of the given median
+// service time, and chooses what to do. The caller holds c.mu.
+func (c *Controller) decide(now time.Time, d time.Duration, n int64, median time.Duration) {
+	t := tick{throughput: float64(n) / d.Seconds(), service: median, n: n}
+	if c.samples > 0 {
+		t.busy = float64(c.busy) / float64(c.samples)
+		t.inFlight = float64(c.inFlightSum) / float64(c.samples)
+	}
+	c.samples, c.busy, c.inFlightSum = 0, 0, 0
+	if median > 0 {
+		c.mins.add(now, median)
+		// From the least service time, not this tick's: a stretched
+		// upstream would otherwise slow the controller that should
+		// relieve it.
+		c.tickLen = min(max(30*c.mins.least(now), time.Second), 3*time.Second)
+	}
+	if n < 20 {
+		// Too few answers to judge anything; the tick does not count.
+		return
+	}
+	least := c.mins.least(now)
+	if c.skip > 0 {
+		// The tick after a jump of the limit mixes the old limit's
+		// requests, still finishing, with the new: it is no base.
+		c.skip--
+		return
+	}
+	switch c.phase {
+	case open:
+		est := c.cfg.Estimate()
+		// Saturated in the estimator's window is not enough: after a lift
+		// the window still remembers the last overload. The upstream must
+		// be asked for more than its capacity now.
+		if est.Saturated && est.Capacity > 0 && !math.IsNaN(est.Capacity) && t.inFlight >= est.Capacity {
+			to := c.clamp(int(math.Round(max(est.Capacity, est.LowerBound))), est.LowerBound)
+			c.set(now, to, CapacityFound, fmt.Sprintf("the upstream queues inside; its capacity is %.1f (at least %.0f)", est.Capacity, est.LowerBound))
+			c.phase, c.skip = measure, 1
+			c.calmSince = now
+		}
+	case measure:
+		c.consider(now, t, least)
+	case settle:
+		c.phase = judge
+	case judge:
+		c.judgeTrial(now, t)
+	}
+}
+
+// consider takes t, a tick at the limit in force, as the base of the next
+// trial, and starts the trial if there is evidence for one and no rest.
+// The caller holds c.mu.
+func (c *Controller) consider(now time.Time, t tick, least time.Duration) {
+	c.base = t
+	if t.busy >= busyShare {
+		c.calmSince = now
+	} else if now.Sub(c.calmSince) >= c.cfg.LiftAfter && (least == 0 || float64(t.service) <= stretched*float64(least)) {
+		c.set(now, 0, DemandFell, fmt.Sprintf("nothing waited for the limit for %v and service time %v is within %.0f%% of the least seen", c.cfg.LiftAfter, t.service.Round(time.Millisecond), (stretched-1)*100))
+		c.phase = open
+		return
+	}
+	if c.rest > 0 && c.restBase.n == 0 {
+		c.restBase = t
+		c.rest--
+		return
+	}
+	if c.rest > 0 {
+		// Resting at the knee, unless the upstream has changed since:
+		// throughput moved by a fifth, or service time stretched.
+		moved := math.Abs(t.throughput/c.restBase.throughput-1) > 0.2
+		stretch := least > 0 && float64(t.service) >= stretched*float64(least) &&
+			float64(t.service) >= stretched*float64(c.restBase.service)
+		if !moved && !stretch {
+			c.rest--
+			return
+		}
+		c.rest, c.knees, c.upKnees = 0, 0, 0
+	}
+	up := t.busy >= busyShare && (c.cfg.Max == 0 || c.limit < c.cfg.Max)
+	down := least > 0 && float64(t.service) >= stretched*float64(least) && c.limit > c.cfg.Min
+	if !up && !down {
+		return
+	}
+	c.bothWays = up && down
+	switch {
+	case up && down:
+		// Both have something to show: alternate, from the last.
+	case up:
+		c.dir = +1
+	default:
+		c.dir = -1
+	}
+	to := c.trial(c.dir)
+	if c.dir < 0 {
+		// The upstream serves about throughput × least service time
+		// at once (Little's law at its unloaded speed): a limit far
+		// above that only queues inside it, so try that at once.
+		served := int(math.Ceil(1.05 * t.throughput * least.Seconds()))
+		to = min(to, c.clamp(served, 0))
+	}
+	if to == c.limit {
+		c.dir = -c.dir
+		return
+	}
+	c.from = c.limit
+	c.set(now, to, Probe, fmt.Sprintf("trying %d, from %d: throughput %.0f/s, service %v, %.0f%% of the tick with requests waiting", to, c.limit, t.throughput, t.service.Round(time.Millisecond), t.busy*100))
+	c.phase = settle
+}
+
+// trial is the limit a step in direction dir would try.
+func (c *Controller) trial(dir int) int {
+	// Rounded up: a step of one at a small limit is lost in the noise of
+	// a tick's count.
+	delta := max(1, int(math.Ceil(c.step*float64(c.limit))))
+	return c.clamp(c.limit+dir*delta, 0)
+}
+
+// judgeTrial keeps or undoes a trial from the tick measured at it.
+func (c *Controller) judgeTrial(now time.Time, t tick) {
+	c.phase = measure
+	ratio := float64(c.limit) / float64(c.from)
+	gain := t.throughput/c.base.throughput - 1
+	figures := fmt.Sprintf("throughput %.0f/s at %d against %.0f/s at %d", t.throughput, c.limit, c.base.throughput, c.from)
+	var kept bool
+	var reason Reason
+	if c.limit > c.from {
+		// Up: kept if throughput followed the step, and demand filled it.
+		kept = t.busy >= busyShare/2 && gain >= followShare*(ratio-1)
+		reason = ThroughputFollowed
+	} else {
+		// Down: kept if throughput held.
+		kept = gain >= -followShare*(1-ratio)
+		reason = ThroughputHeld
+	}
+	dir := +1
+	if c.limit < c.from {
+		dir = -1
+	}
+	if kept {
+		c.logChange(now, c.from, c.limit, reason, figures)
+		// Steps grow while they are borne out, so that a pool that
+		// doubled is reached in a few.
+		c.step = min(2*c.step, lastStep)
+		c.refused, c.knees, c.upKnees = 0, 0, 0
+		// The tick just judged was taken at the new limit: it is the base
+		// of the next step, which goes on in the same direction.
+		c.dir = dir
+		c.consider(now, t, c.mins.least(now))
+		return
+	}
+	to := c.from
+	c.set(now, to, ProbeFailed, figures)
+	c.skip = 1
+	c.step = firstStep
+	c.refused++
+	c.dir = -dir
+	if c.refused >= 2 || !c.bothWays {
+		// Every neighbour with evidence for it refused: the limit is at
+		// the knee. Rest before trying again. A refused step up costs
+		// nothing but a little latency inside the upstream, and is how a
+		// grown pool is found, so its rest stays short (doubling once at
+		// most); a refused step down cost throughput, so its rest doubles
+		// each time the knee holds, up to 8 times.
+		if dir < 0 {
+			c.rest = restTicks << c.knees
+			c.knees = min(c.knees+1, 3)
+		} else {
+			c.rest = restTicks << c.upKnees
+			c.upKnees = min(c.upKnees+1, 1)
+		}
+		c.refused = 0
+		// The rest's base is the first tick measured back at the limit
+		// (this one was taken at the refused trial).
+		c.restBase = tick{}
+	}
+}
+
+// clamp bounds a limit by Min, Max and the estimator's lower bound.
+func (c *Controller) clamp(n int, lowerBound float64) int {
+	n = max(n, c.cfg.Min, int(math.Ceil(lowerBound)))
+	if c.cfg.Max > 0 {
+		n = min(n, c.cfg.Max)
+	}
+	return n
+}
+
+// set chooses a limit and records the change. The caller holds c.mu.
+func (c *Controller) set(now time.Time, to int, reason Reason, detail string) {
+	from := c.limit
+	c.limit, c.apply = to, to
+	c.logChange(now, from, to, reason, detail)
+}
+
+// logChange records a change, whether or not it moved the limit (a kept
+// trial has moved it already). The caller holds c.mu.
+func (c *Controller) logChange(now time.Time, from, to int, reason Reason, detail string) {
+	ch := Change{At: now, From: from, To: to, Reason: reason, Detail: detail}
+	c.changes = append(c.changes, ch)
+	if len(c.changes) > 50 {
+		c.changes = c.changes[len(c.changes)-50:]
+	}
+	c.pending = append(c.pending, ch)
+}
+
+// minWindowed keeps the least median service time per minute for
+// minWindow, so that a baseline from a calmer time ages out instead of
+// holding the upstream to a speed it has lost.
+type minWindowed struct {
+	mins [10]struct {
+		minute int64
+		least  time.Duration
+	}
+}
+
+func (m *minWindowed) add(now time.Time, d time.Duration) {
+	minute := now.Unix() / 60
+	slot := &m.mins[minute%int64(len(m.mins))]
+	if slot.minute != minute || slot.least == 0 || d < slot.least {
+		if slot.minute != minute {
+			slot.minute, slot.least = minute, d
+			return
+		}
+		slot.least = d
+	}
+}
+
+func (m *minWindowed) least(now time.Time) time.Duration {
+	minute := now.Unix() / 60
+	var least time.Duration
+	for _, s := range m.mins {
+		if s.least > 0 && minute-s.minute < int64(minWindow/time.Minute) && (least == 0 || s.least < least) {
+			least = s.least
+		}
+	}
+	return least
+}
+
+// histogram counts service times in buckets 10% apart, from 10µs to
+// about an hour, with one atomic add per request.
+type histogram struct {
+	counts [200]atomic.Int64
+}
+
+const histBase = 10 * time.Microsecond
+
+var histGrowth = math.Log(1.1)
+
+func (h *histogram) add(d time.Duration) {
+	i := 0
+	if d > histBase {
+		i = min(int(math.Log(float64(d)/float64(histBase))/histGrowth)+1, len(h.counts)-1)
+	}
+	h.counts[i].Add(1)
+}
+
+// takeMedian returns the median since the last call and starts anew.
+func (h *histogram) takeMedian() time.Duration {
+	var counts [len(h.counts)]int64
+	var total int64
+	for i := range h.counts {
+		counts[i] = h.counts[i].Swap(0)
+		total += counts[i]
+	}
+	if total == 0 {
+		return 0
+	}
+	var seen int64
+	for i, n := range counts {
+		seen += n
+		if 2*seen >= total {
+			if i == 0 {
+				return histBase
+			}
+			// The bucket's middle.
+			return time.Duration(float64(histBase) * math.Exp(histGrowth*(float64(i)-0.5)))
+		}
+	}
+	return 0
+}

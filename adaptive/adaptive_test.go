@@ -1,0 +1,296 @@
+package adaptive
+
+import (
+	"context"
+	"log/slog"
+	"math/rand/v2"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/loomgate/loomgate/limiter"
+)
+
+// pool is a synthetic upstream: a pool of workers, resizable, in front of
+// work that takes service() each; requests beyond the pool wait inside it,
+// as in a servlet container's thread pool.
+type pool struct {
+	mu      sync.Mutex
+	size    int
+	busy    int
+	waiting []chan struct{}
+	service func() time.Duration
+}
+
+func (p *pool) serve() {
+	p.mu.Lock()
+	if p.busy < p.size {
+		p.busy++
+		p.mu.Unlock()
+	} else {
+		ch := make(chan struct{})
+		p.waiting = append(p.waiting, ch)
+		p.mu.Unlock()
+		<-ch
+	}
+	time.Sleep(p.service())
+	p.mu.Lock()
+	if len(p.waiting) > 0 && p.busy <= p.size {
+		ch := p.waiting[0]
+		p.waiting = p.waiting[1:]
+		close(ch)
+	} else {
+		p.busy--
+	}
+	p.mu.Unlock()
+}
+
+func (p *pool) resize(n int) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.size = n
+	for p.busy < p.size && len(p.waiting) > 0 {
+		p.busy++
+		close(p.waiting[0])
+		p.waiting = p.waiting[1:]
+	}
+}
+
+// rig is a limiter in Adaptive mode and its controller in front of a pool,
+// driven by closed-loop clients.
+type rig struct {
+	t       *testing.T
+	lim     *limiter.Limiter
+	ctrl    *Controller
+	up      *pool
+	clients atomic.Int64 // how many clients should be running
+	running atomic.Int64
+	stop    context.CancelFunc
+	wg      sync.WaitGroup
+}
+
+func newRig(t *testing.T, up *pool, est Estimate, cfg Config) *rig {
+	lim, err := limiter.New(limiter.Config{Mode: limiter.Adaptive, QueueSize: 100000, QueueTimeout: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.SetLimit = lim.SetLimit
+	cfg.State = func() State { s := lim.Stats(); return State{InFlight: s.InFlight, Queued: s.Queued} }
+	cfg.Estimate = func() Estimate { return est }
+	cfg.Logger = slog.New(slog.DiscardHandler)
+	ctrl, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	r := &rig{t: t, lim: lim, ctrl: ctrl, up: up, stop: cancel}
+	r.wg.Go(func() { ctrl.Run(ctx) })
+	return r
+}
+
+// setClients starts or stops clients until n run.
+func (r *rig) setClients(n int) {
+	r.clients.Store(int64(n))
+	for r.running.Load() < int64(n) {
+		r.running.Add(1)
+		id := r.running.Load()
+		r.wg.Go(func() {
+			defer r.running.Add(-1)
+			for id <= r.clients.Load() {
+				if err := r.lim.Acquire(context.Background(), 0); err != nil {
+					r.t.Errorf("Acquire = %v", err)
+					return
+				}
+				start := time.Now()
+				r.up.serve()
+				r.ctrl.Record(time.Since(start))
+				r.lim.Release(0)
+			}
+		})
+	}
+}
+
+func (r *rig) close() {
+	r.clients.Store(0)
+	r.stop()
+	r.lim.SetLimit(0)
+	r.wg.Wait()
+}
+
+// limits samples the limit every second for d.
+func (r *rig) limits(d time.Duration) []int {
+	var out []int
+	for range int(d / time.Second) {
+		time.Sleep(time.Second)
+		out = append(out, r.ctrl.Limit())
+	}
+	return out
+}
+
+// lastMedian is the median of the last twenty samples: where the limit
+// stands, whatever trial a single instant may catch.
+func lastMedian(samples []int) int {
+	last := slices.Clone(samples[max(0, len(samples)-20):])
+	slices.Sort(last)
+	return last[len(last)/2]
+}
+
+func within(got, want int, share float64) bool {
+	return float64(got) >= float64(want)*(1-share) && float64(got) <= float64(want)*(1+share)
+}
+
+// settled reports the share of samples within share of want.
+func settled(samples []int, want int, share float64) float64 {
+	n := 0
+	for _, s := range samples {
+		if within(s, want, share) {
+			n++
+		}
+	}
+	return float64(n) / float64(len(samples))
+}
+
+func fixed(d time.Duration) func() time.Duration { return func() time.Duration { return d } }
+
+// TestFindsThePoolFromAWrongEstimate: a pool of 50 at 100 ms under 200
+// clients; the estimator says 40. Trials find 50 within a minute and the
+// limit stays near it.
+func TestFindsThePoolFromAWrongEstimate(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r := newRig(t, &pool{size: 50, service: fixed(100 * time.Millisecond)}, Estimate{Saturated: true, Capacity: 40, LowerBound: 10}, Config{})
+		defer r.close()
+		r.setClients(200)
+		first := r.limits(60 * time.Second)
+		later := r.limits(120 * time.Second)
+		if got := lastMedian(first); !within(got, 50, 0.15) {
+			t.Errorf("limit at 40-60s = %d; want within 15%% of the pool, 50 (path %v)", got, first)
+		}
+		// Trials step 10% or more above it, briefly.
+		if s := settled(later, 50, 0.2); s < 0.8 {
+			t.Errorf("limit within 20%% of 50 for %.0f%% of the next two minutes; want 80%% (%v)", s*100, later)
+		}
+	})
+}
+
+// TestFollowsAPoolThatChanges: the pool grows from 50 to 100, then shrinks
+// to 30, as a deploy might change it; the limit follows each within a
+// minute.
+func TestFollowsAPoolThatChanges(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		up := &pool{size: 50, service: fixed(100 * time.Millisecond)}
+		r := newRig(t, up, Estimate{Saturated: true, Capacity: 50, LowerBound: 10}, Config{})
+		defer r.close()
+		r.setClients(300)
+		r.limits(60 * time.Second)
+		up.resize(100)
+		grown := r.limits(60 * time.Second)
+		if got := lastMedian(grown); !within(got, 100, 0.15) {
+			t.Errorf("limit 40-60s after the pool grew to 100 = %d; want within 15%% (path %v)", got, grown)
+		}
+		up.resize(30)
+		shrunk := r.limits(60 * time.Second)
+		if got := lastMedian(shrunk); !within(got, 30, 0.15) {
+			t.Errorf("limit 40-60s after the pool shrank to 30 = %d; want within 15%% (path %v)", got, shrunk)
+		}
+	})
+}
+
+// TestNoisyServiceTimesNeitherDriftNorCollapse: service times spread from
+// 50 to 150 ms; over five minutes the limit stays near the pool and never
+// goes below the estimator's lower bound.
+func TestNoisyServiceTimesNeitherDriftNorCollapse(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		rng := rand.New(rand.NewPCG(1, 2))
+		var mu sync.Mutex
+		noisy := func() time.Duration {
+			mu.Lock()
+			defer mu.Unlock()
+			return 50*time.Millisecond + time.Duration(rng.Int64N(int64(100*time.Millisecond)))
+		}
+		r := newRig(t, &pool{size: 50, service: noisy}, Estimate{Saturated: true, Capacity: 50, LowerBound: 35}, Config{})
+		defer r.close()
+		r.setClients(200)
+		samples := r.limits(5 * time.Minute)
+		for i, s := range samples {
+			if s < 35 && (s != 0 || i > 10) {
+				t.Fatalf("limit %d at %ds; want never below the lower bound 35", s, i+1)
+			}
+		}
+		if s := settled(samples[60:], 50, 0.25); s < 0.8 {
+			t.Errorf("limit within 25%% of 50 for %.0f%% of four minutes; want 80%% (%v)", s*100, samples)
+		}
+	})
+}
+
+// TestOpensWhenDemandFalls: once nothing has waited for LiftAfter and the
+// upstream is unstretched, admission opens again.
+func TestOpensWhenDemandFalls(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r := newRig(t, &pool{size: 50, service: fixed(100 * time.Millisecond)}, Estimate{Saturated: true, Capacity: 50, LowerBound: 10}, Config{LiftAfter: time.Minute})
+		defer r.close()
+		r.setClients(200)
+		if got := r.limits(30 * time.Second); got[len(got)-1] == 0 {
+			t.Fatalf("limit after 30s of overload = 0; want a limit")
+		}
+		r.setClients(10)
+		after := r.limits(2 * time.Minute)
+		if got := after[len(after)-1]; got != 0 {
+			t.Errorf("limit two minutes after demand fell to 10 clients = %d; want 0 (open) (path %v)", got, after)
+		}
+		var lifted bool
+		for _, ch := range r.ctrl.Changes() {
+			lifted = lifted || ch.Reason == DemandFell && ch.To == 0
+		}
+		if !lifted {
+			t.Errorf("no %s change recorded: %+v", DemandFell, r.ctrl.Changes())
+		}
+	})
+}
+
+// TestStaysOpenWithoutSaturation: while the estimator finds no queueing
+// inside, admission stays open, whatever the load.
+func TestStaysOpenWithoutSaturation(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r := newRig(t, &pool{size: 1000, service: fixed(100 * time.Millisecond)}, Estimate{}, Config{})
+		defer r.close()
+		r.setClients(200)
+		for _, l := range r.limits(60 * time.Second) {
+			if l != 0 {
+				t.Fatalf("limit %d without saturation; want open", l)
+			}
+		}
+	})
+}
+
+// TestHoldsWhenADependencySlows: the pool stays 50 but each request
+// takes twice as long (a slower dependency, not more load). Service time
+// stretches, so steps down are tried; throughput falls with each, so none
+// is kept, and the limit stays at the pool.
+func TestHoldsWhenADependencySlows(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var mu sync.Mutex
+		service := 100 * time.Millisecond
+		slow := func() time.Duration {
+			mu.Lock()
+			defer mu.Unlock()
+			return service
+		}
+		r := newRig(t, &pool{size: 50, service: slow}, Estimate{Saturated: true, Capacity: 50, LowerBound: 10}, Config{})
+		defer r.close()
+		r.setClients(200)
+		r.limits(60 * time.Second)
+		mu.Lock()
+		service = 200 * time.Millisecond
+		mu.Unlock()
+		samples := r.limits(3 * time.Minute)
+		if got := lastMedian(samples); !within(got, 50, 0.15) {
+			t.Errorf("limit after a dependency slowed = %d; want the pool, 50, within 15%% (path %v)", got, samples)
+		}
+		if s := settled(samples, 50, 0.2); s < 0.8 {
+			t.Errorf("limit within 20%% of 50 for %.0f%% of the three minutes; want 80%% (%v)", s*100, samples)
+		}
+	})
+}
