@@ -26,6 +26,9 @@ var bucketBounds = [...]float64{
 // State is a snapshot of admission, read at each scrape.
 type State struct {
 	InFlight, Queued, Bytes int64
+	// Limit is the concurrency limit in force, 0 when there is none: it
+	// moves in adaptive mode.
+	Limit int64
 }
 
 // Config describes the sidecar being measured.
@@ -40,8 +43,13 @@ type Config struct {
 	Outcomes []string
 	// Mode is "fixed" or "unbounded", for loomgate_mode_info.
 	Mode string
-	// Limit and QueueLimit are the enforced bounds, 0 when there is none.
-	Limit, QueueLimit int
+	// QueueLimit is the queue's bound, 0 when there is none. (The
+	// concurrency limit is read from State, as it may move.)
+	QueueLimit int
+	// LimitChangeReasons are the values of loomgate_limit_changes_total's
+	// reason label, created at once. If empty, the counter is not
+	// exported.
+	LimitChangeReasons []string
 	// MaxInFlightBytes is the memory bulkhead, 0 when there is none.
 	MaxInFlightBytes int64
 	// Version is the build's version, for loomgate_build_info.
@@ -101,8 +109,9 @@ type Metrics struct {
 	service         prometheus.Histogram
 	total           prometheus.Histogram
 
-	cfg   Config
-	peaks *peaks
+	cfg          Config
+	peaks        *peaks
+	limitChanges map[string]prometheus.Counter
 }
 
 // FieldError is a problem with one field of Config.
@@ -202,7 +211,7 @@ func New(cfg Config) (*Metrics, error) {
 		gauge("loomgate_in_flight", "Requests admitted and not finished.", func(s State) int64 { return s.InFlight }),
 		gauge("loomgate_queued", "Requests waiting for admission.", func(s State) int64 { return s.Queued }),
 		gauge("loomgate_in_flight_bytes", "Bytes reserved by admitted and waiting requests.", func(s State) int64 { return s.Bytes }),
-		constant("loomgate_limit", "Enforced concurrency limit, 0 when there is none.", float64(cfg.Limit), nil),
+		gauge("loomgate_limit", "Enforced concurrency limit, 0 when there is none; in adaptive mode, the limit in force now.", func(s State) int64 { return s.Limit }),
 		constant("loomgate_queue_limit", "Most requests allowed to wait, 0 when the queue is bounded by time alone or absent.", float64(cfg.QueueLimit), nil),
 		constant("loomgate_max_in_flight_bytes", "Memory bulkhead in bytes, 0 when there is none.", float64(cfg.MaxInFlightBytes), nil),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "loomgate_client_connections", Help: "Client connections open on the traffic listener."},
@@ -217,12 +226,31 @@ func New(cfg Config) (*Metrics, error) {
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 	}
+	if len(cfg.LimitChangeReasons) > 0 {
+		changes := prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "loomgate_limit_changes_total",
+			Help: "Changes of the adaptive limit, by reason.",
+		}, []string{"reason"})
+		m.limitChanges = make(map[string]prometheus.Counter, len(cfg.LimitChangeReasons))
+		for _, r := range cfg.LimitChangeReasons {
+			m.limitChanges[r] = changes.WithLabelValues(r)
+		}
+		cs = append(cs, changes)
+	}
 	for _, c := range cs {
 		if err := cfg.Registerer.Register(c); err != nil {
 			return nil, fmt.Errorf("metrics: %w", err)
 		}
 	}
 	return m, nil
+}
+
+// LimitChanged counts one change of the adaptive limit; reasons outside
+// Config.LimitChangeReasons are not counted.
+func (m *Metrics) LimitChanged(reason string) {
+	if c, ok := m.limitChanges[reason]; ok {
+		c.Inc()
+	}
 }
 
 // Record adds one finished request. It does not allocate.

@@ -34,7 +34,7 @@ func newTestMetrics(t testing.TB) (*Metrics, *prometheus.Registry, *fakeState) {
 	reg := prometheus.NewRegistry()
 	fs := &fakeState{}
 	m, err := New(Config{
-		Registerer: reg, Outcomes: testOutcomes, Mode: "fixed", Limit: 4, QueueLimit: 10, Version: "test",
+		Registerer: reg, Outcomes: testOutcomes, Mode: "fixed", QueueLimit: 10, Version: "test",
 		State: fs.State, TakePeaks: fs.TakePeaks,
 	})
 	if err != nil {
@@ -114,7 +114,7 @@ func histogram(t *testing.T, reg *prometheus.Registry, name string) (uint64, flo
 
 func TestGaugesAndLint(t *testing.T) {
 	_, reg, fs := newTestMetrics(t)
-	fs.state = State{InFlight: 3, Queued: 7, Bytes: 4096}
+	fs.state = State{InFlight: 3, Queued: 7, Bytes: 4096, Limit: 4}
 	fs.peakIn, fs.peakQ, fs.peakBytes = 4, 9, 8192
 	want := `
 # HELP loomgate_in_flight Requests admitted and not finished.
@@ -135,7 +135,7 @@ loomgate_queued_max 9
 # HELP loomgate_in_flight_bytes_max Highest loomgate_in_flight_bytes in the last minute.
 # TYPE loomgate_in_flight_bytes_max gauge
 loomgate_in_flight_bytes_max 8192
-# HELP loomgate_limit Enforced concurrency limit, 0 when there is none.
+# HELP loomgate_limit Enforced concurrency limit, 0 when there is none; in adaptive mode, the limit in force now.
 # TYPE loomgate_limit gauge
 loomgate_limit 4
 # HELP loomgate_queue_limit Most requests allowed to wait, 0 when the queue is bounded by time alone or absent.

@@ -94,7 +94,7 @@ func TestPeaksAreTheSameForEveryScraper(t *testing.T) {
 		var spike int64 // the limiter's peak since the last TakePeaks
 		reg := prometheus.NewRegistry()
 		m, err := New(Config{
-			Registerer: reg, Outcomes: testOutcomes, Mode: "fixed", Limit: 4,
+			Registerer: reg, Outcomes: testOutcomes, Mode: "fixed",
 			State: func() State { return State{} },
 			TakePeaks: func() (int64, int64, int64) {
 				mu.Lock()

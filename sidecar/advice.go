@@ -2,8 +2,10 @@ package sidecar
 
 import (
 	"encoding/json"
+	"fmt"
 	"math"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/loomgate/loomgate/advice"
@@ -22,6 +24,25 @@ type AdviceDoc struct {
 	Figures        FiguresDoc        `json:"figures"`
 	Recommendation RecommendationDoc `json:"recommendation"`
 	History        []BucketDoc       `json:"history"`
+	// Adaptive is the adaptive limit and its last changes; absent in the
+	// other modes.
+	Adaptive *AdaptiveDoc `json:"adaptive,omitempty"`
+}
+
+// AdaptiveDoc is the adaptive mode's limit and why it moved.
+type AdaptiveDoc struct {
+	// Limit is the limit in force, 0 while admission is open.
+	Limit   int         `json:"limit"`
+	Changes []ChangeDoc `json:"changes"`
+}
+
+// ChangeDoc is one change of the adaptive limit.
+type ChangeDoc struct {
+	Time   time.Time `json:"time"`
+	From   int       `json:"from"`
+	To     int       `json:"to"`
+	Reason string    `json:"reason"`
+	Detail string    `json:"detail"`
 }
 
 // LiveDoc is admission at this instant, where figures are window averages.
@@ -226,6 +247,13 @@ func (s *Sidecar) advice(snap advice.Snapshot) AdviceDoc {
 			InFlight: b.InFlight, Queued: b.Queued,
 		})
 	}
+	if s.adaptive != nil {
+		a := &AdaptiveDoc{Limit: s.adaptive.Limit(), Changes: []ChangeDoc{}}
+		for _, ch := range s.adaptive.Changes() {
+			a.Changes = append(a.Changes, ChangeDoc{Time: ch.At, From: ch.From, To: ch.To, Reason: string(ch.Reason), Detail: ch.Detail})
+		}
+		doc.Adaptive = a
+	}
 	return doc
 }
 
@@ -276,12 +304,30 @@ func (s *Sidecar) serveAdvice(w http.ResponseWriter, r *http.Request) {
 	if format == "text" {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		w.Write([]byte(snap.Text()))
+		if s.adaptive != nil {
+			w.Write([]byte(s.adaptiveText()))
+		}
 		return
 	}
 	w.Header().Set("Content-Type", "application/json")
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
 	enc.Encode(s.advice(snap))
+}
+
+// adaptiveText is the adaptive limit in sentences, for /advice?format=text.
+func (s *Sidecar) adaptiveText() string {
+	var b strings.Builder
+	if l := s.adaptive.Limit(); l > 0 {
+		fmt.Fprintf(&b, "\nAdaptive limit: %d.\n", l)
+	} else {
+		b.WriteString("\nAdaptive limit: none yet; admission is open until the upstream queues inside.\n")
+	}
+	changes := s.adaptive.Changes()
+	for _, ch := range changes[max(0, len(changes)-5):] {
+		fmt.Fprintf(&b, "  %s  %d → %d  %s: %s\n", ch.At.Format(time.TimeOnly), ch.From, ch.To, strings.ReplaceAll(string(ch.Reason), "_", " "), ch.Detail)
+	}
+	return b.String()
 }
 
 // retryAfter is the proxy's RetryAfter: the expected wait of a rejected
@@ -300,7 +346,7 @@ func (s *Sidecar) retryAfter(kind proxy.Kind) time.Duration {
 	st := s.limiter.Stats()
 	service := s.advisor.MeanService()
 	ceiling := s.cfg.BulkheadWait
-	if s.cfg.Mode == limiter.Fixed {
+	if s.cfg.Mode != limiter.Unbounded {
 		ceiling = s.cfg.QueueTimeout
 	}
 	switch kind {

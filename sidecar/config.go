@@ -24,13 +24,15 @@ type Config struct {
 	Listen               string              `env:"LISTEN" envDefault:":8080" help:"traffic listener" accepts:"host:port, e.g. :8080"`
 	AdminListen          string              `env:"ADMIN_LISTEN" envDefault:":9090" help:"admin listener: metrics, health, advice, status page; never subject to admission" accepts:"host:port, e.g. :9090, different from LOOMGATE_LISTEN"`
 	Upstream             string              `env:"UPSTREAM" envDefault:"http://127.0.0.1:8081" help:"the service behind the sidecar" accepts:"http://host:port with no path, query or user, port 1 to 65535"`
-	Mode                 limiter.Mode        `env:"MODE" envDefault:"unbounded" help:"admission policy" accepts:"fixed or unbounded"`
+	Mode                 limiter.Mode        `env:"MODE" envDefault:"unbounded" help:"admission policy: fixed, unbounded, or adaptive (open until the upstream queues inside, then a limit that follows its capacity)" accepts:"fixed, unbounded or adaptive"`
 	Workers              int                 `mode:"fixed" env:"WORKERS" envDefault:"200" help:"fixed: requests served at once" accepts:"a whole number from 1 to 1000000"`
-	QueueSize            int                 `mode:"fixed" env:"QUEUE_SIZE" envDefault:"10000" help:"fixed: waiters allowed in the FIFO queue; more are rejected at once" accepts:"a whole number from 0 to 1000000 (0 = reject when all workers are busy)"`
-	QueueTimeout         time.Duration       `mode:"fixed" env:"QUEUE_TIMEOUT" envDefault:"30s" help:"fixed: longest wait in the queue before rejection" accepts:"a duration with a unit, e.g. 30s or 250ms, above 0"`
-	QueuePolicy          limiter.QueuePolicy `mode:"fixed" env:"QUEUE_POLICY" envDefault:"fifo" help:"fixed: fifo, or codel: under sustained overload (the queue not empty for QUEUE_INTERVAL) reject waits past QUEUE_TARGET and serve the newest first" accepts:"fifo or codel"`
-	QueueTarget          time.Duration       `mode:"fixed" env:"QUEUE_TARGET" envDefault:"5ms" help:"fixed, codel: longest queue time under sustained overload" accepts:"a duration with a unit, e.g. 5ms, above 0 and below LOOMGATE_QUEUE_TIMEOUT"`
-	QueueInterval        time.Duration       `mode:"fixed" env:"QUEUE_INTERVAL" envDefault:"100ms" help:"fixed, codel: how long the queue must stay non-empty to count as overload rather than a burst" accepts:"a duration with a unit, e.g. 100ms, above 0"`
+	QueueSize            int                 `mode:"fixed,adaptive" env:"QUEUE_SIZE" envDefault:"10000" help:"fixed, adaptive: waiters allowed in the queue; more are rejected at once" accepts:"a whole number from 0 to 1000000 (0 = reject when all workers are busy)"`
+	QueueTimeout         time.Duration       `mode:"fixed,adaptive" env:"QUEUE_TIMEOUT" envDefault:"30s" help:"fixed, adaptive: longest wait in the queue before rejection" accepts:"a duration with a unit, e.g. 30s or 250ms, above 0"`
+	QueuePolicy          limiter.QueuePolicy `mode:"fixed,adaptive" env:"QUEUE_POLICY" envDefault:"fifo" help:"fixed, adaptive: fifo, or codel: under sustained overload (the queue not empty for QUEUE_INTERVAL) reject waits past QUEUE_TARGET and serve the newest first" accepts:"fifo or codel"`
+	QueueTarget          time.Duration       `mode:"fixed,adaptive" env:"QUEUE_TARGET" envDefault:"5ms" help:"codel: longest queue time under sustained overload" accepts:"a duration with a unit, e.g. 5ms, above 0 and below LOOMGATE_QUEUE_TIMEOUT"`
+	QueueInterval        time.Duration       `mode:"fixed,adaptive" env:"QUEUE_INTERVAL" envDefault:"100ms" help:"codel: how long the queue must stay non-empty to count as overload rather than a burst" accepts:"a duration with a unit, e.g. 100ms, above 0"`
+	AdaptiveMin          int                 `mode:"adaptive" env:"ADAPTIVE_MIN" envDefault:"1" help:"adaptive: the limit never goes below this (nor below the most the upstream served unstretched)" accepts:"a whole number from 1 to 1000000"`
+	AdaptiveMax          int                 `mode:"adaptive" env:"ADAPTIVE_MAX" envDefault:"0" help:"adaptive: the limit never goes above this, 0 = no bound" accepts:"a whole number from 0 to 1000000, 0 or at least LOOMGATE_ADAPTIVE_MIN"`
 	Bulkhead             int                 `mode:"unbounded" env:"BULKHEAD" envDefault:"0" help:"unbounded: max concurrent requests, 0 = off" accepts:"a whole number from 0 to 1000000"`
 	BulkheadWait         time.Duration       `mode:"unbounded" env:"BULKHEAD_WAIT" envDefault:"0s" help:"unbounded: how long a request may wait for the bulkhead, 0 = fail fast" accepts:"a duration with a unit, e.g. 0s or 100ms, not negative, 0 unless LOOMGATE_BULKHEAD is above 0"`
 	RejectStatus         int                 `env:"REJECT_STATUS" envDefault:"503" help:"status of admission's rejections (queue full or timed out, bulkhead, memory), with Retry-After" accepts:"503 or 429"`
@@ -145,6 +147,12 @@ func (c Config) Validate() error {
 	if c.MaxConns != CountAuto && (c.MaxConns < 0 || c.MaxConns > 10_000_000) {
 		bad("MaxConns", "is %d; want auto, or 0 (unbounded) to 10000000", c.MaxConns)
 	}
+	if c.AdaptiveMin < 1 || c.AdaptiveMin > most {
+		bad("AdaptiveMin", "is %d; want 1 to %d", c.AdaptiveMin, most)
+	}
+	if c.AdaptiveMax < 0 || c.AdaptiveMax > most || c.AdaptiveMax > 0 && c.AdaptiveMax < c.AdaptiveMin {
+		bad("AdaptiveMax", "is %d; want 0 (no bound), or AdaptiveMin (%d) to %d", c.AdaptiveMax, c.AdaptiveMin, most)
+	}
 	if c.DrainTimeout < 0 {
 		bad("DrainTimeout", "is %v; want 0 or more", c.DrainTimeout)
 	}
@@ -168,9 +176,7 @@ func (c Config) Validate() error {
 	switch c.Mode {
 	case limiter.Fixed, limiter.Unbounded:
 	case limiter.Adaptive:
-		// The limiter has the mode; the controller that moves its limit
-		// is not wired yet.
-		bad("Mode", "is adaptive; want fixed or unbounded")
+		// Adaptive's queue is Fixed's, checked with it above.
 	default:
 		limiterProblems = c.Limiter().Validate()
 	}
@@ -330,7 +336,7 @@ func (b Size) String() string {
 func InactiveVariables(mode limiter.Mode) []string {
 	var names []string
 	for _, v := range Variables() {
-		if v.Mode != "" && v.Mode != mode.String() {
+		if !v.ActiveIn(mode) {
 			names = append(names, v.Name)
 		}
 	}

@@ -50,22 +50,16 @@ const reservedFiles = 64
 // connsBound is what LOOMGATE_MAX_CONNS=auto means under an open-file
 // limit of files: every descriptor that the upstream pool and the sidecar
 // itself do not need. A proxied request holds two descriptors, its
-// client's and an upstream connection; the pool has at most the admission
-// limit's connections when there is one, and without one each client may
-// need its own. Zero when files is 0 (no limit known). ok is false when
-// the limit leaves fewer client connections than the admission limit, so
-// that the limit could never be reached.
-func connsBound(files int, mode limiter.Mode, workers, bulkhead int) (bound int, ok bool) {
+// client's and an upstream connection; the pool has at most pool
+// connections, the admission limit, and without one (pool 0) each client
+// may need its own. Zero when files is 0 (no limit known). ok is false when
+// the limit leaves fewer client connections than the pool, so that the
+// admission limit could never be reached.
+func connsBound(files, pool int) (bound int, ok bool) {
 	if files <= 0 {
 		return 0, true
 	}
-	pool := 0
-	switch {
-	case mode == limiter.Fixed:
-		pool = workers
-	case bulkhead > 0:
-		pool = bulkhead
-	default:
+	if pool == 0 {
 		return max((files-reservedFiles)/2, 1), true
 	}
 	bound = files - reservedFiles - pool
@@ -75,4 +69,18 @@ func connsBound(files int, mode limiter.Mode, workers, bulkhead int) (bound int,
 		return max((files-reservedFiles)/2, 1), false
 	}
 	return bound, true
+}
+
+// upstreamPool is the most upstream connections cfg's admission can use
+// at once, 0 when unbounded.
+func upstreamPool(cfg Config) int {
+	switch cfg.Mode {
+	case limiter.Fixed:
+		return cfg.Workers
+	case limiter.Unbounded:
+		return cfg.Bulkhead
+	case limiter.Adaptive:
+		return cfg.AdaptiveMax
+	}
+	return 0
 }

@@ -139,7 +139,7 @@ func (s *Sidecar) LogConfig(log *slog.Logger) {
 	cfg := s.cfg
 	var active, inactive []any
 	for _, v := range Variables() {
-		if v.Mode != "" && v.Mode != cfg.Mode.String() {
+		if !v.ActiveIn(cfg.Mode) {
 			inactive = append(inactive, v.Name, cfg.Value(v))
 			continue
 		}

@@ -14,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/loomgate/loomgate/adaptive"
 	"github.com/loomgate/loomgate/advice"
 	"github.com/loomgate/loomgate/limiter"
 	"github.com/loomgate/loomgate/metrics"
@@ -55,6 +56,8 @@ type Sidecar struct {
 	registry *prometheus.Registry
 	metrics  *metrics.Metrics
 	advisor  *advice.Advisor
+	// adaptive moves the limit in adaptive mode; nil in the others.
+	adaptive *adaptive.Controller
 	admin    *http.Server
 	ready    atomic.Bool
 }
@@ -83,7 +86,7 @@ func New(cfg Config, opts Options) (*Sidecar, error) {
 	}
 	if cfg.MaxConns == CountAuto {
 		files := openFileLimit()
-		bound, ok := connsBound(files, cfg.Mode, cfg.Workers, cfg.Bulkhead)
+		bound, ok := connsBound(files, upstreamPool(cfg))
 		cfg.MaxConns = AutoCount(bound)
 		if !ok {
 			opts.Logger.Warn("the open-file limit leaves too few descriptors for the admission limit; raise the limit (ulimit -n) or lower the limit",
@@ -131,18 +134,18 @@ func New(cfg Config, opts Options) (*Sidecar, error) {
 		Registerer:       s.registry,
 		Outcomes:         outcomeNames(),
 		Mode:             cfg.Mode.String(),
-		Limit:            stats.Limit,
 		QueueLimit:       stats.QueueLimit,
 		MaxInFlightBytes: stats.MaxBytes,
 		Version:          s.version,
 		State: func() metrics.State {
 			st := lim.Stats()
-			return metrics.State{InFlight: st.InFlight, Queued: st.Queued, Bytes: st.Bytes}
+			return metrics.State{InFlight: st.InFlight, Queued: st.Queued, Bytes: st.Bytes, Limit: int64(st.Limit)}
 		},
-		TakePeaks:      lim.TakePeaks,
-		Advice:         s.gauges,
-		SampleInterval: opts.SampleInterval,
-		MaxClientConns: int(cfg.MaxConns),
+		TakePeaks:          lim.TakePeaks,
+		Advice:             s.gauges,
+		LimitChangeReasons: limitChangeReasons(),
+		SampleInterval:     opts.SampleInterval,
+		MaxClientConns:     int(cfg.MaxConns),
 		Connections: func() metrics.Connections {
 			// s.proxy is set below, before anything scrapes.
 			return metrics.Connections{Open: s.proxy.ClientConns(), AcceptErrors: s.proxy.AcceptErrors()}
@@ -151,7 +154,26 @@ func New(cfg Config, opts Options) (*Sidecar, error) {
 	if err != nil {
 		return nil, err
 	}
-	obs := &observer{metrics: s.metrics, advisor: s.advisor}
+	if cfg.Mode == limiter.Adaptive {
+		s.adaptive, err = adaptive.New(adaptive.Config{
+			SetLimit: lim.SetLimit,
+			State: func() adaptive.State {
+				st := lim.Stats()
+				return adaptive.State{InFlight: st.InFlight, Queued: st.Queued}
+			},
+			Estimate: func() adaptive.Estimate {
+				e := s.advisor.Snapshot().Figures.Estimate
+				return adaptive.Estimate{Saturated: e.Saturated, Capacity: e.Capacity, LowerBound: e.LowerBound}
+			},
+			Min: cfg.AdaptiveMin, Max: cfg.AdaptiveMax,
+			Logger:   s.log,
+			OnChange: func(ch adaptive.Change) { s.metrics.LimitChanged(string(ch.Reason)) },
+		})
+		if err != nil {
+			return nil, err
+		}
+	}
+	obs := &observer{metrics: s.metrics, advisor: s.advisor, adaptive: s.adaptive}
 	if cfg.AccessLog == "json" {
 		obs.access = slog.New(slog.NewJSONHandler(opts.AccessLog, nil))
 	}
@@ -207,6 +229,12 @@ func (s *Sidecar) Run(ctx context.Context, ln, adminLn net.Listener) error {
 		s.advisor.Run(runCtx)
 		return nil
 	})
+	if s.adaptive != nil {
+		g.Go(func() error {
+			s.adaptive.Run(runCtx)
+			return nil
+		})
+	}
 	g.Go(func() error {
 		if err := s.admin.Serve(adminLn); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			return fmt.Errorf("admin listener: %w", err)
@@ -270,9 +298,10 @@ func (s *Sidecar) Config() Config { return s.cfg }
 // observer turns proxy Outcomes into metrics, the advice's window and
 // access log lines.
 type observer struct {
-	metrics *metrics.Metrics
-	advisor *advice.Advisor
-	access  *slog.Logger // nil when the access log is off
+	metrics  *metrics.Metrics
+	advisor  *advice.Advisor
+	adaptive *adaptive.Controller // nil outside adaptive mode
+	access   *slog.Logger         // nil when the access log is off
 }
 
 func (o *observer) Observe(out *proxy.Outcome) {
@@ -285,12 +314,16 @@ func (o *observer) Observe(out *proxy.Outcome) {
 		Service:        out.Service,
 		Total:          out.Total,
 	})
+	answered := out.Kind == proxy.OK && out.UpstreamStatus > 0 && out.UpstreamStatus < 500
 	o.advisor.Record(&advice.Sample{
 		Method: out.Method, Target: out.Target,
 		Admission: out.Admission, Admitted: out.Admitted,
-		Answered: out.Kind == proxy.OK && out.UpstreamStatus > 0 && out.UpstreamStatus < 500,
+		Answered: answered,
 		Queue:    out.Queue, Service: out.Service,
 	})
+	if o.adaptive != nil && out.Admitted && answered {
+		o.adaptive.Record(out.Service)
+	}
 	if o.access != nil {
 		o.log(out)
 	}
@@ -321,6 +354,17 @@ func (o *observer) log(out *proxy.Outcome) {
 
 func millis(d time.Duration) float64 {
 	return float64(d.Microseconds()) / 1000
+}
+
+// limitChangeReasons are the label values of loomgate_limit_changes_total.
+// The counter exists in every mode, at 0 where the limit never moves, so
+// that a dashboard or alert reads the same whichever mode is in force.
+func limitChangeReasons() []string {
+	var names []string
+	for _, r := range adaptive.Reasons() {
+		names = append(names, string(r))
+	}
+	return names
 }
 
 // outcomeNames are the proxy's outcome kinds as label values.

@@ -3,6 +3,10 @@ package sidecar
 import (
 	"fmt"
 	"reflect"
+	"slices"
+	"strings"
+
+	"github.com/loomgate/loomgate/limiter"
 )
 
 // EnvPrefix is prepended to the env tag of each Config field to name its
@@ -17,8 +21,8 @@ type Variable struct {
 	Default string
 	Help    string
 	Accepts string
-	// Mode is the admission mode the variable belongs to, empty when it
-	// applies to both.
+	// Mode is the admission modes the variable belongs to, separated by
+	// commas (fixed,adaptive), empty when it applies to all.
 	Mode string
 	// Field is the Config field it fills.
 	Field string
@@ -51,4 +55,9 @@ func (c Config) Value(v Variable) string {
 		}
 	}
 	return fmt.Sprint(x)
+}
+
+// ActiveIn reports whether the variable is in force in mode.
+func (v Variable) ActiveIn(mode limiter.Mode) bool {
+	return v.Mode == "" || slices.Contains(strings.Split(v.Mode, ","), mode.String())
 }

@@ -331,7 +331,7 @@ func TestDeployKustomize(t *testing.T) {
 		t.Errorf("%s/kustomization.yaml resources = %q; want every manifest of the directory, %q", base, listed, present)
 	}
 
-	if got, want := kustomizeOverlays(t), []string{"fixed", "unbounded"}; !slices.Equal(got, want) {
+	if got, want := kustomizeOverlays(t), []string{"adaptive", "fixed", "unbounded"}; !slices.Equal(got, want) {
 		t.Errorf("overlays = %q; want %q", got, want)
 	}
 

@@ -1,0 +1,145 @@
+package sidecar
+
+import (
+	"encoding/json"
+	"io"
+	"net"
+	"net/http"
+	"sync"
+	"testing"
+	"time"
+)
+
+// hiddenPool is an upstream with a pool of size workers, each request
+// holding one for service: a servlet container's thread pool in small.
+func hiddenPool(t *testing.T, size int, service time.Duration) string {
+	t.Helper()
+	workers := make(chan struct{}, size)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		workers <- struct{}{}
+		time.Sleep(service)
+		<-workers
+		io.WriteString(w, "ok")
+	})}
+	go srv.Serve(ln)
+	t.Cleanup(func() { srv.Close() })
+	return "http://" + ln.Addr().String()
+}
+
+// closedLoop runs n clients against url, each sending its next request
+// when its answer arrives, until stop is closed.
+func closedLoop(url string, n int, stop <-chan struct{}, wg *sync.WaitGroup) {
+	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: n}, Timeout: 30 * time.Second}
+	for range n {
+		wg.Go(func() {
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				resp, err := client.Get(url)
+				if err != nil {
+					continue
+				}
+				io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+			}
+		})
+	}
+}
+
+// TestAdaptiveModeFindsAHiddenPool: behind MODE=adaptive, an upstream with
+// a pool of 20 at 50 ms. Light load leaves admission open; when load rises
+// to three times the pool, the sidecar caps admission near 20 and says why
+// in its metrics and /advice.
+func TestAdaptiveModeFindsAHiddenPool(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs load for about a minute")
+	}
+	up := hiddenPool(t, 20, 50*time.Millisecond)
+	s := start(t, testConfig(t, "LOOMGATE_UPSTREAM="+up, "LOOMGATE_MODE=adaptive", "LOOMGATE_QUEUE_TIMEOUT=30s"))
+	var wg sync.WaitGroup
+	light := make(chan struct{})
+	closedLoop(s.URL+"/r", 4, light, &wg)
+	time.Sleep(12 * time.Second)
+	if l := s.Stats().Limit; l != 0 {
+		t.Errorf("limit under light load = %d; want admission open", l)
+	}
+	close(light)
+	heavy := make(chan struct{})
+	defer func() { close(heavy); wg.Wait() }()
+	closedLoop(s.URL+"/r", 60, heavy, &wg)
+	deadline := time.Now().Add(60 * time.Second)
+	for s.Stats().Limit == 0 {
+		if time.Now().After(deadline) {
+			resp, err := http.Get(s.AdminURL + "/advice?format=text")
+			if err == nil {
+				b, _ := io.ReadAll(resp.Body)
+				resp.Body.Close()
+				t.Logf("advice:\n%s", b)
+			}
+			t.Fatal("no limit 60s into three times the pool's load")
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+	// Let the trials run a little, then judge where the limit stands.
+	time.Sleep(10 * time.Second)
+	resp, err := http.Get(s.AdminURL + "/advice")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var doc AdviceDoc
+	err = json.NewDecoder(resp.Body).Decode(&doc)
+	resp.Body.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l := s.Stats().Limit; l < 14 || l > 30 {
+		t.Errorf("adaptive limit = %d; want near the pool of 20 (14 to 30)", l)
+		for _, ch := range doc.Adaptive.Changes {
+			t.Logf("%s %d → %d %s: %s", ch.Time.Format(time.TimeOnly), ch.From, ch.To, ch.Reason, ch.Detail)
+		}
+	}
+	if doc.Adaptive == nil || len(doc.Adaptive.Changes) == 0 || doc.Adaptive.Changes[0].Reason != "capacity_found" {
+		t.Errorf("/advice adaptive = %+v; want its changes, the first capacity_found", doc.Adaptive)
+	}
+	if n := gathered(t, s.Sidecar, "loomgate_limit_changes_total", "capacity_found"); n < 1 {
+		t.Errorf("loomgate_limit_changes_total{reason=capacity_found} = %v; want at least 1", n)
+	}
+	if got := gathered(t, s.Sidecar, "loomgate_limit", ""); got != float64(s.Stats().Limit) {
+		t.Errorf("loomgate_limit = %v; want the limit in force, %d", got, s.Stats().Limit)
+	}
+}
+
+// gathered is the value of the sample of name whose one label (if any)
+// has value label, from the sidecar's registry.
+func gathered(t *testing.T, s *Sidecar, name, label string) float64 {
+	t.Helper()
+	mfs, err := s.Gatherer().Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			if label != "" && (len(m.GetLabel()) != 1 || m.GetLabel()[0].GetValue() != label) {
+				continue
+			}
+			switch {
+			case m.GetCounter() != nil:
+				return m.GetCounter().GetValue()
+			case m.GetGauge() != nil:
+				return m.GetGauge().GetValue()
+			}
+		}
+	}
+	t.Fatalf("no sample of %s{%s}", name, label)
+	return 0
+}
