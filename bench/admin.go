@@ -322,3 +322,12 @@ func sleepUntil(ctx context.Context, t time.Time) bool {
 		return true
 	}
 }
+
+// PeakRSS reads a process's resident memory when [start, end) opens, every
+// 250 ms during it and when it closes, at the cadence of every reading the
+// rig takes over a window, and returns the highest reading; the error is
+// the last failed reading's when none succeeded, or ctx's.
+func PeakRSS(ctx context.Context, start, end time.Time, rss func() (int64, error)) (int64, error) {
+	r := peakRSS(ctx, window{start: start, end: end}, rss)
+	return r.peak, r.err
+}

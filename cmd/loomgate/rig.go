@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/loomgate/loomgate/bench"
+	"github.com/loomgate/loomgate/bench/overhead"
 	"github.com/loomgate/loomgate/stub"
 )
 
@@ -596,7 +597,7 @@ func runOverhead(ctx context.Context, window time.Duration, out string, stdout, 
 		fmt.Fprintf(stderr, "loomgate bench: cannot find this executable to run the stub and the sidecar: %v\n", err)
 		return 1
 	}
-	res, err := bench.RunOverhead(ctx, bench.OverheadConfig{Binary: exe, Duration: window, Progress: stderr})
+	res, err := overhead.Run(ctx, overhead.Config{Binary: exe, Duration: window, Progress: stderr})
 	if err != nil {
 		fmt.Fprintf(stderr, "loomgate bench: %v\n", err)
 		if len(res.Rows) == 0 {
@@ -604,7 +605,7 @@ func runOverhead(ctx context.Context, window time.Duration, out string, stdout, 
 		}
 	}
 	var md strings.Builder
-	if werr := bench.WriteOverheadMarkdown(&md, res); werr != nil {
+	if werr := overhead.WriteMarkdown(&md, res); werr != nil {
 		fmt.Fprintf(stderr, "loomgate bench: %v\n", werr)
 		return 1
 	}
@@ -622,7 +623,7 @@ func runOverhead(ctx context.Context, window time.Duration, out string, stdout, 
 	return 0
 }
 
-func writeOverhead(dir, md string, res bench.OverheadResult) error {
+func writeOverhead(dir, md string, res overhead.Result) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
