@@ -164,12 +164,12 @@ func RunOpen(ctx context.Context, cfg OpenConfig) (OpenResult, error) {
 		conn.Close()
 	}
 	var sc *scraper
-	var baseline openSample
+	var baseline sample
 	if cfg.AdminURL != "" {
 		if sc, err = newScraper(cfg.AdminURL); err != nil {
 			return OpenResult{}, err
 		}
-		if baseline, err = sc.scrapeOpen(); err != nil {
+		if baseline, err = sc.scrape(); err != nil {
 			return OpenResult{}, fmt.Errorf("%w: %s: %v", ErrAdmin, sc.url, err)
 		}
 	}
@@ -195,7 +195,7 @@ func RunOpen(ctx context.Context, cfg OpenConfig) (OpenResult, error) {
 	var sidecar chan openSidecarResult
 	if sc != nil {
 		sidecar = make(chan openSidecarResult, 1)
-		go func() { sidecar <- sc.watchOpen(runCtx, begin, r.win, baseline) }()
+		go func() { sidecar <- sc.watchRun(runCtx, begin, r.win, baseline) }()
 	}
 	progressDone := make(chan struct{})
 	if cfg.Progress != nil {

@@ -210,12 +210,12 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	var sidecar chan sidecarResult
 	if sc != nil {
 		sidecar = make(chan sidecarResult, 1)
-		go func() { sidecar <- sc.watch(runCtx, win) }()
+		go func() { sidecar <- sc.watchWindow(runCtx, begin, win) }()
 	}
 	var upstream chan rssResult
 	if cfg.UpstreamRSS != nil {
 		upstream = make(chan rssResult, 1)
-		go func() { upstream <- peakRSS(runCtx, win, cfg.UpstreamRSS) }()
+		go func() { upstream <- peakRSS(runCtx, begin, win, cfg.UpstreamRSS) }()
 	}
 	progressDone := make(chan struct{})
 	if cfg.Progress != nil {
