@@ -227,12 +227,6 @@ func RunAdviceCases(ctx context.Context, cases []AdviceCase, l Launcher, opts Ad
 	return results, nil
 }
 
-func say(w io.Writer, format string, args ...any) {
-	if w != nil {
-		fmt.Fprintf(w, format+"\n", args...)
-	}
-}
-
 // adviceDoc is the part of GET /advice the matrix reads.
 type adviceDoc struct {
 	Settings struct {

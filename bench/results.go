@@ -1,19 +1,88 @@
 package bench
 
 import (
-	"errors"
 	"fmt"
-	"maps"
 	"math"
-	"runtime"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
-
-	hdrhistogram "github.com/HdrHistogram/hdrhistogram-go"
-	"github.com/valyala/fasthttp"
 )
+
+// The results of the two pacings: a closed loop's Result, an open loop's
+// OpenResult. Both are made from the same recording (record.go); they
+// differ in what a row of each kind reports.
+
+// Result is one level of one arm: what was measured in the window.
+//
+// Latencies are whole microseconds, the histograms' resolution.
+type Result struct {
+	// Scenario and Arm name the experiment; for a plain Run, Scenario is
+	// empty and Arm is the target's host and path.
+	Scenario string
+	Arm      string
+	URL      string
+
+	Concurrency int
+	Window      time.Duration
+
+	// Requests is the number of successes (2xx) completed in the window,
+	// and RPS that number per second of window.
+	Requests int64
+	RPS      float64
+
+	// Latency of the successes, from the request being sent to the
+	// response being read.
+	Mean, P50, P95, P99, Max time.Duration
+
+	Errors Errors
+
+	// Sidecar is what the sidecar's /metrics said over the window, nil when
+	// Config.AdminURL was empty or could not be read.
+	Sidecar *SidecarStats
+
+	// UpstreamMemoryBytes is the highest resident memory of the upstream's
+	// process during the window, 0 when unknown (Config.UpstreamRSS was
+	// nil, or could not be read).
+	UpstreamMemoryBytes int64
+
+	Physics Verdict
+}
+
+// Errors counts failed requests completed in the window, by kind.
+type Errors struct {
+	Status  int64 // a response other than 2xx, e.g. a sidecar's 503
+	Timeout int64 // no response within Config.Timeout
+	Connect int64 // the connection could not be opened, or broke
+}
+
+// Total is the number of errors of all kinds.
+func (e Errors) Total() int64 { return e.Status + e.Timeout + e.Connect }
+
+// SidecarStats is a loomgate sidecar's own account of the window, read from
+// its /metrics.
+type SidecarStats struct {
+	// Loomgate reports whether the endpoint exposed loomgate's series. When
+	// false, it was some other exporter (a stub's, a service's) and only
+	// MemoryBytes is known.
+	Loomgate bool
+
+	// QueueWait and Service are the mean queue wait and service time of the
+	// requests the sidecar finished in the window.
+	QueueWait time.Duration
+	Service   time.Duration
+
+	// PeakInFlight and PeakQueued are the highest admitted and waiting
+	// counts the sidecar saw during the window.
+	PeakInFlight int
+	PeakQueued   int
+
+	// Limit is the sidecar's enforced concurrency limit, 0 when none.
+	Limit int
+
+	// MemoryBytes is the highest resident memory of the sidecar's process
+	// during the window, 0 if it was not exposed.
+	MemoryBytes int64
+}
 
 // OpenResult is one level of open-loop load: what became of the requests
 // due in the window.
@@ -101,203 +170,33 @@ func (ra RetryAfter) String() string {
 	return fmt.Sprintf("%d/%d/%d s", ra.Min, ra.Median, ra.Max)
 }
 
-// openRecorder is one worker's account; only its worker writes it.
-type openRecorder struct {
-	win          window
-	latency, lag *shard
-
-	latBatch, lagBatch [openBatch]int64
-	nLat, nLag         int
-
-	counts        OpenCounts
-	sent, sentWin int64
-	okWin         int64 // 2xx answered in the window, due whenever
-	late          int64
-	maxLatUS      int64
-	maxLagUS      int64
-	retryFor      map[int64]int64 // Retry-After seconds → count
+// summary is the one-line account of a level for the progress stream.
+func (r Result) summary() string {
+	s := fmt.Sprintf("%.0f rps, mean %s, p50 %s, p99 %s, %d errors", r.RPS, fmtDur(r.Mean), fmtDur(r.P50), fmtDur(r.P99), r.Errors.Total())
+	if sc := r.Sidecar; sc != nil && sc.Loomgate {
+		s += fmt.Sprintf("; sidecar queue %s, service %s, peak in flight %d", fmtDur(sc.QueueWait), fmtDur(sc.Service), sc.PeakInFlight)
+	}
+	if r.Physics.Flagged {
+		s += "; physics: " + r.Physics.Reason
+	}
+	return s
 }
 
-// openBatch is how many values a worker keeps before taking a shard's
-// lock. Smaller than the closed loop's: an open loop may have thousands of
-// workers, and each holds two batches.
-const openBatch = 64
-
-// record accounts for one request due at due, sent at sent, answered (or
-// given up) at done.
-func (rec *openRecorder) record(due, sent, done time.Time, a answer) {
-	if errors.Is(a.err, fasthttp.ErrNoFreeConns) {
-		if rec.win.contains(due) {
-			rec.counts.NotSent++
-		}
-		return
+// fmtDur writes a latency the way people read them: 0.42 ms, 4.51 ms,
+// 203 ms, 2.03 s.
+func fmtDur(d time.Duration) string {
+	ms := float64(d) / float64(time.Millisecond)
+	switch {
+	case ms < 0.005: // would print as 0.00
+		return "0 ms"
+	case ms < 10:
+		return fmt.Sprintf("%.2f ms", ms)
+	case ms < 1000:
+		return fmt.Sprintf("%.0f ms", ms)
+	case ms < 10000:
+		return fmt.Sprintf("%.2f s", ms/1000)
 	}
-	if rec.win.contains(sent) {
-		rec.sentWin++
-	}
-	if a.err == nil && a.status >= 200 && a.status < 300 && rec.win.contains(done) {
-		rec.okWin++
-	}
-	if !rec.win.contains(due) {
-		return
-	}
-	rec.sent++
-	lag := max(sent.Sub(due), 0)
-	if lag > LateAfter {
-		rec.late++
-	}
-	lagUS := min(lag.Microseconds(), histMax)
-	rec.maxLagUS = max(rec.maxLagUS, lagUS)
-	rec.lagBatch[rec.nLag] = lagUS
-	rec.nLag++
-	if rec.nLag == len(rec.lagBatch) {
-		rec.flushLag()
-	}
-
-	switch classify(a.err, a.status) {
-	case kindOK:
-		rec.counts.OK++
-		us := min(max(done.Sub(due).Microseconds(), histMin), histMax)
-		rec.maxLatUS = max(rec.maxLatUS, us)
-		rec.latBatch[rec.nLat] = us
-		rec.nLat++
-		if rec.nLat == len(rec.latBatch) {
-			rec.flushLat()
-		}
-	case kindStatus:
-		switch a.status {
-		case fasthttp.StatusServiceUnavailable:
-			rec.counts.Unavailable++
-			if a.retryAfter >= 0 {
-				rec.retryFor[a.retryAfter]++
-			}
-		case fasthttp.StatusGatewayTimeout:
-			rec.counts.GatewayTime++
-		default:
-			rec.counts.OtherStatus++
-		}
-	case kindTimeout:
-		rec.counts.Timeouts++
-	default:
-		rec.counts.Errors++
-	}
-}
-
-func (rec *openRecorder) flushLat() {
-	flushInto(rec.latency, rec.latBatch[:rec.nLat])
-	rec.nLat = 0
-}
-
-func (rec *openRecorder) flushLag() {
-	flushInto(rec.lag, rec.lagBatch[:rec.nLag])
-	rec.nLag = 0
-}
-
-func (rec *openRecorder) flush() {
-	rec.flushLat()
-	rec.flushLag()
-}
-
-func flushInto(s *shard, values []int64) {
-	if len(values) == 0 {
-		return
-	}
-	s.mu.Lock()
-	for _, v := range values {
-		// Clamped to the histogram's range by record: cannot fail.
-		_ = s.h.RecordValue(v)
-	}
-	s.mu.Unlock()
-}
-
-func runtimeProcs() int { return runtime.GOMAXPROCS(0) }
-
-// result merges the workers' accounts. Call it once they have stopped.
-func (r *openRun) result() OpenResult {
-	res := OpenResult{
-		URL:          r.cfg.URL,
-		Arm:          r.tgt.label,
-		Rate:         r.cfg.Rate,
-		Window:       r.win.end.Sub(r.win.start),
-		MaxInFlight:  r.cfg.MaxInFlight,
-		Due:          r.dueWin,
-		PeakInFlight: int(r.peakInFlight.Load()),
-	}
-	res.Counts.NotSent = r.notSentW
-	lat, lag := newHistogram(), newHistogram()
-	var maxLat, maxLag, sentWin, okWin int64
-	retry := map[int64]int64{}
-	for _, rec := range r.recs {
-		rec.flush()
-		c := rec.counts
-		res.Counts.OK += c.OK
-		res.Counts.Unavailable += c.Unavailable
-		res.Counts.GatewayTime += c.GatewayTime
-		res.Counts.OtherStatus += c.OtherStatus
-		res.Counts.Errors += c.Errors
-		res.Counts.Timeouts += c.Timeouts
-		res.Counts.NotSent += c.NotSent
-		res.Sent += rec.sent
-		res.Late += rec.late
-		sentWin += rec.sentWin
-		okWin += rec.okWin
-		maxLat = max(maxLat, rec.maxLatUS)
-		maxLag = max(maxLag, rec.maxLagUS)
-		for s, n := range rec.retryFor {
-			retry[s] += n
-		}
-	}
-	half := len(r.shards) / 2
-	for _, s := range r.shards[:half] {
-		lat.Merge(s.h)
-	}
-	for _, s := range r.shards[half:] {
-		lag.Merge(s.h)
-	}
-	secs := res.Window.Seconds()
-	if secs > 0 {
-		res.SendRate = float64(sentWin) / secs
-		res.Throughput = float64(okWin) / secs
-	}
-	res.Max = time.Duration(maxLat) * time.Microsecond
-	res.P50 = pctOf(lat, 50, res.Max)
-	res.P90 = pctOf(lat, 90, res.Max)
-	res.P99 = pctOf(lat, 99, res.Max)
-	res.SendLagMax = time.Duration(maxLag) * time.Microsecond
-	res.SendLagP99 = pctOf(lag, 99, res.SendLagMax)
-	res.RetryAfter = retryAfterOf(retry)
-	return res
-}
-
-// pctOf is the p-th percentile of h, never above the exact maximum (the
-// histogram answers with the top of a bucket).
-func pctOf(h *hdrhistogram.Histogram, p float64, top time.Duration) time.Duration {
-	if h.TotalCount() == 0 {
-		return 0
-	}
-	return min(time.Duration(h.ValueAtPercentile(p))*time.Microsecond, top)
-}
-
-// retryAfterOf summarises counts of Retry-After values; the median is the
-// lower middle value of an even count.
-func retryAfterOf(counts map[int64]int64) RetryAfter {
-	var ra RetryAfter
-	keys := slices.Sorted(maps.Keys(counts))
-	for _, k := range keys {
-		ra.N += counts[k]
-	}
-	if ra.N == 0 {
-		return ra
-	}
-	ra.Min, ra.Max = keys[0], keys[len(keys)-1]
-	mid, seen := (ra.N+1)/2, int64(0)
-	for _, k := range keys {
-		if seen += counts[k]; seen >= mid {
-			ra.Median = k
-			break
-		}
-	}
-	return ra
+	return fmt.Sprintf("%.1f s", ms/1000)
 }
 
 // RigNotes says where the rig itself fell short of the schedule: sends
