@@ -284,17 +284,18 @@ Flags:
 		return runOverhead(ctx, *window, *out, stdout, stderr)
 	}
 
-	openSc, isOpen := bench.LookupOpenScenario(*scenarioName)
-	_, isClosed := bench.LookupScenario(*scenarioName)
+	openSc, found := bench.LookupScenario(*scenarioName)
+	isOpen, isClosed := found && openSc.Open(), found && !openSc.Open()
 	switch {
 	case *scenarioName == "list":
 		for _, sc := range bench.Scenarios() {
+			if sc.Open() {
+				fmt.Fprintf(stdout, "%-10s open loop: %s\n           path %s, rates %s rps, arms: %s\n",
+					sc.Name, sc.Description, sc.Path, joinRates(sc.Rates), armLabels(sc.Arms))
+				continue
+			}
 			fmt.Fprintf(stdout, "%-10s %s\n           path %s, levels %s, arms: %s\n",
 				sc.Name, sc.Description, sc.Path, joinInts(sc.Levels), armLabels(sc.Arms))
-		}
-		for _, sc := range bench.OpenScenarios() {
-			fmt.Fprintf(stdout, "%-10s open loop: %s\n           path %s, rates %s rps, arms: %s\n",
-				sc.Name, sc.Description, sc.Path, joinRates(sc.Rates), armLabels(sc.Arms))
 		}
 		fmt.Fprintf(stdout, "%-10s the advice matrix: cases with known truth, each judged and its recommendation measured; --cases picks some\n", adviceScenario)
 		for _, c := range bench.AdviceCases() {
@@ -303,7 +304,7 @@ Flags:
 		fmt.Fprintf(stdout, "%-10s %s\n", overheadScenario, overheadDescription)
 		return 0
 	case *maxInFlight != 0 && !open && !isOpen:
-		return fail("--max-in-flight goes with --rate or an open-loop scenario (%s)", strings.Join(bench.OpenScenarioNames(), ", "))
+		return fail("--max-in-flight goes with --rate or an open-loop scenario (%s)", strings.Join(openScenarioNames(), ", "))
 	case isOpen && *target != "":
 		return fail("--url and --scenario are exclusive: a scenario starts its own stub and sidecar")
 	case isOpen && *admin != "":
@@ -315,13 +316,13 @@ Flags:
 			fmt.Fprintf(stderr, "loomgate bench: --scenario %s needs the in-process launcher (stub and sidecar in this process), which this build lacks; run loomgate stub and loomgate proxy yourself and use --url, --admin and --rate\n", openSc.Name)
 			return 1
 		}
-		results, err := bench.RunOpenScenario(ctx, openSc, launcher, bench.OpenScenarioOptions{
+		results, err := bench.RunOpenScenario(ctx, openSc, launcher, bench.ScenarioOptions{
 			Rates: rates, Warmup: *warmup, Window: *window, Timeout: *timeout, MaxInFlight: *maxInFlight, Progress: stderr,
 		})
 		rep := bench.OpenReport{Title: "loomgate bench: " + openSc.Name, Description: openSc.Description, Generated: time.Now(), Results: results}
 		return finishOpen(rep, err, *out, stdout, stderr)
 	case isClosed && open:
-		return fail("--scenario %s is closed-loop; --rate goes with --url or an open-loop scenario (%s)", *scenarioName, strings.Join(bench.OpenScenarioNames(), ", "))
+		return fail("--scenario %s is closed-loop; --rate goes with --url or an open-loop scenario (%s)", *scenarioName, strings.Join(openScenarioNames(), ", "))
 	case *scenarioName != "" && *target != "":
 		return fail("--url and --scenario are exclusive: a scenario starts its own stub and sidecar")
 	case *scenarioName != "" && *admin != "":
@@ -534,7 +535,18 @@ func joinRates(v []float64) string {
 // allScenarioNames lists the closed-loop scenarios, then the open-loop
 // ones, then the advice matrix and overhead.
 func allScenarioNames() []string {
-	return append(append(bench.ScenarioNames(), bench.OpenScenarioNames()...), adviceScenario, overheadScenario)
+	return append(bench.ScenarioNames(), adviceScenario, overheadScenario)
+}
+
+// openScenarioNames lists the open-loop scenarios.
+func openScenarioNames() []string {
+	var names []string
+	for _, sc := range bench.Scenarios() {
+		if sc.Open() {
+			names = append(names, sc.Name)
+		}
+	}
+	return names
 }
 
 // adviceScenario is the advice matrix's name for --scenario.
@@ -638,6 +650,6 @@ func writeOverhead(dir, md string, res overhead.Result) error {
 }
 
 func isOpenScenario(name string) bool {
-	_, ok := bench.LookupOpenScenario(name)
-	return ok
+	sc, ok := bench.LookupScenario(name)
+	return ok && sc.Open()
 }

@@ -274,7 +274,7 @@ func TestBenchCommandOpenScenario(t *testing.T) {
 // grows, its wait passes the alert's 250 ms and then its 300 ms timeout;
 // unbounded admission serves the rate with about 40 in flight.
 func TestOpenScenarioPhysicsThroughTheSidecar(t *testing.T) {
-	sc := bench.OpenScenario{
+	sc := bench.Scenario{
 		Name: "small", Path: "/wait?ms=100", Rates: []float64{100, 400},
 		Arms: []bench.Arm{
 			{Label: "fixed 20", Sidecar: bench.Sidecar{Mode: "fixed", Workers: 20, QueueSize: 1000, QueueTimeout: 300 * time.Millisecond}},
@@ -282,7 +282,7 @@ func TestOpenScenarioPhysicsThroughTheSidecar(t *testing.T) {
 		},
 		Warmup: 500 * time.Millisecond, Window: 1500 * time.Millisecond,
 	}
-	results, err := bench.RunOpenScenario(context.Background(), sc, inProcess{}, bench.OpenScenarioOptions{})
+	results, err := bench.RunOpenScenario(context.Background(), sc, inProcess{}, bench.ScenarioOptions{})
 	if err != nil {
 		t.Fatalf("RunOpenScenario = %v", err)
 	}
