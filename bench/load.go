@@ -581,7 +581,7 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	if err != nil {
 		return res, err
 	}
-	res.Physics = res.physics(cfg.Capacity).Check()
+	res.Physics = res.PhysicsFor(cfg.Capacity).Check()
 	say(cfg.Progress, "%s: %s", cfg.Label, res.summary())
 	return res, nil
 }

@@ -3,9 +3,10 @@ package bench
 import (
 	"fmt"
 	"math"
-	"strconv"
 	"strings"
 	"time"
+
+	"github.com/loomgate/loomgate/bench/internal/format"
 )
 
 // The results of the two pacings: a closed loop's Result, an open loop's
@@ -182,23 +183,6 @@ func (r Result) summary() string {
 	return s
 }
 
-// fmtDur writes a latency the way people read them: 0.42 ms, 4.51 ms,
-// 203 ms, 2.03 s.
-func fmtDur(d time.Duration) string {
-	ms := float64(d) / float64(time.Millisecond)
-	switch {
-	case ms < 0.005: // would print as 0.00
-		return "0 ms"
-	case ms < 10:
-		return fmt.Sprintf("%.2f ms", ms)
-	case ms < 1000:
-		return fmt.Sprintf("%.0f ms", ms)
-	case ms < 10000:
-		return fmt.Sprintf("%.2f s", ms/1000)
-	}
-	return fmt.Sprintf("%.1f s", ms/1000)
-}
-
 // RigNotes says where the rig itself fell short of the schedule: sends
 // off the intended rate by more than 1%, late sends, requests not sent
 // for want of room under the cap. Empty when it kept to the schedule.
@@ -222,7 +206,7 @@ func (r OpenResult) RigNotes() []string {
 // summary is the one-line account of a level for the progress stream.
 func (r OpenResult) summary() string {
 	s := fmt.Sprintf("sent %.0f/s of %s, 2xx %.0f/s, p50 %s, p99 %s, max %s; %s",
-		r.SendRate, fmtRate(r.Rate), r.Throughput, fmtDur(r.P50), fmtDur(r.P99), fmtDur(r.Max), r.Counts.brief())
+		r.SendRate, fmtRate(r.Rate), r.Throughput, fmtDur(r.P50), fmtDur(r.P99), fmtDur(r.Max), r.Counts.Brief())
 	if sc := r.Sidecar; sc != nil && sc.Loomgate {
 		s += fmt.Sprintf("; sidecar queued %d→%d (max %d)", sc.QueuedStart, sc.QueuedEnd, sc.PeakQueued)
 		if sc.Alerted {
@@ -235,8 +219,8 @@ func (r OpenResult) summary() string {
 	return s
 }
 
-// brief lists the counts that are not zero, e.g. "1000 2xx, 12 503".
-func (c OpenCounts) brief() string {
+// Brief lists the counts that are not zero, e.g. "1000 2xx, 12 503".
+func (c OpenCounts) Brief() string {
 	var parts []string
 	for _, p := range []struct {
 		n    int64
@@ -253,7 +237,9 @@ func (c OpenCounts) brief() string {
 	return strings.Join(parts, ", ")
 }
 
-// fmtRate writes a rate without a fraction when it has none: 1200, 0.5.
-func fmtRate(r float64) string {
-	return strconv.FormatFloat(r, 'f', -1, 64)
-}
+// Formatting shared with the report writers.
+var (
+	fmtDur  = format.Dur
+	fmtRate = format.Rate
+	pct     = format.Pct
+)

@@ -19,6 +19,7 @@ import (
 
 	"github.com/loomgate/loomgate/bench"
 	"github.com/loomgate/loomgate/bench/overhead"
+	"github.com/loomgate/loomgate/bench/report"
 	"github.com/loomgate/loomgate/stub"
 )
 
@@ -319,8 +320,8 @@ Flags:
 		results, err := bench.RunOpenScenario(ctx, openSc, launcher, bench.ScenarioOptions{
 			Rates: rates, Warmup: *warmup, Window: *window, Timeout: *timeout, MaxInFlight: *maxInFlight, Progress: stderr,
 		})
-		rep := bench.OpenReport{Title: "loomgate bench: " + openSc.Name, Description: openSc.Description, Generated: time.Now(), Results: results}
-		return finishOpen(rep, err, *out, stdout, stderr)
+		rep := report.Report[bench.OpenResult]{Title: "loomgate bench: " + openSc.Name, Description: openSc.Description, Generated: time.Now(), Results: results}
+		return finish(rep, err, *out, stdout, stderr)
 	case isClosed && open:
 		return fail("--scenario %s is closed-loop; --rate goes with --url or an open-loop scenario (%s)", *scenarioName, strings.Join(openScenarioNames(), ", "))
 	case *scenarioName != "" && *target != "":
@@ -339,7 +340,7 @@ Flags:
 		results, err := bench.RunScenario(ctx, sc, launcher, bench.ScenarioOptions{
 			Levels: levels, Warmup: *warmup, Window: *window, Timeout: *timeout, Progress: stderr,
 		})
-		rep := bench.Report{Title: "loomgate bench: " + sc.Name, Description: sc.Description, Generated: time.Now(), Results: results}
+		rep := report.Report[bench.Result]{Title: "loomgate bench: " + sc.Name, Description: sc.Description, Generated: time.Now(), Results: results}
 		return finish(rep, err, *out, stdout, stderr)
 	case *target == "":
 		return fail("give --url URL (your service, or its sidecar) or --scenario NAME (%s)", strings.Join(allScenarioNames(), ", "))
@@ -382,42 +383,13 @@ Flags:
 	if errors.Is(err, bench.ErrConfig) {
 		return fail("%v", err)
 	}
-	rep := bench.Report{Title: "loomgate bench: " + *target, Generated: time.Now(), Results: results}
+	rep := report.Report[bench.Result]{Title: "loomgate bench: " + *target, Generated: time.Now(), Results: results}
 	return finish(rep, err, *out, stdout, stderr)
 }
 
 // finish prints what was measured, even when a run failed or was
 // interrupted part way, writes the files, and returns the exit status.
-func finish(rep bench.Report, runErr error, out string, stdout, stderr io.Writer) int {
-	return finishReport(closedReport{rep}, runErr, out, stdout, stderr)
-}
-
-// finishOpen is finish for open-loop results.
-func finishOpen(rep bench.OpenReport, runErr error, out string, stdout, stderr io.Writer) int {
-	return finishReport(openReport{rep}, runErr, out, stdout, stderr)
-}
-
-// report is what finishReport needs of a closed- or open-loop report.
-type report interface {
-	results() int
-	markdown(io.Writer) error
-	summary() []string
-	WriteDir(dir string) error
-}
-
-type closedReport struct{ bench.Report }
-
-func (r closedReport) results() int               { return len(r.Results) }
-func (r closedReport) markdown(w io.Writer) error { return bench.WriteMarkdown(w, r.Results) }
-func (r closedReport) summary() []string          { return bench.Narrative(r.Results) }
-
-type openReport struct{ bench.OpenReport }
-
-func (r openReport) results() int               { return len(r.Results) }
-func (r openReport) markdown(w io.Writer) error { return bench.WriteOpenMarkdown(w, r.Results) }
-func (r openReport) summary() []string          { return bench.OpenSummary(r.Results) }
-
-func finishReport(rep report, runErr error, out string, stdout, stderr io.Writer) int {
+func finish[R report.Row](rep report.Report[R], runErr error, out string, stdout, stderr io.Writer) int {
 	code := 0
 	if runErr != nil {
 		code = 1
@@ -427,15 +399,15 @@ func finishReport(rep report, runErr error, out string, stdout, stderr io.Writer
 			fmt.Fprintf(stderr, "loomgate bench: %v\n", runErr)
 		}
 	}
-	if rep.results() == 0 {
+	if len(rep.Results) == 0 {
 		return max(code, 1)
 	}
-	if err := rep.markdown(stdout); err != nil {
+	if err := report.WriteMarkdown(stdout, rep.Results); err != nil {
 		fmt.Fprintf(stderr, "loomgate bench: %v\n", err)
 		return 1
 	}
 	fmt.Fprintln(stdout)
-	for _, s := range rep.summary() {
+	for _, s := range report.Summary(rep.Results) {
 		fmt.Fprintf(stdout, "- %s\n", s)
 	}
 	if out != "" {
@@ -444,7 +416,7 @@ func finishReport(rep report, runErr error, out string, stdout, stderr io.Writer
 			return 1
 		}
 		fmt.Fprintf(stderr, "loomgate bench: wrote %s, %s and %s\n",
-			filepath.Join(out, bench.FileCSV), filepath.Join(out, bench.FileJSON), filepath.Join(out, bench.FileHTML))
+			filepath.Join(out, report.FileCSV), filepath.Join(out, report.FileJSON), filepath.Join(out, report.FileHTML))
 	}
 	return code
 }
@@ -507,8 +479,8 @@ func benchOpen(ctx context.Context, target, admin string, rates []float64, warmu
 		fmt.Fprintf(stderr, "loomgate bench: %v\n", err)
 		return 2
 	}
-	rep := bench.OpenReport{Title: "loomgate bench: " + target, Generated: time.Now(), Results: results}
-	return finishOpen(rep, err, out, stdout, stderr)
+	rep := report.Report[bench.OpenResult]{Title: "loomgate bench: " + target, Generated: time.Now(), Results: results}
+	return finish(rep, err, out, stdout, stderr)
 }
 
 // parseRates reads "800,1200,3000": requests per second, fractions allowed.
