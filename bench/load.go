@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/url"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -95,6 +96,24 @@ type Config struct {
 	// Label starts each progress line, e.g. "[3/12] fixed 200 c500".
 	// If empty, "c" and the concurrency.
 	Label string
+
+	// Flows, if set, spreads the virtual users over paths of URL's host,
+	// Flows[i].Clients of them on Flows[i].Path, in place of Concurrency
+	// users on URL; Result.Concurrency is their sum.
+	Flows []Flow
+
+	// ErrorPause is how long a virtual user waits, after an answer that is
+	// not 2xx or a request that failed, before it sends again. If zero,
+	// only a failed connection makes it wait (10 ms): any answer, even a
+	// 503, is followed by the next request at once.
+	ErrorPause time.Duration
+}
+
+// Flow is closed-loop clients on one path.
+type Flow struct {
+	// Path is requested on the target's host, e.g. "/wait?ms=100".
+	Path    string
+	Clients int
 }
 
 // OpenConfig describes one level of open-loop load: requests sent at a
@@ -438,14 +457,14 @@ func (e *engine) newClient(conns int) *fasthttp.HostClient {
 	return hc
 }
 
-// sender returns a client's own request on hc, or the test's: its request
-// and response objects are reused for every request it sends.
-func (e *engine) sender(hc *fasthttp.HostClient) func(time.Time) answer {
+// sender returns a client's own request for uri on hc, or the test's: its
+// request and response objects are reused for every request it sends.
+func (e *engine) sender(hc *fasthttp.HostClient, uri string) func(time.Time) answer {
 	if e.lv.send != nil {
 		return e.lv.send
 	}
 	req, resp := new(fasthttp.Request), new(fasthttp.Response)
-	req.SetRequestURI(e.tgt.raw)
+	req.SetRequestURI(uri)
 	req.Header.SetMethod(fasthttp.MethodGet)
 	return func(deadline time.Time) answer {
 		a := answer{retryAfter: -1}
@@ -550,15 +569,18 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	if _, err := parseTarget(cfg.URL); err != nil {
 		errs = append(errs, err)
 	}
-	if cfg.Concurrency < 1 {
-		errs = append(errs, fmt.Errorf("%w: Concurrency %d: want at least 1 virtual user", ErrConfig, cfg.Concurrency))
+	uris, err := clientURIs(cfg)
+	if err != nil {
+		errs = append(errs, err)
 	}
-	if cfg.Warmup < 0 || cfg.Window < 0 || cfg.Timeout < 0 {
-		errs = append(errs, fmt.Errorf("%w: Warmup %v, Window %v, Timeout %v: none may be negative", ErrConfig, cfg.Warmup, cfg.Window, cfg.Timeout))
+	if cfg.Warmup < 0 || cfg.Window < 0 || cfg.Timeout < 0 || cfg.ErrorPause < 0 {
+		errs = append(errs, fmt.Errorf("%w: Warmup %v, Window %v, Timeout %v, ErrorPause %v: none may be negative",
+			ErrConfig, cfg.Warmup, cfg.Window, cfg.Timeout, cfg.ErrorPause))
 	}
 	if len(errs) > 0 {
 		return Result{}, errors.Join(errs...)
 	}
+	cfg.Concurrency = len(uris)
 	cfg.Window = cmp.Or(cfg.Window, defaultWindow)
 	cfg.Timeout = cmp.Or(cfg.Timeout, defaultTimeout)
 	cfg.Label = cmp.Or(cfg.Label, fmt.Sprintf("c%d", cfg.Concurrency))
@@ -567,7 +589,7 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 		warmup: cfg.Warmup, window: cfg.Window, timeout: cfg.Timeout,
 		label: cfg.Label, progress: cfg.Progress,
 		start:         fmt.Sprintf("%d users on %s, warm-up %s, window %s", cfg.Concurrency, cfg.URL, cfg.Warmup, cfg.Window),
-		pace:          closedPacing{users: cfg.Concurrency},
+		pace:          closedPacing{uris: uris, errorPause: cfg.ErrorPause},
 		closedSidecar: true,
 		liveLine:      closedLine(),
 	}
@@ -638,4 +660,32 @@ func RunOpen(ctx context.Context, cfg OpenConfig) (OpenResult, error) {
 	}
 	say(cfg.Progress, "%s: %s", cfg.Label, res.summary())
 	return res, nil
+}
+
+// clientURIs is the request URI of each of cfg's virtual users.
+func clientURIs(cfg Config) ([]string, error) {
+	if len(cfg.Flows) == 0 {
+		if cfg.Concurrency < 1 {
+			return nil, fmt.Errorf("%w: Concurrency %d: want at least 1 virtual user", ErrConfig, cfg.Concurrency)
+		}
+		uris := make([]string, cfg.Concurrency)
+		for i := range uris {
+			uris[i] = cfg.URL
+		}
+		return uris, nil
+	}
+	u, err := url.Parse(cfg.URL)
+	if err != nil {
+		return nil, nil // parseTarget says why
+	}
+	var uris []string
+	for _, f := range cfg.Flows {
+		if f.Clients < 1 || !strings.HasPrefix(f.Path, "/") {
+			return nil, fmt.Errorf("%w: Flow %+v: want at least 1 client on a path starting with /", ErrConfig, f)
+		}
+		for range f.Clients {
+			uris = append(uris, u.Scheme+"://"+u.Host+f.Path)
+		}
+	}
+	return uris, nil
 }

@@ -297,11 +297,11 @@ func BenchmarkWorkerOnce(b *testing.B) {
 		b.Fatal(err)
 	}
 	e := closedEngine(tgt, 1, time.Now().Add(time.Hour))
-	send, rec := e.sender(e.newClient(1)), e.tally.newRecorder()
-	closedOnce(e, send, rec) // open the connection outside the measurement
+	send, rec := e.sender(e.newClient(1), tgt.raw), e.tally.newRecorder()
+	closedOnce(e, send, rec, 0) // open the connection outside the measurement
 	b.ReportAllocs()
 	for b.Loop() {
-		closedOnce(e, send, rec)
+		closedOnce(e, send, rec, 0)
 	}
 	b.StopTimer()
 	if res := e.tally.result(); res.Errors.Total() != 0 {
@@ -325,8 +325,8 @@ func BenchmarkClosedLoop(b *testing.B) {
 	}
 	clients := make([]user, users)
 	for i := range clients {
-		clients[i] = user{e.sender(e.newClient(1)), e.tally.newRecorder()}
-		closedOnce(e, clients[i].send, clients[i].rec)
+		clients[i] = user{e.sender(e.newClient(1), tgt.raw), e.tally.newRecorder()}
+		closedOnce(e, clients[i].send, clients[i].rec, 0)
 	}
 	b.ReportAllocs()
 	b.ResetTimer()
@@ -339,7 +339,7 @@ func BenchmarkClosedLoop(b *testing.B) {
 		}
 		wg.Go(func() {
 			for range n {
-				closedOnce(e, u.send, u.rec)
+				closedOnce(e, u.send, u.rec, 0)
 			}
 		})
 	}
@@ -474,5 +474,38 @@ func TestOpenCancelled(t *testing.T) {
 	_, err := RunOpen(ctx, OpenConfig{URL: url, Rate: 50, Window: 10 * time.Second, Timeout: time.Minute})
 	if err == nil || time.Since(begin) > 5*time.Second {
 		t.Errorf("RunOpen cancelled after 500ms = %v after %v; want the context's error, at once", err, time.Since(begin))
+	}
+}
+
+// Flows put each flow's clients on its own path of one host, counted in
+// one window; ErrorPause spaces a client's requests after a failed one.
+func TestRunFlows(t *testing.T) {
+	base := startStub(t, stub.Config{})
+	res, err := Run(context.Background(), Config{
+		URL: base, Flows: []Flow{{Path: "/wait?ms=20", Clients: 2}, {Path: "/wait?ms=50", Clients: 1}},
+		Warmup: 200 * time.Millisecond, Window: time.Second,
+	})
+	if err != nil {
+		t.Fatalf("Run = %v", err)
+	}
+	// 2 / 0.02 s + 1 / 0.05 s = 120 rps; the p50 is the 20 ms flow's.
+	if res.Concurrency != 3 || res.RPS < 70 || res.RPS > 130 || res.P50 < 20*time.Millisecond || res.P50 >= 50*time.Millisecond {
+		t.Errorf("c%d, %.1f rps, p50 %v; want c3, about 120 rps, p50 of the 20 ms flow", res.Concurrency, res.RPS, res.P50)
+	}
+
+	// A 400 answered at once, and a client that waits 100 ms after each:
+	// at most one request per 100 ms of the window.
+	res, err = Run(context.Background(), Config{URL: base + "/wait?ms=bad", Concurrency: 1, Window: time.Second, ErrorPause: 100 * time.Millisecond})
+	if err != nil {
+		t.Fatalf("Run = %v", err)
+	}
+	if n := res.Errors.Status; n < 1 || n > 11 {
+		t.Errorf("%d status errors in 1 s with a 100 ms pause after each; want 1..11", n)
+	}
+
+	for _, flows := range [][]Flow{{{Path: "/x", Clients: 0}}, {{Path: "x", Clients: 1}}} {
+		if _, err := Run(context.Background(), Config{URL: base, Flows: flows}); !errors.Is(err, ErrConfig) {
+			t.Errorf("Run with flows %+v = %v; want ErrConfig", flows, err)
+		}
 	}
 }

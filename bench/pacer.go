@@ -10,13 +10,18 @@ import (
 
 // The two pacings of the load engine (load.go).
 
-// closedPacing is a closed loop: users clients, each on its own
+// closedPacing is a closed loop: a client per URI, each on its own
 // connection, each sending its next request as soon as the previous one is
-// answered. There is no think time, so the load is exactly users requests
-// in flight.
-type closedPacing struct{ users int }
+// answered. There is no think time, so the load is exactly as many
+// requests in flight as clients.
+type closedPacing struct {
+	uris []string
+	// errorPause, if set, is how long a client waits after an answer that
+	// is not 2xx or a failed request.
+	errorPause time.Duration
+}
 
-func (p closedPacing) clients() int { return p.users }
+func (p closedPacing) clients() int { return len(p.uris) }
 func (closedPacing) byDue() bool    { return false }
 
 // connectPause is how long a closed-loop client waits after failing to
@@ -26,14 +31,14 @@ const connectPause = 10 * time.Millisecond
 
 func (p closedPacing) drive(ctx context.Context, e *engine) {
 	var wg sync.WaitGroup
-	for range p.users {
+	for _, uri := range p.uris {
 		// One connection per virtual user, as a real client has: C users
 		// hold C connections, so the target sees C concurrent requests
 		// and not however many a shared pool happens to open.
-		send, rec := e.sender(e.newClient(1)), e.tally.newRecorder()
+		send, rec := e.sender(e.newClient(1), uri), e.tally.newRecorder()
 		wg.Go(func() {
 			defer rec.flush()
-			for !e.stop.Load() && closedOnce(e, send, rec) {
+			for !e.stop.Load() && closedOnce(e, send, rec, p.errorPause) {
 			}
 		})
 	}
@@ -42,17 +47,24 @@ func (p closedPacing) drive(ctx context.Context, e *engine) {
 
 // closedOnce sends one request, due now, and reports whether there is time
 // for another before the window's end, where a request in flight is cut
-// (and, completing after the window, not counted).
-func closedOnce(e *engine, send func(time.Time) answer, rec *recorder) bool {
+// (and, completing after the window, not counted). After a failed
+// connection it waits connectPause, after any other answer that is not 2xx
+// errorPause.
+func closedOnce(e *engine, send func(time.Time) answer, rec *recorder, errorPause time.Duration) bool {
 	now := time.Now()
 	if !now.Before(e.win.end) {
 		return false
 	}
 	done, a := e.do(send, rec, now)
-	if a.err != nil && classify(a.err, a.status) == kindConnect {
-		if pause := min(connectPause, e.win.end.Sub(done)); pause > 0 {
-			time.Sleep(pause)
-		}
+	var pause time.Duration
+	switch k := classify(a.err, a.status); {
+	case k == kindConnect:
+		pause = max(connectPause, errorPause)
+	case k != kindOK:
+		pause = errorPause
+	}
+	if pause = min(pause, e.win.end.Sub(done)); pause > 0 {
+		time.Sleep(pause)
 	}
 	return done.Before(e.win.end)
 }
@@ -107,7 +119,7 @@ func (p *openPacing) drive(ctx context.Context, e *engine) {
 	hc := e.newClient(p.maxInFlight)
 	worker := func(due time.Time) {
 		defer wg.Done()
-		rec, send := e.tally.newRecorder(), e.sender(hc)
+		rec, send := e.tally.newRecorder(), e.sender(hc, e.tgt.raw)
 		defer rec.flush()
 		for ok := true; ok; due, ok = <-jobs {
 			e.do(send, rec, due)

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/loomgate/loomgate/bench"
+	"github.com/loomgate/loomgate/bench/advicematrix"
 	"github.com/loomgate/loomgate/bench/overhead"
 	"github.com/loomgate/loomgate/bench/report"
 	"github.com/loomgate/loomgate/stub"
@@ -299,7 +300,7 @@ Flags:
 				sc.Name, sc.Description, sc.Path, joinInts(sc.Levels), armLabels(sc.Arms))
 		}
 		fmt.Fprintf(stdout, "%-10s the advice matrix: cases with known truth, each judged and its recommendation measured; --cases picks some\n", adviceScenario)
-		for _, c := range bench.AdviceCases() {
+		for _, c := range advicematrix.Cases() {
 			fmt.Fprintf(stdout, "           %s: %s\n", c.Name, c.Description)
 		}
 		fmt.Fprintf(stdout, "%-10s %s\n", overheadScenario, overheadDescription)
@@ -528,11 +529,11 @@ const adviceScenario = "advice"
 // --cases names, each judged against its truth, the recommended setting
 // applied and measured against the prediction.
 func runAdviceMatrix(ctx context.Context, launcher bench.Launcher, names string, stdout, stderr io.Writer) int {
-	cases := bench.AdviceCases()
+	cases := advicematrix.Cases()
 	if names != "" {
-		var picked []bench.AdviceCase
+		var picked []advicematrix.Case
 		for name := range strings.SplitSeq(names, ",") {
-			i := slices.IndexFunc(cases, func(c bench.AdviceCase) bool { return c.Name == strings.TrimSpace(name) })
+			i := slices.IndexFunc(cases, func(c advicematrix.Case) bool { return c.Name == strings.TrimSpace(name) })
 			if i < 0 {
 				var all []string
 				for _, c := range cases {
@@ -549,9 +550,9 @@ func runAdviceMatrix(ctx context.Context, launcher bench.Launcher, names string,
 		fmt.Fprintln(stderr, "loomgate bench: --scenario advice needs the in-process launcher, which this build lacks")
 		return 1
 	}
-	results, err := bench.RunAdviceCases(ctx, cases, launcher, bench.AdviceOptions{Apply: true, Progress: stderr})
+	results, err := advicematrix.Run(ctx, cases, launcher, advicematrix.Options{Apply: true, Progress: stderr})
 	if len(results) > 0 {
-		bench.WriteAdviceMarkdown(stdout, results)
+		advicematrix.WriteMarkdown(stdout, results)
 	}
 	if err != nil {
 		fmt.Fprintf(stderr, "loomgate bench: %v\n", err)
