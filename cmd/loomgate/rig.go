@@ -24,9 +24,10 @@ import (
 	"github.com/loomgate/loomgate/stub"
 )
 
-// scenarioLauncher starts a stub and a sidecar in this process for each run
-// of a scenario. Scenarios need it; without it, bench runs only against a
-// URL.
+// scenarioLauncher starts a stub and a sidecar for each run of a scenario:
+// processes of their own (processes, in launch.go), or with --in-process
+// both in this one. Scenarios need it; without it, bench runs only against
+// a URL.
 var scenarioLauncher bench.Launcher
 
 // stubDrainTimeout is how long the stub lets requests in flight finish once
@@ -189,7 +190,7 @@ func benchCommand(ctx context.Context, args []string, launcher bench.Launcher, s
 	timeout := fs.Duration("timeout", 0, "longest a request may take before it counts as a timeout (default "+benchTimeout.String()+"; with --rate "+benchOpenTimeout.String()+", counted from when the request was due)")
 	out := fs.String("out", "", "directory to write results.csv, results.json and report.html into")
 	inProc := fs.Bool("in-process", false, "run a scenario's stub and sidecar in this process instead of as processes of their own (memory figures are then the whole process's)")
-	scenarioName := fs.String("scenario", "", "run a scenario in this process instead of --url: "+strings.Join(allScenarioNames(), ", ")+"; list describes them")
+	scenarioName := fs.String("scenario", "", "run a scenario, which starts its own stub and sidecar, instead of --url: "+strings.Join(allScenarioNames(), ", ")+"; list describes them")
 	caseNames := fs.String("cases", "", "with --scenario advice: the cases to run, comma-separated (default all)")
 	fs.Usage = func() {
 		fmt.Fprint(stderr, `Usage: loomgate bench --url URL [flags]
@@ -315,7 +316,7 @@ Flags:
 		return fail("--scenario %s is open-loop: give it --rate, not -c", openSc.Name)
 	case isOpen:
 		if launcher == nil {
-			fmt.Fprintf(stderr, "loomgate bench: --scenario %s needs the in-process launcher (stub and sidecar in this process), which this build lacks; run loomgate stub and loomgate proxy yourself and use --url, --admin and --rate\n", openSc.Name)
+			fmt.Fprintf(stderr, "loomgate bench: --scenario %s needs a launcher to start its stub and sidecar, which this build lacks; run loomgate stub and loomgate proxy yourself and use --url, --admin and --rate\n", openSc.Name)
 			return 1
 		}
 		results, err := bench.RunOpenScenario(ctx, openSc, launcher, bench.ScenarioOptions{
@@ -335,7 +336,7 @@ Flags:
 			return fail("--scenario %q: want one of %s, or list", *scenarioName, strings.Join(allScenarioNames(), ", "))
 		}
 		if launcher == nil {
-			fmt.Fprintf(stderr, "loomgate bench: --scenario %s needs the in-process launcher (stub and sidecar in this process), which this build lacks; run loomgate stub and loomgate proxy yourself and use --url and --admin\n", sc.Name)
+			fmt.Fprintf(stderr, "loomgate bench: --scenario %s needs a launcher to start its stub and sidecar, which this build lacks; run loomgate stub and loomgate proxy yourself and use --url and --admin\n", sc.Name)
 			return 1
 		}
 		results, err := bench.RunScenario(ctx, sc, launcher, bench.ScenarioOptions{
@@ -547,7 +548,7 @@ func runAdviceMatrix(ctx context.Context, launcher bench.Launcher, names string,
 		cases = picked
 	}
 	if launcher == nil {
-		fmt.Fprintln(stderr, "loomgate bench: --scenario advice needs the in-process launcher, which this build lacks")
+		fmt.Fprintln(stderr, "loomgate bench: --scenario advice needs a launcher to start its stubs and sidecars, which this build lacks")
 		return 1
 	}
 	results, err := advicematrix.Run(ctx, cases, launcher, advicematrix.Options{Apply: true, Progress: stderr})

@@ -120,9 +120,9 @@ func TestBenchCommandRefusesBadInput(t *testing.T) {
 		{[]string{"--scenario", "open", "-c", "100"}, 2, "--scenario open is open-loop: give it --rate, not -c"},
 		{[]string{"--scenario", "open", "--url", "http://127.0.0.1:1/"}, 2, "--url and --scenario are exclusive"},
 		{[]string{"--scenario", "open", "--admin", "http://127.0.0.1:9090"}, 2, "--admin goes with --url"},
-		{[]string{"--scenario", "open"}, 1, "--scenario open needs the in-process launcher"},
+		{[]string{"--scenario", "open"}, 1, "--scenario open needs a launcher to start its stub and sidecar"},
 		{[]string{"--url", "127.0.0.1:1", "--rate", "10"}, 2, `--url "127.0.0.1:1": want an http://`},
-		{[]string{"--scenario", "crossover"}, 1, "--scenario crossover needs the in-process launcher"},
+		{[]string{"--scenario", "crossover"}, 1, "--scenario crossover needs a launcher to start its stub and sidecar"},
 		{[]string{"--timeout", "soon"}, 2, `invalid value "soon" for flag -timeout`},
 		{[]string{"--url", "http://127.0.0.1:1/", "stray"}, 2, `unexpected argument "stray"`},
 	}
