@@ -6,8 +6,8 @@
 // the sidecar `loomgate proxy`, both this binary), so that each one's CPU
 // and resident memory are its own, read from /proc.
 //
-// The peers' configurations (HAProxy, nginx, the bare fasthttp proxy) are
-// in peers.go.
+// How each proxy is started and configured (loomgate, the bare fasthttp
+// proxy, HAProxy, nginx) is in peers.go; the table in output.go.
 package overhead
 
 import (

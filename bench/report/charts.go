@@ -41,8 +41,8 @@ func (cs *charts) add(caption string, p *plot.Plot, entries int) error {
 	return nil
 }
 
-// closedCharts draws a closed-loop report's charts; the sidecar and memory charts only
-// when some row has those figures.
+// closedCharts draws a closed-loop report's charts; the sidecar and
+// memory charts only when some row has those figures.
 func closedCharts(results []bench.Result) ([]chart, error) {
 	all := group(results)
 	if len(all) == 0 {

@@ -79,7 +79,8 @@ func names[T any](cols []csvColumn[T]) []string {
 func fmtFloat(v float64) string { return strconv.FormatFloat(v, 'f', -1, 64) }
 func i64(v int64) string        { return strconv.FormatInt(v, 10) }
 
-// cells is an empty cell when rec has no sidecar, else cell of it.
+// sidecarCell is an empty cell for a record without a sidecar, else cell
+// of its sidecar.
 func sidecarCell[S, T any](sidecar func(T) *S, cell func(*S) string) func(T) string {
 	return func(rec T) string {
 		if s := sidecar(rec); s != nil {
