@@ -1,9 +1,21 @@
-// Package bench is loomgate's load rig: it drives a URL with a fixed number
-// of virtual users (closed loop) or at a fixed arrival rate (open loop),
-// measures throughput and latency over a window, reads a loomgate sidecar's
-// own account of queue and service time when one is in front, checks every
-// closed-loop row against the physics of a closed loop, and writes the
-// results as a markdown table, CSV, JSON and a self-contained HTML report.
+// Package bench is loomgate's load rig: one load engine that drives a URL
+// with a fixed number of virtual users (closed loop) or at a fixed arrival
+// rate (open loop), measures throughput and latency over a window, reads a
+// loomgate sidecar's own account of queue and service time when one is in
+// front, and checks every closed-loop row against the physics of a closed
+// loop. Its results are written by bench/report; the comparison with
+// peers (HAProxy, nginx, a bare fasthttp proxy) is bench/overhead, the
+// advice matrix bench/advicematrix.
+//
+// # The engine
+//
+// Every run goes through one engine (load.go): it opens the connections,
+// sends each request with a deadline, records it with the time it was due,
+// sent and answered (record.go), reads the sidecar's /metrics and the
+// upstream's memory on one schedule (scrape.go), and writes the progress
+// lines. Closed and open loops are two pacings of it (pacer.go); they
+// differ in when a request is sent and in which requests belong to the
+// window.
 //
 // # Closed loop
 //
@@ -34,14 +46,16 @@
 // followed to their answer; those due while OpenConfig.MaxInFlight are in
 // flight are counted as not sent, never queued by the rig. With a sidecar,
 // its queue is read over the run and the queue-time alert's expression
-// evaluated at every reading. OpenScenario is the open-loop counterpart of
-// Scenario: rates instead of levels.
+// evaluated at every reading.
 //
 // # Scenarios
 //
-// Scenarios are data: a path on the stub, levels of concurrency and arms,
-// each arm a sidecar configuration (fixed or unbounded admission) and a stub
-// configuration. RunScenario asks a Launcher, declared here and implemented
-// by the loomgate command, for a fresh target per level, so no level inherits
-// another's backlog.
+// Scenarios are data: a table of experiments, each a path on the stub,
+// levels of concurrency (closed loop) or arrival rates (open loop), and
+// arms, each arm a sidecar configuration (fixed or unbounded admission) and
+// a stub configuration. RunScenario and RunOpenScenario ask a Launcher,
+// declared here and implemented by the loomgate command, for a fresh target
+// per run, so no run inherits another's backlog. The processes the rig
+// starts itself go through Command: SIGTERM, then a kill after a grace
+// period.
 package bench

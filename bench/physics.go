@@ -114,14 +114,6 @@ func (p Physics) Check() Verdict {
 	return v
 }
 
-// pct writes a signed fraction as "12% above" or "12% below".
-func pct(off float64) string {
-	if off >= 0 {
-		return fmt.Sprintf("%.0f%% above", 100*off)
-	}
-	return fmt.Sprintf("%.0f%% below", -100*off)
-}
-
 // Capacity is a limit the sidecar cannot see: a connection pool or a hidden
 // worker pool in the upstream.
 type Capacity struct {
@@ -132,10 +124,10 @@ type Capacity struct {
 	Hold time.Duration
 }
 
-// physics is what r is checked against. A declared capacity is the real
+// PhysicsFor is what r is checked against, with c the capacity behind it. A declared capacity is the real
 // bottleneck and wins; otherwise the sidecar's own limit and its measured
 // service time.
-func (r Result) physics(c Capacity) Physics {
+func (r Result) PhysicsFor(c Capacity) Physics {
 	p := Physics{Concurrency: r.Concurrency, RPS: r.RPS, Mean: r.Mean, Errors: r.Errors.Total()}
 	switch sc := r.Sidecar; {
 	case c.Limit > 0 && c.Hold > 0:

@@ -124,7 +124,7 @@ func TestResultPhysicsPrefersDeclaredCapacity(t *testing.T) {
 	}
 	for _, tt := range tests {
 		r.Sidecar = tt.sidecar
-		p := r.physics(tt.c)
+		p := r.PhysicsFor(tt.c)
 		if p.Limit != tt.wantLimit || p.Service != tt.wantService {
 			t.Errorf("physics(%+v) with sidecar %+v = limit %d, service %v; want %d, %v",
 				tt.c, tt.sidecar, p.Limit, p.Service, tt.wantLimit, tt.wantService)

@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -12,8 +13,9 @@ import (
 	"github.com/loomgate/loomgate/stub"
 )
 
-// Scenario is an experiment: one path on the stub, driven at each level of
-// concurrency through each arm in turn.
+// Scenario is an experiment: one path on the stub, driven through each arm
+// in turn at each level of concurrency (a closed loop) or at each arrival
+// rate (an open loop).
 type Scenario struct {
 	Name        string
 	Description string
@@ -21,8 +23,14 @@ type Scenario struct {
 	// Path is requested on the target, e.g. "/wait?ms=200".
 	Path string
 
-	// Levels are the concurrencies, each a separate run.
+	// Levels are the concurrencies of a closed-loop scenario, each a
+	// separate run.
 	Levels []int
+
+	// Rates are the arrival rates of an open-loop scenario, requests per
+	// second, each a separate run. A scenario has levels or rates, not
+	// both.
+	Rates []float64
 
 	// Arms are the configurations compared, run one after the other.
 	Arms []Arm
@@ -31,6 +39,9 @@ type Scenario struct {
 	// slowest level reaches its steady state before the window opens.
 	Warmup, Window time.Duration
 }
+
+// Open reports whether the scenario is open-loop: it has rates.
+func (sc Scenario) Open() bool { return len(sc.Rates) > 0 }
 
 // Arm is one configuration of sidecar and stub.
 type Arm struct {
@@ -126,49 +137,89 @@ var ErrNoLauncher = errors.New("bench: scenarios need a launcher to start the st
 
 // ScenarioOptions override a scenario's defaults. Zero fields keep them.
 type ScenarioOptions struct {
-	// Levels replaces the scenario's levels. If nil, the scenario's.
+	// Levels replaces a closed-loop scenario's levels, Rates an open-loop
+	// one's rates. If nil, the scenario's.
 	Levels []int
+	Rates  []float64
 	// Warmup and Window replace the scenario's. If zero, the scenario's.
 	Warmup, Window time.Duration
-	// Timeout bounds each request. If zero, 30 s.
+	// Timeout bounds each request: in a closed loop from when it was
+	// sent, if zero 30 s; in an open loop from when it was due, if zero
+	// 5 s.
 	Timeout time.Duration
+	// MaxInFlight caps an open loop's requests in flight. If zero,
+	// DefaultMaxInFlight().
+	MaxInFlight int
 	// Progress receives progress lines. If nil, nothing is written.
 	Progress io.Writer
 }
 
-// RunScenario runs every level of sc through every arm, launching a fresh
-// target for each run, and returns a Result per run in order: arms in
-// turn, levels ascending within an arm. If a run fails it returns the
-// results so far with the error.
+// RunScenario runs every level of a closed-loop scenario through every
+// arm, launching a fresh target for each run, and returns a Result per run
+// in order: arms in turn, levels ascending within an arm. If a run fails
+// it returns the results so far with the error.
 func RunScenario(ctx context.Context, sc Scenario, l Launcher, opts ScenarioOptions) ([]Result, error) {
-	if l == nil {
-		return nil, ErrNoLauncher
-	}
 	levels := sc.Levels
 	if opts.Levels != nil {
 		levels = opts.Levels
 	}
-	warmup, window := sc.Warmup, sc.Window
-	if opts.Warmup > 0 {
-		warmup = opts.Warmup
+	return eachRun(ctx, sc, l, opts, len(levels), func(i int) string { return fmt.Sprintf("c%d", levels[i]) },
+		func(ctx context.Context, t Target, arm Arm, i int, label string) (Result, error) {
+			res, err := Run(ctx, Config{
+				URL: t.URL + sc.Path, AdminURL: t.AdminURL, UpstreamRSS: t.UpstreamRSS, Capacity: arm.Capacity,
+				Concurrency: levels[i], Warmup: cmp.Or(opts.Warmup, sc.Warmup), Window: cmp.Or(opts.Window, sc.Window),
+				Timeout: opts.Timeout, Progress: opts.Progress, Label: label,
+			})
+			res.Scenario, res.Arm = sc.Name, arm.Label
+			return res, err
+		})
+}
+
+// RunOpenScenario runs every rate of an open-loop scenario through every
+// arm, launching a fresh target for each run, and returns a result per run
+// in order: arms in turn, rates ascending within an arm. If a run fails it
+// returns the results so far with the error.
+func RunOpenScenario(ctx context.Context, sc Scenario, l Launcher, opts ScenarioOptions) ([]OpenResult, error) {
+	rates := sc.Rates
+	if opts.Rates != nil {
+		rates = opts.Rates
 	}
-	if opts.Window > 0 {
-		window = opts.Window
+	return eachRun(ctx, sc, l, opts, len(rates), func(i int) string { return fmtRate(rates[i]) + " rps" },
+		func(ctx context.Context, t Target, arm Arm, i int, label string) (OpenResult, error) {
+			res, err := RunOpen(ctx, OpenConfig{
+				URL: t.URL + sc.Path, AdminURL: t.AdminURL,
+				Rate: rates[i], Warmup: cmp.Or(opts.Warmup, sc.Warmup), Window: cmp.Or(opts.Window, sc.Window),
+				Timeout: opts.Timeout, MaxInFlight: opts.MaxInFlight, Progress: opts.Progress, Label: label,
+			})
+			res.Scenario, res.Arm = sc.Name, arm.Label
+			return res, err
+		})
+}
+
+// eachRun runs n loads (levels or rates, named by load) through every arm
+// of sc, a fresh target for each run, stopped before the next.
+func eachRun[R any](ctx context.Context, sc Scenario, l Launcher, opts ScenarioOptions, n int, load func(int) string,
+	run func(ctx context.Context, t Target, arm Arm, i int, label string) (R, error)) ([]R, error) {
+	if l == nil {
+		return nil, ErrNoLauncher
 	}
-	total := len(sc.Arms) * len(levels)
-	var results []Result
+	var results []R
 	for ai, arm := range sc.Arms {
-		for li, c := range levels {
+		for i := range n {
 			// Launcher, sidecar and stub may share this process. Its
 			// resident memory would keep the previous run's peak, and
 			// the next run would read it as its own.
 			debug.FreeOSMemory()
-
-			label := fmt.Sprintf("[%d/%d] %s %s c%d", ai*len(levels)+li+1, total, sc.Name, arm.Label, c)
-			res, err := runArm(ctx, sc, arm, l, Config{
-				Concurrency: c, Warmup: warmup, Window: window, Timeout: opts.Timeout,
-				Progress: opts.Progress, Label: label,
-			})
+			label := fmt.Sprintf("[%d/%d] %s %s %s", ai*n+i+1, len(sc.Arms)*n, sc.Name, arm.Label, load(i))
+			res, err := func() (R, error) {
+				t, stop, err := l.Launch(ctx, arm)
+				if err != nil {
+					var zero R
+					return zero, fmt.Errorf("launch: %w", err)
+				}
+				defer stop()
+				return run(ctx, t, arm, i, label)
+			}()
 			if err != nil {
 				return results, fmt.Errorf("%s: %w", label, err)
 			}
@@ -178,28 +229,10 @@ func RunScenario(ctx context.Context, sc Scenario, l Launcher, opts ScenarioOpti
 	return results, nil
 }
 
-func runArm(ctx context.Context, sc Scenario, arm Arm, l Launcher, cfg Config) (Result, error) {
-	t, stop, err := l.Launch(ctx, arm)
-	if err != nil {
-		return Result{}, fmt.Errorf("launch: %w", err)
-	}
-	defer stop()
-	cfg.URL = t.URL + sc.Path
-	cfg.AdminURL = t.AdminURL
-	cfg.UpstreamRSS = t.UpstreamRSS
-	cfg.Capacity = arm.Capacity
-	res, err := Run(ctx, cfg)
-	if err != nil {
-		return res, err
-	}
-	res.Scenario, res.Arm = sc.Name, arm.Label
-	return res, nil
-}
-
-// Scenarios returns the experiments the rig knows, freshly built so callers
-// may change them. Their defaults fit a 2-core machine with an open-file
-// limit of 20000: at c2000 the rig, the sidecar and the stub together hold
-// about 8000 descriptors.
+// Scenarios returns the experiments the rig knows, closed-loop then
+// open-loop, freshly built so callers may change them. Their defaults fit
+// a 2-core machine with an open-file limit of 20000: at c2000 the rig, the
+// sidecar and the stub together hold about 8000 descriptors.
 func Scenarios() []Scenario {
 	fixed := func(n int) Arm {
 		return Arm{Label: fmt.Sprintf("fixed %d", n), Sidecar: Sidecar{Mode: "fixed", Workers: n}}
@@ -274,6 +307,26 @@ func Scenarios() []Scenario {
 					Stub: stub.Config{Pool: 50}, Capacity: Capacity{Limit: 50, Hold: hold}},
 				{Label: "unbounded, no stub pool", Sidecar: Sidecar{Mode: "unbounded"}},
 			},
+			Warmup: 3 * time.Second, Window: 5 * time.Second,
+		},
+		{
+			Name: "open",
+			Description: "a 200 ms downstream call at a fixed arrival rate, behind a fixed pool of 200 " +
+				"(queue of 2000, 1 s queue timeout) and behind unbounded admission: the fixed pool serves at most " +
+				"200 / 0.2 s = 1000 rps, so at 1200 and 3000 rps its queue grows until requests time out in it or find it full; " +
+				"unbounded holds about rate × 0.2 s in flight and serves the rate",
+			Path:  "/wait?ms=200",
+			Rates: []float64{800, 1200, 3000},
+			Arms: []Arm{
+				// The queue's bounds keep the rig's requests in flight at
+				// about 2200 (2 descriptors each while queued, 4 in
+				// service) under the default cap and the open-file limit.
+				{Label: "fixed 200", Sidecar: Sidecar{Mode: "fixed", Workers: 200, QueueSize: 2000, QueueTimeout: time.Second}},
+				{Label: "unbounded", Sidecar: Sidecar{Mode: "unbounded"}},
+			},
+			// At 1200 rps the fixed queue's wait grows by 1/6 s each second
+			// and reaches the 1 s timeout 6 s into the load, inside the
+			// window.
 			Warmup: 3 * time.Second, Window: 5 * time.Second,
 		},
 	}

@@ -3,6 +3,7 @@ package bench
 import (
 	"context"
 	"errors"
+	"math"
 	"net"
 	"net/http"
 	"reflect"
@@ -129,11 +130,14 @@ func TestRunScenarioErrors(t *testing.T) {
 }
 
 func TestScenarios(t *testing.T) {
-	want := []string{"crossover", "fairfight", "pool", "cpu", "memory", "hidden"}
+	want := []string{"crossover", "fairfight", "pool", "cpu", "memory", "hidden", "open"}
 	if got := ScenarioNames(); !reflect.DeepEqual(got, want) {
 		t.Fatalf("ScenarioNames() = %v; want %v", got, want)
 	}
 	for _, sc := range Scenarios() {
+		if sc.Open() {
+			continue // TestOpenScenarios
+		}
 		if len(sc.Arms) < 2 || len(sc.Levels) < 2 || sc.Warmup <= 0 || sc.Window <= 0 || sc.Description == "" {
 			t.Errorf("%s: %d arms, levels %v, warm-up %v, window %v; want a complete scenario", sc.Name, len(sc.Arms), sc.Levels, sc.Warmup, sc.Window)
 		}
@@ -199,5 +203,107 @@ func TestSidecarEnviron(t *testing.T) {
 		if got := tt.s.Environ(); !reflect.DeepEqual(got, tt.want) {
 			t.Errorf("%+v.Environ() = %v; want %v", tt.s, got, tt.want)
 		}
+	}
+}
+
+func TestOpenScenarios(t *testing.T) {
+	var open []string
+	seen := map[string]bool{}
+	for _, sc := range Scenarios() {
+		if sc.Open() {
+			open = append(open, sc.Name)
+			if len(sc.Levels) != 0 {
+				t.Errorf("%s has both rates and levels", sc.Name)
+			}
+		}
+		if seen[sc.Name] {
+			t.Errorf("%s is in the table twice", sc.Name)
+		}
+		seen[sc.Name] = true
+	}
+	if !reflect.DeepEqual(open, []string{"open"}) {
+		t.Fatalf("open-loop scenarios = %v", open)
+	}
+	sc, ok := LookupScenario("open")
+	if !ok || !sc.Open() || sc.Path != "/wait?ms=200" || !reflect.DeepEqual(sc.Rates, []float64{800, 1200, 3000}) || len(sc.Arms) != 2 ||
+		sc.Arms[0].Sidecar != (Sidecar{Mode: "fixed", Workers: 200, QueueSize: 2000, QueueTimeout: time.Second}) ||
+		sc.Arms[1].Sidecar.Mode != "unbounded" || sc.Description == "" {
+		t.Fatalf("open = %+v; want fixed 200 vs unbounded on /wait?ms=200 at 800, 1200, 3000 rps", sc)
+	}
+	// What each run holds in flight, by Little's law, must fit under the
+	// rig's cap and, at 4 descriptors a request, the open-file limit of
+	// 20000 with room to spare.
+	const service = 0.2
+	for _, arm := range sc.Arms {
+		for _, rate := range sc.Rates {
+			inFlight := rate * service
+			if s := arm.Sidecar; s.Mode == "fixed" {
+				inFlight = min(rate*(service+s.QueueTimeout.Seconds()), float64(s.Workers+s.QueueSize))
+			}
+			if inFlight > float64(20000/(DescriptorsPerRequest+2)) || DescriptorsPerRequest*inFlight > 10000 {
+				t.Errorf("%s at %v rps holds about %.0f in flight; want under the default cap and half the open-file limit", arm.Label, rate, inFlight)
+			}
+		}
+	}
+	// At 1200 rps the fixed queue's wait grows by 1/6 s per second; it
+	// must reach the queue timeout inside the window.
+	if grow := sc.Arms[0].Sidecar.QueueTimeout.Seconds() * 6; grow >= (sc.Warmup + sc.Window).Seconds() {
+		t.Errorf("the fixed queue reaches its timeout %.0f s into the load, after the window", grow)
+	}
+	if crossover, _ := LookupScenario("crossover"); crossover.Open() {
+		t.Errorf("crossover reads as an open-loop scenario")
+	}
+	last := len(Scenarios()) - 1
+	Scenarios()[last].Rates[0] = -1
+	if Scenarios()[last].Rates[0] != 800 {
+		t.Errorf("Scenarios() shares its rates between calls")
+	}
+}
+
+func TestRunOpenScenarioLaunchesEachRate(t *testing.T) {
+	sc := Scenario{
+		Name: "tiny", Path: "/wait?ms=5", Rates: []float64{1000},
+		Arms:   []Arm{{Label: "a"}, {Label: "b", Stub: stub.Config{Pool: 2}}},
+		Warmup: time.Minute, Window: time.Minute, // overridden below
+	}
+	l := &stubLauncher{t: t}
+	var progress strings.Builder
+	results, err := RunOpenScenario(context.Background(), sc, l, ScenarioOptions{
+		Rates: []float64{50, 200}, Warmup: 100 * time.Millisecond, Window: 500 * time.Millisecond, Progress: &progress,
+	})
+	if err != nil {
+		t.Fatalf("RunOpenScenario = %v", err)
+	}
+	if want := []string{"a", "a", "b", "b"}; !reflect.DeepEqual(l.launched, want) || l.stopped != 4 || len(results) != 4 {
+		t.Fatalf("launched %v, stopped %d, %d results; want %v, each stopped", l.launched, l.stopped, len(results), want)
+	}
+	for i, want := range []struct {
+		arm       string
+		rate, rps float64
+	}{
+		{"a", 50, 50}, {"a", 200, 200},
+		// A hidden pool of 2 at 5 ms serves 400 rps: both rates fit.
+		{"b", 50, 50}, {"b", 200, 200},
+	} {
+		r := results[i]
+		if r.Scenario != "tiny" || r.Arm != want.arm || r.Rate != want.rate || r.Window != 500*time.Millisecond {
+			t.Errorf("result %d = %s/%s %v rps over %v", i, r.Scenario, r.Arm, r.Rate, r.Window)
+		}
+		if math.Abs(r.Throughput/want.rps-1) > 0.1 || r.Counts.OK != r.Due {
+			t.Errorf("%s %v rps: %.1f 2xx/s, counts %+v; want all %d due answered", r.Arm, r.Rate, r.Throughput, r.Counts, r.Due)
+		}
+	}
+	if !strings.Contains(progress.String(), "[4/4] tiny b 200 rps: ") {
+		t.Errorf("progress lacks the run count:\n%s", progress.String())
+	}
+
+	if _, err := RunOpenScenario(context.Background(), sc, nil, ScenarioOptions{}); !errors.Is(err, ErrNoLauncher) {
+		t.Errorf("without a launcher = %v; want ErrNoLauncher", err)
+	}
+	boom := errors.New("no ports left")
+	failing := LauncherFunc(func(context.Context, Arm) (Target, func(), error) { return Target{}, nil, boom })
+	if _, err := RunOpenScenario(context.Background(), sc, failing, ScenarioOptions{}); !errors.Is(err, boom) ||
+		!strings.Contains(err.Error(), "[1/2] tiny a 1000 rps: launch") {
+		t.Errorf("with a failing launcher = %v; want its error with the run", err)
 	}
 }

@@ -87,12 +87,12 @@ func TestParseEnvProblems(t *testing.T) {
 			var ce *EnvError
 			if len(tt.want) == 0 {
 				if err != nil {
-					t.Fatalf("parseConfig = %v; want nil", err)
+					t.Fatalf("ParseEnv = %v; want nil", err)
 				}
 				return
 			}
 			if !errors.As(err, &ce) {
-				t.Fatalf("parseConfig = %v; want an EnvError", err)
+				t.Fatalf("ParseEnv = %v; want an EnvError", err)
 			}
 			if len(ce.Problems) != len(tt.want) {
 				t.Fatalf("problems = %q; want %d", ce.Problems, len(tt.want))

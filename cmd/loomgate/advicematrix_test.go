@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/loomgate/loomgate/bench"
+	"github.com/loomgate/loomgate/bench/advicematrix"
 )
 
 // TestAdviceMatrixReduced runs three cases of `loomgate bench --scenario
@@ -22,14 +22,14 @@ func TestAdviceMatrixReduced(t *testing.T) {
 	if testing.Short() {
 		t.Skip("a minute of load")
 	}
-	var cases []bench.AdviceCase
-	for _, c := range bench.AdviceCases() {
+	var cases []advicematrix.Case
+	for _, c := range advicematrix.Cases() {
 		if slices.Contains([]string{"spread", "rising", "one-route-pool"}, c.Name) {
 			cases = append(cases, c)
 		}
 	}
 	var progress strings.Builder
-	results, err := bench.RunAdviceCases(context.Background(), cases, inProcess{}, bench.AdviceOptions{
+	results, err := advicematrix.Run(context.Background(), cases, inProcess{}, advicematrix.Options{
 		Scale: 0.7, Apply: true, ApplyWarmup: 3 * time.Second, ApplyWindow: 5 * time.Second, Progress: &progress,
 	})
 	t.Log(progress.String())
@@ -37,7 +37,7 @@ func TestAdviceMatrixReduced(t *testing.T) {
 		t.Fatal(err)
 	}
 	var table strings.Builder
-	bench.WriteAdviceMarkdown(&table, results)
+	advicematrix.WriteMarkdown(&table, results)
 	t.Log("\n" + table.String())
 	for _, r := range results {
 		for _, p := range r.Problems {

@@ -16,9 +16,9 @@ const (
 	demoOut    = "loomgate-report"
 )
 
-// runDemo is `loomgate demo`: a stub, a sidecar in each mode and the bench,
-// in this process; the table and what it shows on stdout, the report in
-// ./loomgate-report/.
+// runDemo is `loomgate demo`: a stub and a sidecar in each mode, each a
+// process of its own, and the bench in this one; the table and what it
+// shows on stdout, the report in ./loomgate-report/.
 func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("loomgate demo", flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -29,9 +29,9 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs.Usage = func() {
 		fmt.Fprint(stderr, `Usage: loomgate demo [flags]
 
-Runs the crossover experiment in this process: a stub that answers after
-200 ms, loomgate in front of it as a fixed pool of 200 and as unbounded
-admission, and closed-loop load at each level. Prints the table and what it
+Runs the crossover experiment: a stub that answers after 200 ms, loomgate
+in front of it as a fixed pool of 200 and as unbounded admission (stub and
+sidecar each a process of its own), and closed-loop load at each level. Prints the table and what it
 shows, and writes the report. For the other experiments: loomgate bench
 --scenario list.
 

@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/loomgate/loomgate/bench"
+	"github.com/loomgate/loomgate/bench/report"
 )
 
 // TestDemoEndToEnd runs the README's first command, cut down to one small
@@ -42,7 +42,7 @@ func TestDemoEndToEnd(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	results, err := bench.ReadJSON(f)
+	results, err := report.ReadJSON(f)
 	if err != nil || len(results) != 2 {
 		t.Fatalf("results.json: %d results, %v; want 2", len(results), err)
 	}

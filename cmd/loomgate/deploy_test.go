@@ -388,7 +388,7 @@ func modeOnlyDiff(base, overlay k8sApp, mode string) error {
 // envSorted copies objects with every container's env sorted by name.
 // kustomize's merge moves a patched variable to the front of the list;
 // the order matters only to $(NAME) references, which the manifests do not
-// make (effectiveEnv hands the values to parseConfig as they are).
+// make (effectiveEnv hands the values to sidecar.ParseEnv as they are).
 func envSorted(objects []runtime.Object) []runtime.Object {
 	out := make([]runtime.Object, len(objects))
 	for i, o := range objects {

@@ -7,9 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"os"
-	"os/exec"
 	"strconv"
-	"syscall"
 	"time"
 
 	"github.com/loomgate/loomgate/bench"
@@ -53,7 +51,7 @@ func (l processes) Launch(ctx context.Context, arm bench.Arm) (bench.Target, fun
 	if arm.Stub.DBPool > 0 {
 		stubArgs = append(stubArgs, "--db-pool", strconv.Itoa(arm.Stub.DBPool))
 	}
-	st, err := startChild(exe, stubArgs, nil)
+	st, err := bench.Command{Name: "stub", Path: exe, Args: stubArgs, Grace: launchDrain}.Start()
 	if err != nil {
 		return bench.Target{}, nil, err
 	}
@@ -65,17 +63,17 @@ func (l processes) Launch(ctx context.Context, arm bench.Arm) (bench.Target, fun
 		"LOOMGATE_LOG_LEVEL=warn",
 	}, arm.Sidecar.Environ()...)
 	if _, err := sidecar.ParseEnv(environ); err != nil {
-		st.stop()
+		st.Stop()
 		return bench.Target{}, nil, fmt.Errorf("arm %q: %w", arm.Label, err)
 	}
-	sc, err := startChild(exe, []string{"proxy"}, environ)
+	sc, err := bench.Command{Name: "sidecar", Path: exe, Args: []string{"proxy"}, Env: environ, Grace: launchDrain}.Start()
 	if err != nil {
-		st.stop()
+		st.Stop()
 		return bench.Target{}, nil, err
 	}
 	stop := func() {
-		sc.stop()
-		st.stop()
+		sc.Stop()
+		st.Stop()
 	}
 	for _, a := range addrs {
 		if err := bench.WaitListening(ctx, a, 10*time.Second); err != nil {
@@ -83,45 +81,7 @@ func (l processes) Launch(ctx context.Context, arm bench.Arm) (bench.Target, fun
 			return bench.Target{}, nil, fmt.Errorf("arm %q: %w", arm.Label, err)
 		}
 	}
-	return bench.Target{URL: "http://" + addrs[1], AdminURL: "http://" + addrs[2], UpstreamRSS: st.rss}, stop, nil
-}
-
-// child is a process the launcher started.
-type child struct {
-	cmd  *exec.Cmd
-	done chan struct{}
-}
-
-func startChild(exe string, args, env []string) (*child, error) {
-	cmd := exec.Command(exe, args...)
-	cmd.Env = append(os.Environ(), env...)
-	cmd.Stderr = os.Stderr
-	if err := cmd.Start(); err != nil {
-		return nil, err
-	}
-	c := &child{cmd: cmd, done: make(chan struct{})}
-	go func() {
-		cmd.Wait()
-		close(c.done)
-	}()
-	return c, nil
-}
-
-// stop asks the process to drain (SIGTERM) and kills it if it has not
-// ended within launchDrain.
-func (c *child) stop() {
-	_ = c.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-c.done:
-	case <-time.After(launchDrain):
-		_ = c.cmd.Process.Kill()
-		<-c.done
-	}
-}
-
-// rss is the process's resident memory, from /proc.
-func (c *child) rss() (int64, error) {
-	return bench.ResidentBytes(c.cmd.Process.Pid)
+	return bench.Target{URL: "http://" + addrs[1], AdminURL: "http://" + addrs[2], UpstreamRSS: st.RSS}, stop, nil
 }
 
 // inProcess launches, for each run of a scenario, a stub and a sidecar in

@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/loomgate/loomgate/bench"
+	"github.com/loomgate/loomgate/bench/overhead"
 )
 
 // TestOverheadScenario runs the overhead scenario cut down to a few
@@ -23,7 +23,7 @@ func TestOverheadScenario(t *testing.T) {
 	wrk := requireTool(t, "wrk", "wrk")
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	res, err := bench.RunOverhead(ctx, bench.OverheadConfig{
+	res, err := overhead.Run(ctx, overhead.Config{
 		Binary: loomgateBinary(t), HAProxy: haproxy, Nginx: nginx, Wrk: wrk,
 		Duration: time.Second, CPUConcurrency: 4, CPURate: 300, Rounds: 2, LatencyLevels: []int{4}, LatencyDelay: 20 * time.Millisecond,
 		Held: 40, HoldDelay: 300 * time.Millisecond, FixedWorkers: 10,
@@ -31,7 +31,7 @@ func TestOverheadScenario(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	names := map[string]bench.OverheadRow{}
+	names := map[string]overhead.Row{}
 	for _, r := range res.Rows {
 		names[r.Name] = r
 	}
@@ -57,7 +57,7 @@ func TestOverheadScenario(t *testing.T) {
 		t.Errorf("rig %.0f rps, wrk %.0f rps; want both measured", res.RigRPS, res.WrkRPS)
 	}
 	var md strings.Builder
-	if err := bench.WriteOverheadMarkdown(&md, res); err != nil {
+	if err := overhead.WriteMarkdown(&md, res); err != nil {
 		t.Fatal(err)
 	}
 	t.Log("\n" + md.String())

@@ -18,12 +18,16 @@ import (
 	"time"
 
 	"github.com/loomgate/loomgate/bench"
+	"github.com/loomgate/loomgate/bench/advicematrix"
+	"github.com/loomgate/loomgate/bench/overhead"
+	"github.com/loomgate/loomgate/bench/report"
 	"github.com/loomgate/loomgate/stub"
 )
 
-// scenarioLauncher starts a stub and a sidecar in this process for each run
-// of a scenario. Scenarios need it; without it, bench runs only against a
-// URL.
+// scenarioLauncher starts a stub and a sidecar for each run of a scenario:
+// processes of their own (processes, in launch.go), or with --in-process
+// both in this one. Scenarios need it; without it, bench runs only against
+// a URL.
 var scenarioLauncher bench.Launcher
 
 // stubDrainTimeout is how long the stub lets requests in flight finish once
@@ -186,7 +190,7 @@ func benchCommand(ctx context.Context, args []string, launcher bench.Launcher, s
 	timeout := fs.Duration("timeout", 0, "longest a request may take before it counts as a timeout (default "+benchTimeout.String()+"; with --rate "+benchOpenTimeout.String()+", counted from when the request was due)")
 	out := fs.String("out", "", "directory to write results.csv, results.json and report.html into")
 	inProc := fs.Bool("in-process", false, "run a scenario's stub and sidecar in this process instead of as processes of their own (memory figures are then the whole process's)")
-	scenarioName := fs.String("scenario", "", "run a scenario in this process instead of --url: "+strings.Join(allScenarioNames(), ", ")+"; list describes them")
+	scenarioName := fs.String("scenario", "", "run a scenario, which starts its own stub and sidecar, instead of --url: "+strings.Join(allScenarioNames(), ", ")+"; list describes them")
 	caseNames := fs.String("cases", "", "with --scenario advice: the cases to run, comma-separated (default all)")
 	fs.Usage = func() {
 		fmt.Fprint(stderr, `Usage: loomgate bench --url URL [flags]
@@ -283,26 +287,27 @@ Flags:
 		return runOverhead(ctx, *window, *out, stdout, stderr)
 	}
 
-	openSc, isOpen := bench.LookupOpenScenario(*scenarioName)
-	_, isClosed := bench.LookupScenario(*scenarioName)
+	openSc, found := bench.LookupScenario(*scenarioName)
+	isOpen, isClosed := found && openSc.Open(), found && !openSc.Open()
 	switch {
 	case *scenarioName == "list":
 		for _, sc := range bench.Scenarios() {
+			if sc.Open() {
+				fmt.Fprintf(stdout, "%-10s open loop: %s\n           path %s, rates %s rps, arms: %s\n",
+					sc.Name, sc.Description, sc.Path, joinRates(sc.Rates), armLabels(sc.Arms))
+				continue
+			}
 			fmt.Fprintf(stdout, "%-10s %s\n           path %s, levels %s, arms: %s\n",
 				sc.Name, sc.Description, sc.Path, joinInts(sc.Levels), armLabels(sc.Arms))
 		}
-		for _, sc := range bench.OpenScenarios() {
-			fmt.Fprintf(stdout, "%-10s open loop: %s\n           path %s, rates %s rps, arms: %s\n",
-				sc.Name, sc.Description, sc.Path, joinRates(sc.Rates), armLabels(sc.Arms))
-		}
 		fmt.Fprintf(stdout, "%-10s the advice matrix: cases with known truth, each judged and its recommendation measured; --cases picks some\n", adviceScenario)
-		for _, c := range bench.AdviceCases() {
+		for _, c := range advicematrix.Cases() {
 			fmt.Fprintf(stdout, "           %s: %s\n", c.Name, c.Description)
 		}
 		fmt.Fprintf(stdout, "%-10s %s\n", overheadScenario, overheadDescription)
 		return 0
 	case *maxInFlight != 0 && !open && !isOpen:
-		return fail("--max-in-flight goes with --rate or an open-loop scenario (%s)", strings.Join(bench.OpenScenarioNames(), ", "))
+		return fail("--max-in-flight goes with --rate or an open-loop scenario (%s)", strings.Join(openScenarioNames(), ", "))
 	case isOpen && *target != "":
 		return fail("--url and --scenario are exclusive: a scenario starts its own stub and sidecar")
 	case isOpen && *admin != "":
@@ -311,16 +316,16 @@ Flags:
 		return fail("--scenario %s is open-loop: give it --rate, not -c", openSc.Name)
 	case isOpen:
 		if launcher == nil {
-			fmt.Fprintf(stderr, "loomgate bench: --scenario %s needs the in-process launcher (stub and sidecar in this process), which this build lacks; run loomgate stub and loomgate proxy yourself and use --url, --admin and --rate\n", openSc.Name)
+			fmt.Fprintf(stderr, "loomgate bench: --scenario %s needs a launcher to start its stub and sidecar, which this build lacks; run loomgate stub and loomgate proxy yourself and use --url, --admin and --rate\n", openSc.Name)
 			return 1
 		}
-		results, err := bench.RunOpenScenario(ctx, openSc, launcher, bench.OpenScenarioOptions{
+		results, err := bench.RunOpenScenario(ctx, openSc, launcher, bench.ScenarioOptions{
 			Rates: rates, Warmup: *warmup, Window: *window, Timeout: *timeout, MaxInFlight: *maxInFlight, Progress: stderr,
 		})
-		rep := bench.OpenReport{Title: "loomgate bench: " + openSc.Name, Description: openSc.Description, Generated: time.Now(), Results: results}
-		return finishOpen(rep, err, *out, stdout, stderr)
+		rep := report.Report[bench.OpenResult]{Title: "loomgate bench: " + openSc.Name, Description: openSc.Description, Generated: time.Now(), Results: results}
+		return finish(rep, err, *out, stdout, stderr)
 	case isClosed && open:
-		return fail("--scenario %s is closed-loop; --rate goes with --url or an open-loop scenario (%s)", *scenarioName, strings.Join(bench.OpenScenarioNames(), ", "))
+		return fail("--scenario %s is closed-loop; --rate goes with --url or an open-loop scenario (%s)", *scenarioName, strings.Join(openScenarioNames(), ", "))
 	case *scenarioName != "" && *target != "":
 		return fail("--url and --scenario are exclusive: a scenario starts its own stub and sidecar")
 	case *scenarioName != "" && *admin != "":
@@ -331,13 +336,13 @@ Flags:
 			return fail("--scenario %q: want one of %s, or list", *scenarioName, strings.Join(allScenarioNames(), ", "))
 		}
 		if launcher == nil {
-			fmt.Fprintf(stderr, "loomgate bench: --scenario %s needs the in-process launcher (stub and sidecar in this process), which this build lacks; run loomgate stub and loomgate proxy yourself and use --url and --admin\n", sc.Name)
+			fmt.Fprintf(stderr, "loomgate bench: --scenario %s needs a launcher to start its stub and sidecar, which this build lacks; run loomgate stub and loomgate proxy yourself and use --url and --admin\n", sc.Name)
 			return 1
 		}
 		results, err := bench.RunScenario(ctx, sc, launcher, bench.ScenarioOptions{
 			Levels: levels, Warmup: *warmup, Window: *window, Timeout: *timeout, Progress: stderr,
 		})
-		rep := bench.Report{Title: "loomgate bench: " + sc.Name, Description: sc.Description, Generated: time.Now(), Results: results}
+		rep := report.Report[bench.Result]{Title: "loomgate bench: " + sc.Name, Description: sc.Description, Generated: time.Now(), Results: results}
 		return finish(rep, err, *out, stdout, stderr)
 	case *target == "":
 		return fail("give --url URL (your service, or its sidecar) or --scenario NAME (%s)", strings.Join(allScenarioNames(), ", "))
@@ -380,42 +385,13 @@ Flags:
 	if errors.Is(err, bench.ErrConfig) {
 		return fail("%v", err)
 	}
-	rep := bench.Report{Title: "loomgate bench: " + *target, Generated: time.Now(), Results: results}
+	rep := report.Report[bench.Result]{Title: "loomgate bench: " + *target, Generated: time.Now(), Results: results}
 	return finish(rep, err, *out, stdout, stderr)
 }
 
 // finish prints what was measured, even when a run failed or was
 // interrupted part way, writes the files, and returns the exit status.
-func finish(rep bench.Report, runErr error, out string, stdout, stderr io.Writer) int {
-	return finishReport(closedReport{rep}, runErr, out, stdout, stderr)
-}
-
-// finishOpen is finish for open-loop results.
-func finishOpen(rep bench.OpenReport, runErr error, out string, stdout, stderr io.Writer) int {
-	return finishReport(openReport{rep}, runErr, out, stdout, stderr)
-}
-
-// report is what finishReport needs of a closed- or open-loop report.
-type report interface {
-	results() int
-	markdown(io.Writer) error
-	summary() []string
-	WriteDir(dir string) error
-}
-
-type closedReport struct{ bench.Report }
-
-func (r closedReport) results() int               { return len(r.Results) }
-func (r closedReport) markdown(w io.Writer) error { return bench.WriteMarkdown(w, r.Results) }
-func (r closedReport) summary() []string          { return bench.Narrative(r.Results) }
-
-type openReport struct{ bench.OpenReport }
-
-func (r openReport) results() int               { return len(r.Results) }
-func (r openReport) markdown(w io.Writer) error { return bench.WriteOpenMarkdown(w, r.Results) }
-func (r openReport) summary() []string          { return bench.OpenSummary(r.Results) }
-
-func finishReport(rep report, runErr error, out string, stdout, stderr io.Writer) int {
+func finish[R report.Row](rep report.Report[R], runErr error, out string, stdout, stderr io.Writer) int {
 	code := 0
 	if runErr != nil {
 		code = 1
@@ -425,15 +401,15 @@ func finishReport(rep report, runErr error, out string, stdout, stderr io.Writer
 			fmt.Fprintf(stderr, "loomgate bench: %v\n", runErr)
 		}
 	}
-	if rep.results() == 0 {
+	if len(rep.Results) == 0 {
 		return max(code, 1)
 	}
-	if err := rep.markdown(stdout); err != nil {
+	if err := report.WriteMarkdown(stdout, rep.Results); err != nil {
 		fmt.Fprintf(stderr, "loomgate bench: %v\n", err)
 		return 1
 	}
 	fmt.Fprintln(stdout)
-	for _, s := range rep.summary() {
+	for _, s := range report.Summary(rep.Results) {
 		fmt.Fprintf(stdout, "- %s\n", s)
 	}
 	if out != "" {
@@ -442,7 +418,7 @@ func finishReport(rep report, runErr error, out string, stdout, stderr io.Writer
 			return 1
 		}
 		fmt.Fprintf(stderr, "loomgate bench: wrote %s, %s and %s\n",
-			filepath.Join(out, bench.FileCSV), filepath.Join(out, bench.FileJSON), filepath.Join(out, bench.FileHTML))
+			filepath.Join(out, report.FileCSV), filepath.Join(out, report.FileJSON), filepath.Join(out, report.FileHTML))
 	}
 	return code
 }
@@ -505,8 +481,8 @@ func benchOpen(ctx context.Context, target, admin string, rates []float64, warmu
 		fmt.Fprintf(stderr, "loomgate bench: %v\n", err)
 		return 2
 	}
-	rep := bench.OpenReport{Title: "loomgate bench: " + target, Generated: time.Now(), Results: results}
-	return finishOpen(rep, err, out, stdout, stderr)
+	rep := report.Report[bench.OpenResult]{Title: "loomgate bench: " + target, Generated: time.Now(), Results: results}
+	return finish(rep, err, out, stdout, stderr)
 }
 
 // parseRates reads "800,1200,3000": requests per second, fractions allowed.
@@ -533,7 +509,18 @@ func joinRates(v []float64) string {
 // allScenarioNames lists the closed-loop scenarios, then the open-loop
 // ones, then the advice matrix and overhead.
 func allScenarioNames() []string {
-	return append(append(bench.ScenarioNames(), bench.OpenScenarioNames()...), adviceScenario, overheadScenario)
+	return append(bench.ScenarioNames(), adviceScenario, overheadScenario)
+}
+
+// openScenarioNames lists the open-loop scenarios.
+func openScenarioNames() []string {
+	var names []string
+	for _, sc := range bench.Scenarios() {
+		if sc.Open() {
+			names = append(names, sc.Name)
+		}
+	}
+	return names
 }
 
 // adviceScenario is the advice matrix's name for --scenario.
@@ -543,11 +530,11 @@ const adviceScenario = "advice"
 // --cases names, each judged against its truth, the recommended setting
 // applied and measured against the prediction.
 func runAdviceMatrix(ctx context.Context, launcher bench.Launcher, names string, stdout, stderr io.Writer) int {
-	cases := bench.AdviceCases()
+	cases := advicematrix.Cases()
 	if names != "" {
-		var picked []bench.AdviceCase
+		var picked []advicematrix.Case
 		for name := range strings.SplitSeq(names, ",") {
-			i := slices.IndexFunc(cases, func(c bench.AdviceCase) bool { return c.Name == strings.TrimSpace(name) })
+			i := slices.IndexFunc(cases, func(c advicematrix.Case) bool { return c.Name == strings.TrimSpace(name) })
 			if i < 0 {
 				var all []string
 				for _, c := range cases {
@@ -561,12 +548,12 @@ func runAdviceMatrix(ctx context.Context, launcher bench.Launcher, names string,
 		cases = picked
 	}
 	if launcher == nil {
-		fmt.Fprintln(stderr, "loomgate bench: --scenario advice needs the in-process launcher, which this build lacks")
+		fmt.Fprintln(stderr, "loomgate bench: --scenario advice needs a launcher to start its stubs and sidecars, which this build lacks")
 		return 1
 	}
-	results, err := bench.RunAdviceCases(ctx, cases, launcher, bench.AdviceOptions{Apply: true, Progress: stderr})
+	results, err := advicematrix.Run(ctx, cases, launcher, advicematrix.Options{Apply: true, Progress: stderr})
 	if len(results) > 0 {
-		bench.WriteAdviceMarkdown(stdout, results)
+		advicematrix.WriteMarkdown(stdout, results)
 	}
 	if err != nil {
 		fmt.Fprintf(stderr, "loomgate bench: %v\n", err)
@@ -596,7 +583,7 @@ func runOverhead(ctx context.Context, window time.Duration, out string, stdout, 
 		fmt.Fprintf(stderr, "loomgate bench: cannot find this executable to run the stub and the sidecar: %v\n", err)
 		return 1
 	}
-	res, err := bench.RunOverhead(ctx, bench.OverheadConfig{Binary: exe, Duration: window, Progress: stderr})
+	res, err := overhead.Run(ctx, overhead.Config{Binary: exe, Duration: window, Progress: stderr})
 	if err != nil {
 		fmt.Fprintf(stderr, "loomgate bench: %v\n", err)
 		if len(res.Rows) == 0 {
@@ -604,7 +591,7 @@ func runOverhead(ctx context.Context, window time.Duration, out string, stdout, 
 		}
 	}
 	var md strings.Builder
-	if werr := bench.WriteOverheadMarkdown(&md, res); werr != nil {
+	if werr := overhead.WriteMarkdown(&md, res); werr != nil {
 		fmt.Fprintf(stderr, "loomgate bench: %v\n", werr)
 		return 1
 	}
@@ -622,7 +609,7 @@ func runOverhead(ctx context.Context, window time.Duration, out string, stdout, 
 	return 0
 }
 
-func writeOverhead(dir, md string, res bench.OverheadResult) error {
+func writeOverhead(dir, md string, res overhead.Result) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
@@ -637,6 +624,6 @@ func writeOverhead(dir, md string, res bench.OverheadResult) error {
 }
 
 func isOpenScenario(name string) bool {
-	_, ok := bench.LookupOpenScenario(name)
-	return ok
+	sc, ok := bench.LookupScenario(name)
+	return ok && sc.Open()
 }

@@ -120,9 +120,9 @@ func TestBenchCommandRefusesBadInput(t *testing.T) {
 		{[]string{"--scenario", "open", "-c", "100"}, 2, "--scenario open is open-loop: give it --rate, not -c"},
 		{[]string{"--scenario", "open", "--url", "http://127.0.0.1:1/"}, 2, "--url and --scenario are exclusive"},
 		{[]string{"--scenario", "open", "--admin", "http://127.0.0.1:9090"}, 2, "--admin goes with --url"},
-		{[]string{"--scenario", "open"}, 1, "--scenario open needs the in-process launcher"},
+		{[]string{"--scenario", "open"}, 1, "--scenario open needs a launcher to start its stub and sidecar"},
 		{[]string{"--url", "127.0.0.1:1", "--rate", "10"}, 2, `--url "127.0.0.1:1": want an http://`},
-		{[]string{"--scenario", "crossover"}, 1, "--scenario crossover needs the in-process launcher"},
+		{[]string{"--scenario", "crossover"}, 1, "--scenario crossover needs a launcher to start its stub and sidecar"},
 		{[]string{"--timeout", "soon"}, 2, `invalid value "soon" for flag -timeout`},
 		{[]string{"--url", "http://127.0.0.1:1/", "stray"}, 2, `unexpected argument "stray"`},
 	}
@@ -274,7 +274,7 @@ func TestBenchCommandOpenScenario(t *testing.T) {
 // grows, its wait passes the alert's 250 ms and then its 300 ms timeout;
 // unbounded admission serves the rate with about 40 in flight.
 func TestOpenScenarioPhysicsThroughTheSidecar(t *testing.T) {
-	sc := bench.OpenScenario{
+	sc := bench.Scenario{
 		Name: "small", Path: "/wait?ms=100", Rates: []float64{100, 400},
 		Arms: []bench.Arm{
 			{Label: "fixed 20", Sidecar: bench.Sidecar{Mode: "fixed", Workers: 20, QueueSize: 1000, QueueTimeout: 300 * time.Millisecond}},
@@ -282,7 +282,7 @@ func TestOpenScenarioPhysicsThroughTheSidecar(t *testing.T) {
 		},
 		Warmup: 500 * time.Millisecond, Window: 1500 * time.Millisecond,
 	}
-	results, err := bench.RunOpenScenario(context.Background(), sc, inProcess{}, bench.OpenScenarioOptions{})
+	results, err := bench.RunOpenScenario(context.Background(), sc, inProcess{}, bench.ScenarioOptions{})
 	if err != nil {
 		t.Fatalf("RunOpenScenario = %v", err)
 	}

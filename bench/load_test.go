@@ -4,10 +4,12 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"math"
 	"net"
 	"os"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -275,6 +277,16 @@ func TestParseTarget(t *testing.T) {
 	}
 }
 
+// closedEngine is an engine for a closed loop of users clients on tgt,
+// its window open from now to end, for the benchmarks to drive by hand.
+func closedEngine(tgt target, users int, end time.Time) *engine {
+	win := window{start: time.Now(), end: end}
+	return &engine{
+		lv: level{timeout: 10 * time.Second}, tgt: tgt, begin: win.start, win: win, hardEnd: end,
+		tally: newTally(win, false, users), conns: &connSet{open: map[*trackedConn]struct{}{}},
+	}
+}
+
 // BenchmarkWorkerOnce is the client's hot loop against the stub's
 // /wait?ms=0 on loopback: one request, its timing and its bookkeeping.
 // Allocations here would be paid several thousand times a second at c1000.
@@ -284,16 +296,15 @@ func BenchmarkWorkerOnce(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	end := time.Now().Add(time.Hour)
-	tl := newTally(window{start: time.Now(), end: end}, 1)
-	w := newWorker(tgt, 10*time.Second, tl.recorder(0))
-	w.once(end) // open the connection outside the measurement
+	e := closedEngine(tgt, 1, time.Now().Add(time.Hour))
+	send, rec := e.sender(e.newClient(1), tgt.raw), e.tally.newRecorder()
+	closedOnce(e, send, rec, 0) // open the connection outside the measurement
 	b.ReportAllocs()
 	for b.Loop() {
-		w.once(end)
+		closedOnce(e, send, rec, 0)
 	}
 	b.StopTimer()
-	if res := tl.result(); res.Errors.Total() != 0 {
+	if res := e.tally.result(); res.Errors.Total() != 0 {
 		b.Fatalf("errors %+v", res.Errors)
 	}
 }
@@ -307,28 +318,194 @@ func BenchmarkClosedLoop(b *testing.B) {
 		b.Fatal(err)
 	}
 	const users = 64
-	end := time.Now().Add(time.Hour)
-	tl := newTally(window{start: time.Now(), end: end}, users)
-	workers := make([]*worker, users)
-	for i := range workers {
-		workers[i] = newWorker(tgt, 10*time.Second, tl.recorder(i))
-		workers[i].once(end)
+	e := closedEngine(tgt, users, time.Now().Add(time.Hour))
+	type user struct {
+		send func(time.Time) answer
+		rec  *recorder
+	}
+	clients := make([]user, users)
+	for i := range clients {
+		clients[i] = user{e.sender(e.newClient(1), tgt.raw), e.tally.newRecorder()}
+		closedOnce(e, clients[i].send, clients[i].rec, 0)
 	}
 	b.ReportAllocs()
 	b.ResetTimer()
 	begin := time.Now()
 	var wg sync.WaitGroup
-	for i, w := range workers {
+	for i, u := range clients {
 		n := b.N / users
 		if i < b.N%users {
 			n++
 		}
 		wg.Go(func() {
 			for range n {
-				w.once(end)
+				closedOnce(e, u.send, u.rec, 0)
 			}
 		})
 	}
 	wg.Wait()
 	b.ReportMetric(float64(b.N)/time.Since(begin).Seconds(), "req/s")
+}
+
+func TestOpenRateAgainstStub(t *testing.T) {
+	base := startStub(t, stub.Config{})
+	var progress bytes.Buffer
+	res, err := RunOpen(context.Background(), OpenConfig{
+		URL: base + "/wait?ms=1", Rate: 200, Warmup: 200 * time.Millisecond, Window: 2 * time.Second,
+		AdminURL: base, // the stub's own /metrics: no sidecar series
+		Progress: &progress, Label: "[1/1] open",
+	})
+	if err != nil {
+		t.Fatalf("RunOpen = %v", err)
+	}
+	// 5% holds on two shared cores under the race detector; a pacer that
+	// drifts or waits for answers misses it.
+	if off := res.SendRate/200 - 1; math.Abs(off) > 0.05 {
+		t.Errorf("sent %.1f/s; want 200 within 5%%", res.SendRate)
+	}
+	if off := res.Throughput/200 - 1; math.Abs(off) > 0.05 {
+		t.Errorf("2xx %.1f/s; want 200 within 5%%", res.Throughput)
+	}
+	if res.Due != 400 || res.Counts.OK != res.Due || res.Counts.Total() != res.Due {
+		t.Errorf("due %d, counts %+v; want 400, all 2xx", res.Due, res.Counts)
+	}
+	if res.P50 < time.Millisecond || res.Max < res.P99 || res.P99 < res.P90 || res.P90 < res.P50 {
+		t.Errorf("latency p50 %v p90 %v p99 %v max %v; want at least 1 ms, ordered", res.P50, res.P90, res.P99, res.Max)
+	}
+	if res.Arm != strings.TrimPrefix(base, "http://")+"/wait?ms=1" || res.Rate != 200 || res.Window != 2*time.Second {
+		t.Errorf("arm %q, rate %v, window %v", res.Arm, res.Rate, res.Window)
+	}
+	if sc := res.Sidecar; sc == nil || sc.Loomgate || len(sc.Timeline) != 0 {
+		t.Errorf("sidecar from a stub's /metrics = %+v; want read, and no sidecar in it", sc)
+	}
+	for _, want := range []string{"[1/1] open: 200 rps on " + base + "/wait?ms=1, at most ", "window 1s/2s, sent ", "[1/1] open: sent "} {
+		if !strings.Contains(progress.String(), want) {
+			t.Errorf("progress lacks %q:\n%s", want, progress.String())
+		}
+	}
+}
+
+// startStalling serves 200s, but holds every request that arrives before
+// release until then.
+func startStalling(t *testing.T, release time.Time) (string, func() int64) {
+	t.Helper()
+	var n atomic.Int64
+	done := make(chan struct{})
+	srv := &fasthttp.Server{Handler: func(ctx *fasthttp.RequestCtx) {
+		n.Add(1)
+		if d := time.Until(release); d > 0 {
+			select {
+			case <-time.After(d):
+			case <-done:
+			}
+		}
+	}}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go srv.Serve(ln)
+	t.Cleanup(func() {
+		close(done)
+		srv.Shutdown()
+	})
+	return "http://" + ln.Addr().String(), n.Load
+}
+
+// A closed loop would show a one-second stall as one slow request per
+// user; the open loop keeps sending, and every request due during the
+// stall is late by the rest of it.
+func TestOpenStalledUpstreamOverLoopback(t *testing.T) {
+	url, _ := startStalling(t, time.Now().Add(time.Second))
+	res, err := RunOpen(context.Background(), OpenConfig{URL: url, Rate: 200, Window: 2 * time.Second})
+	if err != nil {
+		t.Fatalf("RunOpen = %v", err)
+	}
+	// Due 0..1 s, answered at 1 s: latencies spread from 1 s down to 0,
+	// half the requests. The 90th percentile is 0.8 s.
+	if res.P90 < 600*time.Millisecond || res.Max < 900*time.Millisecond {
+		t.Errorf("p90 %v, max %v; want about 800ms and 1s: every request due in the stall waits out the rest of it", res.P90, res.Max)
+	}
+	if res.P50 > 100*time.Millisecond {
+		t.Errorf("p50 %v; want the unstalled half fast", res.P50)
+	}
+	if res.Counts.OK != res.Due || res.PeakInFlight < 150 {
+		t.Errorf("counts %+v of %d due, peak in flight %d; want all answered, about 200 held during the stall", res.Counts, res.Due, res.PeakInFlight)
+	}
+	if off := res.SendRate/200 - 1; math.Abs(off) > 0.05 {
+		t.Errorf("sent %.1f/s; want 200 within 5%%: a stall of the upstream must not slow the sends", res.SendRate)
+	}
+}
+
+func TestOpenCapHitIsNotSentOverLoopback(t *testing.T) {
+	url, received := startStalling(t, time.Now().Add(1500*time.Millisecond))
+	res, err := RunOpen(context.Background(), OpenConfig{URL: url, Rate: 50, Window: time.Second, MaxInFlight: 5})
+	if err != nil {
+		t.Fatalf("RunOpen = %v", err)
+	}
+	if res.Due != 50 || res.Sent != 5 || res.Counts.NotSent != 45 || res.Counts.OK != 5 {
+		t.Errorf("due %d, sent %d, counts %+v; want 5 sent and answered, 45 not sent", res.Due, res.Sent, res.Counts)
+	}
+	if n := received(); n != 5 {
+		t.Errorf("server received %d requests; want 5, the cap", n)
+	}
+	if !strings.Contains(strings.Join(res.RigNotes(), "; "), "45 requests not sent") {
+		t.Errorf("rig notes %q; want the not-sent requests said", res.RigNotes())
+	}
+}
+
+func TestOpenUnreachable(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	if _, err := RunOpen(context.Background(), OpenConfig{URL: "http://" + addr + "/", Rate: 10}); err == nil || !strings.Contains(err.Error(), "target unreachable") {
+		t.Errorf("RunOpen against a closed port = %v; want ErrUnreachable", err)
+	}
+}
+
+func TestOpenCancelled(t *testing.T) {
+	url, _ := startStalling(t, time.Now().Add(time.Minute))
+	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+	defer cancel()
+	begin := time.Now()
+	_, err := RunOpen(ctx, OpenConfig{URL: url, Rate: 50, Window: 10 * time.Second, Timeout: time.Minute})
+	if err == nil || time.Since(begin) > 5*time.Second {
+		t.Errorf("RunOpen cancelled after 500ms = %v after %v; want the context's error, at once", err, time.Since(begin))
+	}
+}
+
+// Flows put each flow's clients on its own path of one host, counted in
+// one window; ErrorPause spaces a client's requests after a failed one.
+func TestRunFlows(t *testing.T) {
+	base := startStub(t, stub.Config{})
+	res, err := Run(context.Background(), Config{
+		URL: base, Flows: []Flow{{Path: "/wait?ms=20", Clients: 2}, {Path: "/wait?ms=50", Clients: 1}},
+		Warmup: 200 * time.Millisecond, Window: time.Second,
+	})
+	if err != nil {
+		t.Fatalf("Run = %v", err)
+	}
+	// 2 / 0.02 s + 1 / 0.05 s = 120 rps; the p50 is the 20 ms flow's.
+	if res.Concurrency != 3 || res.RPS < 70 || res.RPS > 130 || res.P50 < 20*time.Millisecond || res.P50 >= 50*time.Millisecond {
+		t.Errorf("c%d, %.1f rps, p50 %v; want c3, about 120 rps, p50 of the 20 ms flow", res.Concurrency, res.RPS, res.P50)
+	}
+
+	// A 400 answered at once, and a client that waits 100 ms after each:
+	// at most one request per 100 ms of the window.
+	res, err = Run(context.Background(), Config{URL: base + "/wait?ms=bad", Concurrency: 1, Window: time.Second, ErrorPause: 100 * time.Millisecond})
+	if err != nil {
+		t.Fatalf("Run = %v", err)
+	}
+	if n := res.Errors.Status; n < 1 || n > 11 {
+		t.Errorf("%d status errors in 1 s with a 100 ms pause after each; want 1..11", n)
+	}
+
+	for _, flows := range [][]Flow{{{Path: "/x", Clients: 0}}, {{Path: "x", Clients: 1}}} {
+		if _, err := Run(context.Background(), Config{URL: base, Flows: flows}); !errors.Is(err, ErrConfig) {
+			t.Errorf("Run with flows %+v = %v; want ErrConfig", flows, err)
+		}
+	}
 }

@@ -1,4 +1,4 @@
-package bench
+package overhead
 
 import (
 	"fmt"
@@ -7,15 +7,15 @@ import (
 	"time"
 )
 
-// WriteOverheadMarkdown writes the overhead scenario's table: per arm the
+// WriteMarkdown writes the overhead scenario's table: per arm the
 // CPU per request at saturation and at a fixed rate (medians of the
 // rounds, with their range), with ratios to HAProxy's and to the bare
 // fasthttp proxy's, the resident memory with the requests held in each
 // mode, with its ratio to HAProxy's, and the latency added over direct;
 // then where it ran and what was skipped.
-func WriteOverheadMarkdown(w io.Writer, res OverheadResult) error {
+func WriteMarkdown(w io.Writer, res Result) error {
 	cfg := res.Config.withDefaults()
-	var direct, haproxy, bare *OverheadRow
+	var direct, haproxy, bare *Row
 	for i := range res.Rows {
 		switch res.Rows[i].Name {
 		case "direct":
@@ -44,8 +44,8 @@ func WriteOverheadMarkdown(w io.Writer, res OverheadResult) error {
 	}
 	fmt.Fprintf(&b, "| %s |\n", strings.Join(align, " | "))
 	for _, r := range res.Rows {
-		closed := func(h *OverheadRow) float64 { return h.CPUPerRequest.Seconds() }
-		open := func(h *OverheadRow) float64 { return h.CPUAtRate.Seconds() }
+		closed := func(h *Row) float64 { return h.CPUPerRequest.Seconds() }
+		open := func(h *Row) float64 { return h.CPUAtRate.Seconds() }
 		cells := []string{r.Name,
 			microsRange(r.CPUPerRequest, r.CPURange), ratio(closed(&r), haproxy, closed), ratio(closed(&r), bare, closed),
 			microsRange(r.CPUAtRate, r.CPUAtRateRange), ratio(open(&r), haproxy, open), ratio(open(&r), bare, open)}
@@ -53,12 +53,12 @@ func WriteOverheadMarkdown(w io.Writer, res OverheadResult) error {
 			cells = append(cells, "", "", "", "")
 		} else {
 			cells = append(cells, mib(r.RSSUnbounded, r.HeldUnbounded),
-				ratio(float64(r.RSSUnbounded), haproxy, func(h *OverheadRow) float64 { return float64(h.RSSUnbounded) }))
+				ratio(float64(r.RSSUnbounded), haproxy, func(h *Row) float64 { return float64(h.RSSUnbounded) }))
 			if r.RSSFixed == 0 {
 				cells = append(cells, "no queue", "")
 			} else {
 				cells = append(cells, mib(r.RSSFixed, r.HeldFixed),
-					ratio(float64(r.RSSFixed), haproxy, func(h *OverheadRow) float64 { return float64(h.RSSFixed) }))
+					ratio(float64(r.RSSFixed), haproxy, func(h *Row) float64 { return float64(h.RSSFixed) }))
 			}
 		}
 		for i := range cfg.LatencyLevels {
@@ -115,7 +115,7 @@ func mib(b int64, held float64) string {
 	return fmt.Sprintf("%.1f MiB (%.0f)", float64(b)/(1<<20), held)
 }
 
-func ratio(v float64, ref *OverheadRow, of func(*OverheadRow) float64) string {
+func ratio(v float64, ref *Row, of func(*Row) float64) string {
 	if ref == nil || of(ref) == 0 {
 		return ""
 	}

@@ -16,6 +16,31 @@ var t0 = time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)
 
 func at(ms float64) time.Time { return t0.Add(time.Duration(ms * float64(time.Millisecond))) }
 
+// recorder is the tally's i-th recorder, made when first asked for.
+func (t *tally) recorder(i int) *recorder {
+	for len(t.recs) <= i {
+		t.newRecorder()
+	}
+	return t.recs[i]
+}
+
+// recordKind records a closed-loop request, due when sent, that ended at
+// done as k says.
+func (r *recorder) recordKind(sent, done time.Time, k kind) {
+	a := answer{retryAfter: -1}
+	switch k {
+	case kindOK:
+		a.status = 200
+	case kindStatus:
+		a.status = 500
+	case kindTimeout:
+		a.err = fasthttp.ErrTimeout
+	default:
+		a.err = fasthttp.ErrConnectionClosed
+	}
+	r.record(sent, sent, done, a)
+}
+
 // inHistogram is d as the histogram reports it: the highest value
 // equivalent to d at 3 significant digits.
 func inHistogram(d time.Duration) time.Duration {
@@ -59,18 +84,18 @@ func TestWindowContains(t *testing.T) {
 
 func TestWindowAccounting(t *testing.T) {
 	// A 5 s window after a 1 s warm-up.
-	tl := newTally(window{start: at(1000), end: at(6000)}, 1)
+	tl := newTally(window{start: at(1000), end: at(6000)}, false, 1)
 	r := tl.recorder(0)
-	r.record(at(0), at(200), kindOK)     // completes in the warm-up: out
-	r.record(at(900), at(1100), kindOK)  // sent in the warm-up, completes inside: in, 200 ms
-	r.record(at(5500), at(5999), kindOK) // completes just inside: in, 499 ms
-	r.record(at(5900), at(6001), kindOK) // completes 1 ms after the window: out
-	r.record(at(5900), at(6000), kindOK) // completes exactly at the end: out
-	r.record(at(3000), at(3100), kindStatus)
-	r.record(at(3000), at(4000), kindTimeout)
-	r.record(at(5000), at(6500), kindTimeout) // past the window: out
-	r.record(at(3000), at(3000.01), kindConnect)
-	r.record(at(500), at(900), kindConnect) // in the warm-up: out
+	r.recordKind(at(0), at(200), kindOK)     // completes in the warm-up: out
+	r.recordKind(at(900), at(1100), kindOK)  // sent in the warm-up, completes inside: in, 200 ms
+	r.recordKind(at(5500), at(5999), kindOK) // completes just inside: in, 499 ms
+	r.recordKind(at(5900), at(6001), kindOK) // completes 1 ms after the window: out
+	r.recordKind(at(5900), at(6000), kindOK) // completes exactly at the end: out
+	r.recordKind(at(3000), at(3100), kindStatus)
+	r.recordKind(at(3000), at(4000), kindTimeout)
+	r.recordKind(at(5000), at(6500), kindTimeout) // past the window: out
+	r.recordKind(at(3000), at(3000.01), kindConnect)
+	r.recordKind(at(500), at(900), kindConnect) // in the warm-up: out
 
 	got := tl.result()
 	want := Result{
@@ -98,15 +123,15 @@ func TestPercentilesMergedAcrossUsers(t *testing.T) {
 	// 1..1000 ms in 1 µs steps would be slow; 1..2000 µs has exact buckets
 	// in a 3-digit histogram, so the answers are known exactly.
 	const users = 7
-	tl := newTally(window{start: at(0), end: at(10_000)}, users)
-	if len(tl.shards) >= users {
-		t.Fatalf("%d shards for %d users; want users to share them", len(tl.shards), users)
+	tl := newTally(window{start: at(0), end: at(10_000)}, false, users)
+	if len(tl.latency) >= users {
+		t.Fatalf("%d shards for %d users; want users to share them", len(tl.latency), users)
 	}
 	for v := 1; v <= 2000; v++ {
 		// Spread the values over the users so that each flushes several
 		// full batches and a partial one.
 		r := tl.recorder(v % users)
-		r.record(at(100), at(100).Add(time.Duration(v)*time.Microsecond), kindOK)
+		r.recordKind(at(100), at(100).Add(time.Duration(v)*time.Microsecond), kindOK)
 	}
 	got := tl.result()
 	us := func(n int64) time.Duration { return time.Duration(n) * time.Microsecond }
@@ -131,9 +156,9 @@ func TestPercentilesMergedAcrossUsers(t *testing.T) {
 }
 
 func TestPercentilesNeverExceedMax(t *testing.T) {
-	tl := newTally(window{start: at(0), end: at(10_000)}, 1)
+	tl := newTally(window{start: at(0), end: at(10_000)}, false, 1)
 	for range 100 {
-		tl.recorder(0).record(at(0), at(1000), kindOK) // 1 s, in a 1 ms-wide bucket
+		tl.recorder(0).recordKind(at(0), at(1000), kindOK) // 1 s, in a 1 ms-wide bucket
 	}
 	got := tl.result()
 	if got.Max != time.Second || got.P50 != time.Second || got.P99 != time.Second {
@@ -146,13 +171,13 @@ func TestPercentilesNeverExceedMax(t *testing.T) {
 
 func TestPercentilesOfSkewedLatency(t *testing.T) {
 	// 990 fast requests and 10 slow ones: the tail shows only from p99 up.
-	tl := newTally(window{start: at(0), end: at(1000)}, 2)
+	tl := newTally(window{start: at(0), end: at(1000)}, false, 2)
 	for i := range 1000 {
 		d := 200 * time.Microsecond
 		if i%100 == 99 {
 			d = 1500 * time.Microsecond
 		}
-		tl.recorder(i%2).record(at(10), at(10).Add(d), kindOK)
+		tl.recorder(i%2).recordKind(at(10), at(10).Add(d), kindOK)
 	}
 	got := tl.result()
 	if got.P50 != 200*time.Microsecond || got.P95 != 200*time.Microsecond || got.P99 != 200*time.Microsecond || got.Max != 1500*time.Microsecond {
@@ -164,8 +189,8 @@ func TestPercentilesOfSkewedLatency(t *testing.T) {
 }
 
 func TestLatencyBeyondHistogramRange(t *testing.T) {
-	tl := newTally(window{start: at(0), end: at(20 * 60_000)}, 1)
-	tl.recorder(0).record(at(0), at(10*60_000), kindOK) // 10 minutes
+	tl := newTally(window{start: at(0), end: at(20 * 60_000)}, false, 1)
+	tl.recorder(0).recordKind(at(0), at(10*60_000), kindOK) // 10 minutes
 	got := tl.result()
 	if got.Max != 10*time.Minute {
 		t.Errorf("max = %v; want the exact 10m0s", got.Max)
@@ -176,7 +201,7 @@ func TestLatencyBeyondHistogramRange(t *testing.T) {
 }
 
 func TestEmptyResult(t *testing.T) {
-	got := newTally(window{start: at(0), end: at(1000)}, 3).result()
+	got := newTally(window{start: at(0), end: at(1000)}, false, 3).result()
 	if got.Requests != 0 || got.RPS != 0 || got.Mean != 0 || got.P99 != 0 || got.Window != time.Second {
 		t.Errorf("result of no requests = %+v; want zeros over a 1s window", got)
 	}
@@ -241,10 +266,10 @@ func TestFmtDur(t *testing.T) {
 
 // BenchmarkRecord is the per-request bookkeeping of a virtual user.
 func BenchmarkRecord(b *testing.B) {
-	tl := newTally(window{start: at(0), end: at(1e9)}, 1)
+	tl := newTally(window{start: at(0), end: at(1e9)}, false, 1)
 	r := tl.recorder(0)
 	b.ReportAllocs()
 	for b.Loop() {
-		r.record(at(10), at(210), kindOK)
+		r.recordKind(at(10), at(210), kindOK)
 	}
 }

@@ -1,17 +1,14 @@
-package bench
+package report
 
 import (
 	"bytes"
 	"fmt"
 	"html/template"
 	"image/color"
-	"io"
-	"os"
-	"path/filepath"
+	"math"
 	"regexp"
 	"slices"
 	"strconv"
-	"time"
 
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/font"
@@ -19,188 +16,34 @@ import (
 	"gonum.org/v1/plot/plotutil"
 	"gonum.org/v1/plot/vg"
 	"gonum.org/v1/plot/vg/draw"
+
+	"github.com/loomgate/loomgate/bench"
+	"github.com/loomgate/loomgate/bench/internal/format"
 )
 
-// Report is what WriteHTML and WriteDir write.
-type Report struct {
-	// Title heads the report. If empty, "loomgate bench".
-	Title string
-	// Description, if set, is a paragraph under the title, e.g. the
-	// scenario's description.
-	Description string
-	// Generated, if set, is printed as the time the results were taken.
-	Generated time.Time
-	Results   []Result
-}
-
-// File names WriteDir writes.
-const (
-	FileCSV  = "results.csv"
-	FileJSON = "results.json"
-	FileHTML = "report.html"
-)
-
-// WriteDir writes results.csv, results.json and report.html into dir,
-// creating it if needed.
-func (rep Report) WriteDir(dir string) error {
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return err
-	}
-	for _, f := range []struct {
-		name  string
-		write func(io.Writer) error
-	}{
-		{FileCSV, func(w io.Writer) error { return WriteCSV(w, rep.Results) }},
-		{FileJSON, func(w io.Writer) error { return WriteJSON(w, rep.Results) }},
-		{FileHTML, rep.WriteHTML},
-	} {
-		var buf bytes.Buffer
-		if err := f.write(&buf); err != nil {
-			return fmt.Errorf("%s: %w", f.name, err)
-		}
-		if err := os.WriteFile(filepath.Join(dir, f.name), buf.Bytes(), 0o644); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-// WriteHTML writes the report as one self-contained HTML page: the
-// narrative, the charts as inline SVG and the table. It loads nothing: no
-// script, stylesheet, font or image from anywhere, so it opens offline.
-func (rep Report) WriteHTML(w io.Writer) error {
-	if rep.Title == "" {
-		rep.Title = "loomgate bench"
-	}
-	charts, err := buildCharts(rep.Results)
-	if err != nil {
-		return err
-	}
-	var table bytes.Buffer
-	if err := WriteMarkdown(&table, rep.Results); err != nil {
-		return err
-	}
-	data := struct {
-		Report
-		Narrative []string
-		Charts    []chart
-		Rows      []htmlRow
-		Notes     []string
-		Timed     bool
-		Memory    bool
-		Upstream  bool
-	}{Report: rep, Narrative: Narrative(rep.Results), Charts: charts}
-	data.Timed, data.Memory, data.Upstream = knownColumns(rep.Results)
-	scenarios := map[string]bool{}
-	for _, r := range rep.Results {
-		scenarios[r.Scenario] = true
-	}
-	for _, r := range rep.Results {
-		row := htmlRow{Name: r.Arm, Errors: fmtErrors(r.Errors),
-			Cells: []string{strconv.Itoa(r.Concurrency), fmt.Sprintf("%.0f", r.RPS),
-				fmtDur(r.Mean), fmtDur(r.P50), fmtDur(r.P95), fmtDur(r.P99), fmtDur(r.Max)}}
-		if len(scenarios) > 1 && r.Scenario != "" {
-			row.Name = r.Scenario + ": " + r.Arm
-		}
-		if data.Timed {
-			if sc := r.Sidecar; sc != nil && sc.Loomgate {
-				limit := "none"
-				if sc.Limit > 0 {
-					limit = strconv.Itoa(sc.Limit)
-				}
-				row.Sidecar = []string{fmtDur(sc.QueueWait), fmtDur(sc.Service), strconv.Itoa(sc.PeakInFlight), strconv.Itoa(sc.PeakQueued), limit}
-			} else {
-				row.Sidecar = make([]string, 5)
-			}
-		}
-		row.Memory, row.Upstream = fmtBytes(r.sidecarMemory()), fmtBytes(r.UpstreamMemoryBytes)
-		if r.Physics.Flagged {
-			data.Notes = append(data.Notes, fmt.Sprintf("%s c%d: %s", r.Arm, r.Concurrency, r.Physics.Reason))
-			row.Note = len(data.Notes)
-		}
-		data.Rows = append(data.Rows, row)
-	}
-	return reportTemplate.Execute(w, data)
-}
-
-type htmlRow struct {
-	Name    string
-	Cells   []string
-	Errors  string
-	Sidecar []string
-	// Memory and Upstream are the sidecar's and the upstream's peak
-	// resident memory, empty when unknown.
-	Memory   string
-	Upstream string
-	Note     int // 1-based index of the physics note, 0 when the row is ok
-}
-
+// chart is one figure of the page: an inline SVG and its caption.
 type chart struct {
 	Caption string
 	SVG     template.HTML
 }
 
-var reportTemplate = template.Must(template.New("report").Parse(`<!doctype html>
-<html lang="en">
-<head>
-<meta charset="utf-8">
-<meta name="viewport" content="width=device-width, initial-scale=1">
-<title>{{.Title}}</title>
-<style>
-body { font-family: system-ui, -apple-system, "Segoe UI", Roboto, "Liberation Sans", Arial, sans-serif; color: #1d1d1f; max-width: 70rem; margin: 2rem auto; padding: 0 1rem; line-height: 1.45; }
-h1 { font-size: 1.6rem; margin-bottom: .2rem; }
-.meta { color: #666; margin-top: 0; }
-.charts { display: grid; grid-template-columns: repeat(auto-fit, minmax(28rem, 1fr)); gap: 1rem; }
-figure { margin: 0; }
-figure svg { width: 100%; height: auto; }
-figcaption { color: #555; font-size: .9rem; }
-table { border-collapse: collapse; font-variant-numeric: tabular-nums; font-size: .92rem; }
-th, td { padding: .25rem .55rem; border-bottom: 1px solid #e2e2e2; text-align: right; white-space: nowrap; }
-th:first-child, td:first-child { text-align: left; }
-th { background: #f6f6f6; }
-.scroll { overflow-x: auto; }
-.off { color: #b3261e; font-weight: 600; }
-.notes li { margin-bottom: .3rem; }
-</style>
-</head>
-<body>
-<h1>{{.Title}}</h1>
-{{if not .Generated.IsZero}}<p class="meta">Measured {{.Generated.Format "2006-01-02 15:04 MST"}}</p>{{end}}
-{{if .Description}}<p>{{.Description}}</p>{{end}}
-<h2>What the numbers say</h2>
-<ul>
-{{range .Narrative}}<li>{{.}}</li>
-{{end}}</ul>
-<h2>Charts</h2>
-<div class="charts">
-{{range .Charts}}<figure>
-{{.SVG}}
-<figcaption>{{.Caption}}</figcaption>
-</figure>
-{{end}}</div>
-<h2>Results</h2>
-<div class="scroll">
-<table>
-<thead><tr><th>arm</th><th>c</th><th>rps</th><th>mean</th><th>p50</th><th>p95</th><th>p99</th><th>max</th><th>errors</th>
-{{if .Timed}}<th>queue</th><th>service</th><th>peak in flight</th><th>peak queued</th><th>limit</th>{{end}}
-{{if .Memory}}<th>sidecar memory</th>{{end}}{{if .Upstream}}<th>upstream memory</th>{{end}}<th>physics</th></tr></thead>
-<tbody>
-{{range .Rows}}<tr><td>{{.Name}}</td>{{range .Cells}}<td>{{.}}</td>{{end}}<td>{{.Errors}}</td>{{range .Sidecar}}<td>{{.}}</td>{{end}}{{if $.Memory}}<td>{{.Memory}}</td>{{end}}{{if $.Upstream}}<td>{{.Upstream}}</td>{{end}}<td>{{if .Note}}<span class="off">off [{{.Note}}]</span>{{else}}ok{{end}}</td></tr>
-{{end}}</tbody>
-</table>
-</div>
-{{if .Notes}}<h3>Rows more than 10% off the physics check</h3>
-<ol class="notes">
-{{range .Notes}}<li>{{.}}</li>
-{{end}}</ol>{{end}}
-<p class="meta">Physics check: unsaturated, throughput X = C / R (closed loop, C users, mean latency R); saturated, X ≤ N / S (limit N, service time S).</p>
-</body>
-</html>
-`))
+// charts collects a page's charts.
+type charts []chart
 
-// buildCharts draws the report's charts; the sidecar and memory charts only
-// when some row has those figures.
-func buildCharts(results []Result) ([]chart, error) {
+// add draws p, with room above its data for a legend of entries lines.
+func (cs *charts) add(caption string, p *plot.Plot, entries int) error {
+	headroom(p, entries)
+	svg, err := renderSVG(p)
+	if err != nil {
+		return fmt.Errorf("chart %q: %w", caption, err)
+	}
+	*cs = append(*cs, chart{Caption: caption, SVG: svg})
+	return nil
+}
+
+// closedCharts draws a closed-loop report's charts; the sidecar and
+// memory charts only when some row has those figures.
+func closedCharts(results []bench.Result) ([]chart, error) {
 	all := group(results)
 	if len(all) == 0 {
 		return nil, nil
@@ -217,20 +60,12 @@ func buildCharts(results []Result) ([]chart, error) {
 	}
 	levels := levelsOf(results)
 
-	var charts []chart
-	add := func(caption string, p *plot.Plot, entries int) error {
-		headroom(p, entries)
-		svg, err := renderSVG(p)
-		if err != nil {
-			return fmt.Errorf("chart %q: %w", caption, err)
-		}
-		charts = append(charts, chart{Caption: caption, SVG: svg})
-		return nil
-	}
+	var charts charts
+	add := charts.add
 
 	p := newPlot("Throughput", "concurrency (virtual users)", "successes per second", levels)
 	for i, s := range all {
-		if err := addLine(p, name(s), i, false, points(s, func(r Result) (float64, bool) { return r.RPS, true })); err != nil {
+		if err := addLine(p, name(s), i, false, points(s, func(r bench.Result) (float64, bool) { return r.RPS, true })); err != nil {
 			return nil, err
 		}
 	}
@@ -240,10 +75,10 @@ func buildCharts(results []Result) ([]chart, error) {
 
 	p = newPlot("Latency: p50 solid, p99 dashed", "concurrency (virtual users)", "milliseconds", levels)
 	for i, s := range all {
-		if err := addLine(p, name(s)+" p50", i, false, points(s, func(r Result) (float64, bool) { return ms(r.P50), r.Requests > 0 })); err != nil {
+		if err := addLine(p, name(s)+" p50", i, false, points(s, func(r bench.Result) (float64, bool) { return ms(r.P50), r.Requests > 0 })); err != nil {
 			return nil, err
 		}
-		if err := addLine(p, name(s)+" p99", i, true, points(s, func(r Result) (float64, bool) { return ms(r.P99), r.Requests > 0 })); err != nil {
+		if err := addLine(p, name(s)+" p99", i, true, points(s, func(r bench.Result) (float64, bool) { return ms(r.P99), r.Requests > 0 })); err != nil {
 			return nil, err
 		}
 	}
@@ -269,12 +104,12 @@ func buildCharts(results []Result) ([]chart, error) {
 		for _, m := range []struct {
 			who    string
 			dashed bool
-			bytes  func(Result) int64
+			bytes  func(bench.Result) int64
 		}{
-			{"sidecar", false, Result.sidecarMemory},
-			{"upstream", true, Result.upstreamMemory},
+			{"sidecar", false, sidecarMemory},
+			{"upstream", true, upstreamMemory},
 		} {
-			pts := points(s, func(r Result) (float64, bool) {
+			pts := points(s, func(r bench.Result) (float64, bool) {
 				b := m.bytes(r)
 				return float64(b) / (1 << 20), b > 0
 			})
@@ -295,7 +130,7 @@ func buildCharts(results []Result) ([]chart, error) {
 	return charts, nil
 }
 
-func levelsOf(results []Result) []int {
+func levelsOf(results []bench.Result) []int {
 	var levels []int
 	for _, r := range results {
 		if !slices.Contains(levels, r.Concurrency) {
@@ -307,7 +142,7 @@ func levelsOf(results []Result) []int {
 }
 
 // points are an arm's (concurrency, y) pairs, for the rows y has a value.
-func points(s series, y func(Result) (float64, bool)) plotter.XYs {
+func points(s series, y func(bench.Result) (float64, bool)) plotter.XYs {
 	var xys plotter.XYs
 	for _, r := range s.rows {
 		if v, ok := y(r); ok {
@@ -401,7 +236,7 @@ func queueServicePlot(all []series, name func(series) string) (*plot.Plot, int, 
 	if len(timed) == 0 {
 		return nil, 0, nil
 	}
-	var rows []Result
+	var rows []bench.Result
 	for _, s := range timed {
 		rows = append(rows, s.rows...)
 	}
@@ -488,4 +323,71 @@ func renderSVG(p *plot.Plot) (template.HTML, error) {
 	// The SVG is drawn here from numbers; no text of it comes from
 	// outside but the arm labels, which vgsvg escapes.
 	return template.HTML(out), nil
+}
+
+// openCharts draws throughput against the rate asked for, per arm,
+// and the sidecar's queue over time, per arm and rate.
+func openCharts(results []bench.OpenResult) ([]chart, error) {
+	if len(results) == 0 {
+		return nil, nil
+	}
+	var arms []string
+	var rates []int
+	for _, r := range results {
+		if !slices.Contains(arms, r.Arm) {
+			arms = append(arms, r.Arm)
+		}
+		if v := int(math.Round(r.Rate)); !slices.Contains(rates, v) {
+			rates = append(rates, v)
+		}
+	}
+	slices.Sort(rates)
+	var charts charts
+	add := charts.add
+
+	p := newPlot("Throughput", "intended rate (requests per second)", "2xx per second", rates)
+	for i, arm := range arms {
+		var xys plotter.XYs
+		for _, r := range results {
+			if r.Arm == arm {
+				xys = append(xys, plotter.XY{X: r.Rate, Y: r.Throughput})
+			}
+		}
+		slices.SortFunc(xys, func(a, b plotter.XY) int { return int(a.X - b.X) })
+		if err := addLine(p, arm, i, false, xys); err != nil {
+			return nil, err
+		}
+	}
+	if err := add("Successes per second against the rate asked for, per arm.", p, len(arms)); err != nil {
+		return nil, err
+	}
+
+	q := plot.New()
+	q.Title.Text = "Sidecar queue"
+	q.X.Label.Text = "seconds from the start of the load"
+	q.Y.Label.Text = "loomgate_queued"
+	q.Y.Min = 0
+	q.Legend.Top, q.Legend.Left = true, true
+	sans(q)
+	lines := 0
+	for _, r := range results {
+		sc := r.Sidecar
+		if sc == nil || !sc.Loomgate || len(sc.Timeline) == 0 {
+			continue
+		}
+		var xys plotter.XYs
+		for _, pt := range sc.Timeline {
+			xys = append(xys, plotter.XY{X: pt.At.Seconds(), Y: float64(pt.Queued)})
+		}
+		if err := addLine(q, fmt.Sprintf("%s %s rps", r.Arm, format.Rate(r.Rate)), lines, slices.Index(arms, r.Arm) > 0, xys); err != nil {
+			return nil, err
+		}
+		lines++
+	}
+	if lines > 0 {
+		if err := add("Requests waiting in the sidecar's queue over each run, per arm and rate.", q, lines); err != nil {
+			return nil, err
+		}
+	}
+	return charts, nil
 }

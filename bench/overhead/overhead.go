@@ -1,34 +1,35 @@
-package bench
+// Package overhead is the rig's comparison with peers, the overhead
+// scenario. It answers what a sidecar costs per replica: the CPU
+// it spends per request, the memory it holds per request held, and the
+// latency it adds, beside HAProxy and nginx in front of the same upstream.
+// Every part is a process of its own (the upstream is `loomgate stub`,
+// the sidecar `loomgate proxy`, both this binary), so that each one's CPU
+// and resident memory are its own, read from /proc.
+//
+// How each proxy is started and configured (loomgate, the bare fasthttp
+// proxy, HAProxy, nginx) is in peers.go; the table in output.go.
+package overhead
 
 import (
-	"bufio"
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"regexp"
 	"runtime"
 	"slices"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/loomgate/loomgate/bench"
 )
 
-// The overhead scenario answers what a sidecar costs per replica: the CPU
-// it spends per request, the memory it holds per request held, and the
-// latency it adds, beside HAProxy and nginx in front of the same upstream.
-// Every part is a process of its own (the upstream is `loomgate stub`,
-// the sidecar `loomgate proxy`, both this binary), so that each one's CPU
-// and resident memory are its own, read from /proc.
-
-// OverheadConfig describes a run of the overhead scenario. Zero fields
+// Config describes a run of the overhead scenario. Zero fields
 // take the defaults given.
-type OverheadConfig struct {
+type Config struct {
 	// Binary is the loomgate executable that runs the stub and the
 	// sidecar. Required.
 	Binary string
@@ -76,15 +77,15 @@ type OverheadConfig struct {
 	Progress io.Writer
 }
 
-// OverheadResult is a run of the overhead scenario.
-type OverheadResult struct {
+// Result is a run of the overhead scenario.
+type Result struct {
 	// Machine says where it ran: cores and CPU model.
 	Machine string
 	// Load says what drove it: wrk or the rig.
 	Load string
 	// Rows are direct, loomgate, bare fasthttp, HAProxy and nginx, those
 	// that ran.
-	Rows []OverheadRow
+	Rows []Row
 	// Skipped says which arms did not run, and why.
 	Skipped []string
 	// StubRSS is the upstream's resident memory after the run, bytes.
@@ -94,11 +95,11 @@ type OverheadResult struct {
 	// whether the rig could be the bottleneck (WrkRPS 0 without wrk).
 	RigRPS, WrkRPS float64
 
-	Config OverheadConfig
+	Config Config
 }
 
-// OverheadRow is one arm's figures.
-type OverheadRow struct {
+// Row is one arm's figures.
+type Row struct {
 	Name string
 	// CPUPerRequest is the process's CPU time (user + system) per request
 	// at CPUConcurrency, the median of the rounds, and CPURange their
@@ -129,7 +130,7 @@ type LatencyPoint struct {
 	P50, P99    time.Duration
 }
 
-func (c OverheadConfig) withDefaults() OverheadConfig {
+func (c Config) withDefaults() Config {
 	if c.Duration == 0 {
 		c.Duration = 8 * time.Second
 	}
@@ -160,17 +161,17 @@ func (c OverheadConfig) withDefaults() OverheadConfig {
 	return c
 }
 
-func (c OverheadConfig) warmup() time.Duration { return max(c.Duration/4, time.Second) }
+func (c Config) warmup() time.Duration { return max(c.Duration/4, time.Second) }
 
-// RunOverhead runs the overhead scenario.
-func RunOverhead(ctx context.Context, cfg OverheadConfig) (OverheadResult, error) {
+// Run runs the overhead scenario.
+func Run(ctx context.Context, cfg Config) (Result, error) {
 	cfg = cfg.withDefaults()
-	res := OverheadResult{Config: cfg, Machine: machine()}
+	res := Result{Config: cfg, Machine: machine()}
 	if runtime.GOOS != "linux" {
 		return res, errors.New("bench: the overhead scenario reads each process's CPU and memory from /proc, which needs Linux")
 	}
 	if cfg.Binary == "" {
-		return res, fmt.Errorf("%w: no loomgate binary to run the stub and the sidecar", ErrConfig)
+		return res, fmt.Errorf("%w: no loomgate binary to run the stub and the sidecar", bench.ErrConfig)
 	}
 	progress := func(format string, a ...any) {
 		if cfg.Progress != nil {
@@ -204,16 +205,16 @@ func RunOverhead(ctx context.Context, cfg OverheadConfig) (OverheadResult, error
 	}
 	defer os.RemoveAll(dir)
 
-	stubAddr, err := FreeAddr()
+	stubAddr, err := bench.FreeAddr()
 	if err != nil {
 		return res, err
 	}
-	stub, err := startProc(ctx, dir, "stub", nil, cfg.Binary, "stub", "--listen", stubAddr)
+	stub, err := startProc(dir, "stub", nil, cfg.Binary, "stub", "--listen", stubAddr)
 	if err != nil {
 		return res, err
 	}
-	defer stub.stop()
-	if err := WaitListening(ctx, stubAddr, 10*time.Second); err != nil {
+	defer stub.Stop()
+	if err := bench.WaitListening(ctx, stubAddr, 10*time.Second); err != nil {
 		return res, fmt.Errorf("stub: %w", err)
 	}
 
@@ -232,20 +233,20 @@ func RunOverhead(ctx context.Context, cfg OverheadConfig) (OverheadResult, error
 		progress("direct c%d: wrk %.0f rps, the rig %.0f rps", cfg.CPUConcurrency, w.rps, r.rps)
 	}
 
-	arms := []*overheadArm{{name: "direct", upstreamOnly: true}}
-	arms = append(arms, &overheadArm{name: "loomgate", start: func(mode string) (*proc, string, error) {
+	arms := []*arm{{name: "direct", upstreamOnly: true}}
+	arms = append(arms, &arm{name: "loomgate", start: func(mode string) (*bench.Proc, string, error) {
 		return startLoomgate(ctx, dir, cfg, stubAddr, mode)
 	}})
-	arms = append(arms, &overheadArm{name: "bare fasthttp", noFixed: true, start: func(string) (*proc, string, error) {
+	arms = append(arms, &arm{name: "bare fasthttp", noFixed: true, start: func(string) (*bench.Proc, string, error) {
 		return startBare(ctx, dir, cfg, stubAddr)
 	}})
 	if haproxy != "" {
-		arms = append(arms, &overheadArm{name: "HAProxy", start: func(mode string) (*proc, string, error) {
+		arms = append(arms, &arm{name: "HAProxy", start: func(mode string) (*bench.Proc, string, error) {
 			return startHAProxy(ctx, dir, haproxy, cfg, stubAddr, mode)
 		}})
 	}
 	if nginx != "" {
-		arms = append(arms, &overheadArm{name: "nginx", noFixed: true, start: func(string) (*proc, string, error) {
+		arms = append(arms, &arm{name: "nginx", noFixed: true, start: func(string) (*bench.Proc, string, error) {
 			return startNginx(ctx, dir, nginx, cfg, stubAddr)
 		}})
 	}
@@ -274,23 +275,23 @@ func RunOverhead(ctx context.Context, cfg OverheadConfig) (OverheadResult, error
 		a.stop()
 		res.Rows = append(res.Rows, a.result())
 	}
-	res.StubRSS, _ = stub.rss()
+	res.StubRSS, _ = stub.RSS()
 	return res, nil
 }
 
-// overheadArm is one proxy in front of the stub, or the stub alone.
-type overheadArm struct {
+// arm is one proxy in front of the stub, or the stub alone.
+type arm struct {
 	name         string
 	upstreamOnly bool
 	noFixed      bool
 	// start launches the proxy in mode "unbounded" or "fixed" and returns
 	// it and its base URL.
-	start func(mode string) (*proc, string, error)
+	start func(mode string) (*bench.Proc, string, error)
 
 	// p serves target: the proxy, or for direct the stub.
-	p      *proc
+	p      *bench.Proc
 	target string
-	row    OverheadRow
+	row    Row
 	// cpu and cpuAtRate are the rounds' figures, rps the throughputs.
 	cpu, cpuAtRate []time.Duration
 	rps            []float64
@@ -298,8 +299,8 @@ type overheadArm struct {
 
 // launch starts the arm in unbounded mode, or for direct points it at the
 // stub.
-func (a *overheadArm) launch(stub *proc, direct string) error {
-	a.row = OverheadRow{Name: a.name}
+func (a *arm) launch(stub *bench.Proc, direct string) error {
+	a.row = Row{Name: a.name}
 	if a.upstreamOnly {
 		a.p, a.target = stub, direct
 	} else {
@@ -308,28 +309,28 @@ func (a *overheadArm) launch(stub *proc, direct string) error {
 			return err
 		}
 	}
-	a.row.Idle, _ = a.p.rss()
+	a.row.Idle, _ = a.p.RSS()
 	return nil
 }
 
 // stop ends the arm's process; direct's is the stub, which is not its own.
-func (a *overheadArm) stop() {
+func (a *arm) stop() {
 	if !a.upstreamOnly && a.p != nil {
-		a.p.stop()
+		a.p.Stop()
 		a.p = nil
 	}
 }
 
 // measureCPU takes one round of both CPU figures: closed loop at
 // CPUConcurrency, and open loop at CPURate.
-func (a *overheadArm) measureCPU(ctx context.Context, cfg OverheadConfig, load *loader, first bool, progress func(string, ...any)) error {
+func (a *arm) measureCPU(ctx context.Context, cfg Config, load *loader, first bool, progress func(string, ...any)) error {
 	url := a.target + "/wait?ms=0"
 	if first {
 		if _, err := load.run(ctx, url, cfg.CPUConcurrency, cfg.warmup()); err != nil {
 			return err
 		}
 	}
-	before, err := a.p.cpu()
+	before, err := a.p.CPU()
 	if err != nil {
 		return err
 	}
@@ -337,7 +338,7 @@ func (a *overheadArm) measureCPU(ctx context.Context, cfg OverheadConfig, load *
 	if err != nil {
 		return err
 	}
-	after, err := a.p.cpu()
+	after, err := a.p.CPU()
 	if err != nil {
 		return err
 	}
@@ -360,14 +361,14 @@ func (a *overheadArm) measureCPU(ctx context.Context, cfg OverheadConfig, load *
 // cfg.CPURate, open loop, over a window after a warm-up. The count is what
 // was due in the window: the pacer keeps to its rate well above this one,
 // and a run that fell behind is an error rather than a figure.
-func cpuAtRate(ctx context.Context, p *proc, url string, cfg OverheadConfig) (time.Duration, error) {
+func cpuAtRate(ctx context.Context, p *bench.Proc, url string, cfg Config) (time.Duration, error) {
 	type done struct {
-		res OpenResult
+		res bench.OpenResult
 		err error
 	}
 	ch := make(chan done, 1)
 	go func() {
-		res, err := RunOpen(ctx, OpenConfig{URL: url, Rate: cfg.CPURate, Warmup: cfg.warmup(), Window: cfg.Duration})
+		res, err := bench.RunOpen(ctx, bench.OpenConfig{URL: url, Rate: cfg.CPURate, Warmup: cfg.warmup(), Window: cfg.Duration})
 		ch <- done{res, err}
 	}()
 	var r *done
@@ -379,7 +380,7 @@ func cpuAtRate(ctx context.Context, p *proc, url string, cfg OverheadConfig) (ti
 		}
 		return 0, errors.New("the open-loop run ended before its window")
 	}
-	before, err := p.cpu()
+	before, err := p.CPU()
 	if err != nil {
 		return 0, err
 	}
@@ -391,7 +392,7 @@ func cpuAtRate(ctx context.Context, p *proc, url string, cfg OverheadConfig) (ti
 	case d := <-ch:
 		r = &d
 	}
-	after, err := p.cpu()
+	after, err := p.CPU()
 	if err != nil {
 		return 0, err
 	}
@@ -410,7 +411,7 @@ func cpuAtRate(ctx context.Context, p *proc, url string, cfg OverheadConfig) (ti
 }
 
 // measureRest takes the latency and the memory figures.
-func (a *overheadArm) measureRest(ctx context.Context, cfg OverheadConfig, load *loader, progress func(string, ...any)) error {
+func (a *arm) measureRest(ctx context.Context, cfg Config, load *loader, progress func(string, ...any)) error {
 	for _, c := range cfg.LatencyLevels {
 		url := fmt.Sprintf("%s/wait?ms=%d", a.target, cfg.LatencyDelay.Milliseconds())
 		if _, err := load.run(ctx, url, c, cfg.warmup()); err != nil {
@@ -455,7 +456,7 @@ func (a *overheadArm) measureRest(ctx context.Context, cfg OverheadConfig, load 
 }
 
 // result is the arm's row, the CPU rounds reduced to their medians.
-func (a *overheadArm) result() OverheadRow {
+func (a *arm) result() Row {
 	row := a.row
 	row.CPUPerRequest, row.CPURange = medianAndRange(a.cpu)
 	row.CPUAtRate, row.CPUAtRateRange = medianAndRange(a.cpuAtRate)
@@ -480,8 +481,8 @@ func medianAndRange(ds []time.Duration) (time.Duration, [2]time.Duration) {
 
 // holdAndSample drives c users at url for warmup + length and returns the
 // process's highest resident memory after the warm-up, read at the rig's
-// usual cadence (peakRSS).
-func holdAndSample(ctx context.Context, load *loader, p *proc, url string, c int, warmup, length time.Duration) (int64, loadResult, error) {
+// usual cadence (bench.PeakRSS).
+func holdAndSample(ctx context.Context, load *loader, p *bench.Proc, url string, c int, warmup, length time.Duration) (int64, loadResult, error) {
 	type done struct {
 		out loadResult
 		err error
@@ -495,9 +496,9 @@ func holdAndSample(ctx context.Context, load *loader, p *proc, url string, c int
 		out, err := load.run(ctx, url, c, warmup+length)
 		ch <- done{out, err}
 	}()
-	mem := peakRSS(ctx, window{start: start.Add(warmup), end: start.Add(warmup + length)}, p.rss)
+	peak, _ := bench.PeakRSS(ctx, start.Add(warmup), start.Add(warmup+length), p.RSS)
 	d := <-ch
-	return mem.peak, d.out, d.err
+	return peak, d.out, d.err
 }
 
 // loadResult is what one measurement's load saw.
@@ -517,7 +518,7 @@ func (l *loader) run(ctx context.Context, url string, c int, d time.Duration) (l
 // runWarm loads url for warmup, not counted, then counts a window.
 func (l *loader) runWarm(ctx context.Context, url string, c int, warmup, window time.Duration) (loadResult, error) {
 	if l.wrk == "" {
-		r, err := Run(ctx, Config{URL: url, Concurrency: c, Warmup: warmup, Window: window, Timeout: 30 * time.Second})
+		r, err := bench.Run(ctx, bench.Config{URL: url, Concurrency: c, Warmup: warmup, Window: window, Timeout: 30 * time.Second})
 		if err != nil {
 			return loadResult{}, err
 		}
@@ -578,258 +579,6 @@ func wrkDuration(num, unit []byte) time.Duration {
 		return time.Duration(f * float64(time.Minute))
 	}
 	return time.Duration(f * float64(time.Second))
-}
-
-// proc is a process the scenario started.
-type proc struct {
-	name string
-	cmd  *exec.Cmd
-}
-
-func startProc(ctx context.Context, dir, name string, env []string, path string, args ...string) (*proc, error) {
-	cmd := exec.CommandContext(ctx, path, args...)
-	cmd.Env = append(os.Environ(), env...)
-	logf, err := os.Create(filepath.Join(dir, name+".log"))
-	if err != nil {
-		return nil, err
-	}
-	cmd.Stdout, cmd.Stderr = logf, logf
-	if err := cmd.Start(); err != nil {
-		logf.Close()
-		return nil, fmt.Errorf("%s: %w", name, err)
-	}
-	go func() {
-		cmd.Wait()
-		logf.Close()
-	}()
-	return &proc{name: name, cmd: cmd}, nil
-}
-
-// startServing starts a process told to listen on addr and returns it
-// once addr accepts connections, with its base URL.
-func startServing(ctx context.Context, dir, addr, name string, env []string, path string, args ...string) (*proc, string, error) {
-	p, err := startProc(ctx, dir, name, env, path, args...)
-	if err != nil {
-		return nil, "", err
-	}
-	if err := WaitListening(ctx, addr, 10*time.Second); err != nil {
-		p.stop()
-		return nil, "", fmt.Errorf("%s: %w", name, err)
-	}
-	return p, "http://" + addr, nil
-}
-
-func (p *proc) stop() {
-	if p == nil || p.cmd.Process == nil {
-		return
-	}
-	_ = p.cmd.Process.Kill()
-	// Give the kernel the process's sockets back before the next arm.
-	for range 50 {
-		if _, err := os.Stat(fmt.Sprintf("/proc/%d/stat", p.cmd.Process.Pid)); err != nil {
-			return
-		}
-		if b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", p.cmd.Process.Pid)); err == nil && statField(b, 3) == "Z" {
-			return
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
-// clockTicks is USER_HZ, the unit of /proc/<pid>/stat's times: 100 on
-// every Linux platform Go runs on.
-const clockTicks = 100
-
-// cpu is the process's user + system time.
-func (p *proc) cpu() (time.Duration, error) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", p.cmd.Process.Pid))
-	if err != nil {
-		return 0, err
-	}
-	utime, err1 := strconv.ParseInt(statField(b, 14), 10, 64)
-	stime, err2 := strconv.ParseInt(statField(b, 15), 10, 64)
-	if err := errors.Join(err1, err2); err != nil {
-		return 0, fmt.Errorf("%s: /proc stat: %w", p.name, err)
-	}
-	return time.Duration(utime+stime) * time.Second / clockTicks, nil
-}
-
-// statField returns field n (1-based, as proc(5) numbers them) of
-// /proc/<pid>/stat; the command's name, field 2, may hold spaces and is in
-// parentheses.
-func statField(b []byte, n int) string {
-	i := bytes.LastIndexByte(b, ')')
-	if i < 0 {
-		return ""
-	}
-	fields := strings.Fields(string(b[i+1:]))
-	if n-3 < 0 || n-3 >= len(fields) {
-		return ""
-	}
-	return fields[n-3]
-}
-
-// rss is the process's resident memory, VmRSS.
-func (p *proc) rss() (int64, error) {
-	b, err := ResidentBytes(p.cmd.Process.Pid)
-	if err != nil {
-		return 0, fmt.Errorf("%s: %w", p.name, err)
-	}
-	return b, nil
-}
-
-// ResidentBytes is a process's resident memory, VmRSS of /proc/<pid>/status.
-func ResidentBytes(pid int) (int64, error) {
-	f, err := os.Open(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
-		return 0, err
-	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		if v, ok := strings.CutPrefix(sc.Text(), "VmRSS:"); ok {
-			kb, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
-			return kb << 10, err
-		}
-	}
-	return 0, errors.New("no VmRSS")
-}
-
-// FreeAddr is a loopback address nothing listens on at the moment, for a
-// process about to be told to listen there.
-func FreeAddr() (string, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", err
-	}
-	defer ln.Close()
-	return ln.Addr().String(), nil
-}
-
-// WaitListening returns once something accepts connections on addr, or
-// fails after within.
-func WaitListening(ctx context.Context, addr string, within time.Duration) error {
-	deadline := time.Now().Add(within)
-	for {
-		c, err := net.DialTimeout("tcp", addr, time.Second)
-		if err == nil {
-			c.Close()
-			return nil
-		}
-		if time.Now().After(deadline) || ctx.Err() != nil {
-			return fmt.Errorf("nothing listens on %s after %v: %w", addr, within, err)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
-// startBare runs `loomgate stub --forward`: fasthttp's HostClient.Do
-// behind fasthttp's Server and nothing else, the floor of a proxy built on
-// fasthttp.
-func startBare(ctx context.Context, dir string, cfg OverheadConfig, upstream string) (*proc, string, error) {
-	addr, err := FreeAddr()
-	if err != nil {
-		return nil, "", err
-	}
-	return startServing(ctx, dir, addr, "bare", nil, cfg.Binary, "stub", "--listen", addr, "--forward", upstream)
-}
-
-func startLoomgate(ctx context.Context, dir string, cfg OverheadConfig, upstream, mode string) (*proc, string, error) {
-	addr, err := FreeAddr()
-	if err != nil {
-		return nil, "", err
-	}
-	admin, err := FreeAddr()
-	if err != nil {
-		return nil, "", err
-	}
-	env := []string{
-		"LOOMGATE_LISTEN=" + addr, "LOOMGATE_ADMIN_LISTEN=" + admin,
-		"LOOMGATE_UPSTREAM=http://" + upstream, "LOOMGATE_MODE=" + mode,
-		"LOOMGATE_LOG_LEVEL=warn",
-	}
-	if mode == "fixed" {
-		env = append(env, fmt.Sprintf("LOOMGATE_WORKERS=%d", cfg.FixedWorkers), fmt.Sprintf("LOOMGATE_QUEUE_SIZE=%d", cfg.Held))
-	}
-	return startServing(ctx, dir, addr, "loomgate-"+mode, env, cfg.Binary, "proxy")
-}
-
-// startHAProxy runs HAProxy with what a sidecar needs: HTTP mode, keep-alive
-// to the upstream, and in fixed mode maxconn on the server, which queues
-// the rest in HAProxy as loomgate's fixed mode does.
-func startHAProxy(ctx context.Context, dir, path string, cfg OverheadConfig, upstream, mode string) (*proc, string, error) {
-	addr, err := FreeAddr()
-	if err != nil {
-		return nil, "", err
-	}
-	server := "server s1 " + upstream
-	if mode == "fixed" {
-		server += fmt.Sprintf(" maxconn %d", cfg.FixedWorkers)
-	}
-	conf := fmt.Sprintf(`global
-  maxconn %d
-defaults
-  mode http
-  timeout connect 5s
-  timeout client 60s
-  timeout server 60s
-  timeout queue 60s
-  http-reuse always
-frontend f
-  bind %s
-  default_backend b
-backend b
-  %s
-`, cfg.Held+1000, addr, server)
-	file := filepath.Join(dir, "haproxy-"+mode+".cfg")
-	if err := os.WriteFile(file, []byte(conf), 0o644); err != nil {
-		return nil, "", err
-	}
-	return startServing(ctx, dir, addr, "haproxy-"+mode, nil, path, "-f", file, "-db")
-}
-
-// startNginx runs nginx as one process (no master, one worker), so that its
-// CPU and memory are one process's, as loomgate's and HAProxy's are, with
-// keep-alive to the upstream.
-func startNginx(ctx context.Context, dir, path string, cfg OverheadConfig, upstream string) (*proc, string, error) {
-	addr, err := FreeAddr()
-	if err != nil {
-		return nil, "", err
-	}
-	prefix := filepath.Join(dir, "nginx")
-	for _, d := range []string{"logs", "tmp"} {
-		if err := os.MkdirAll(filepath.Join(prefix, d), 0o755); err != nil {
-			return nil, "", err
-		}
-	}
-	conf := fmt.Sprintf(`daemon off;
-master_process off;
-worker_processes 1;
-worker_rlimit_nofile %d;
-error_log %s/logs/error.log warn;
-pid %s/logs/nginx.pid;
-events { worker_connections %d; }
-http {
-  access_log off;
-  client_body_temp_path %s/tmp;
-  proxy_temp_path %s/tmp;
-  upstream u { server %s; keepalive %d; }
-  server {
-    listen %s;
-    location / {
-      proxy_pass http://u;
-      proxy_http_version 1.1;
-      proxy_set_header Connection "";
-      proxy_read_timeout 60s;
-    }
-  }
-}
-`, 3*cfg.Held+1000, prefix, prefix, 2*cfg.Held+1000, prefix, prefix, upstream, cfg.Held, addr)
-	file := filepath.Join(prefix, "nginx.conf")
-	if err := os.WriteFile(file, []byte(conf), 0o644); err != nil {
-		return nil, "", err
-	}
-	return startServing(ctx, dir, addr, "nginx", nil, path, "-p", prefix, "-c", file)
 }
 
 // machine says how many cores and which CPU, from /proc/cpuinfo.

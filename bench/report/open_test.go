@@ -1,9 +1,10 @@
-package bench
+package report
 
 import (
 	"bytes"
 	"encoding/csv"
 	"encoding/json"
+	"github.com/loomgate/loomgate/bench"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -12,33 +13,33 @@ import (
 	"time"
 )
 
-func openResults() []OpenResult {
+func openResults() []bench.OpenResult {
 	ms := time.Millisecond
-	return []OpenResult{
+	return []bench.OpenResult{
 		{Scenario: "open", Arm: "fixed 200", Rate: 3000, Window: 5 * time.Second, MaxInFlight: 3333,
 			Due: 15000, Sent: 15000, SendRate: 2998, Throughput: 1000,
 			P50: 1190 * ms, P90: 1200 * ms, P99: 1210 * ms, Max: 1250 * ms,
-			Counts:     OpenCounts{OK: 5000, Unavailable: 10000},
-			RetryAfter: RetryAfter{N: 10000, Min: 1, Median: 1, Max: 1},
-			Sidecar: &OpenSidecar{Loomgate: true, Limit: 200, QueuedStart: 2000, QueuedEnd: 2000, PeakQueued: 2000, PeakInFlight: 200,
+			Counts:     bench.OpenCounts{OK: 5000, Unavailable: 10000},
+			RetryAfter: bench.RetryAfter{N: 10000, Min: 1, Median: 1, Max: 1},
+			Sidecar: &bench.OpenSidecar{Loomgate: true, Limit: 200, QueuedStart: 2000, QueuedEnd: 2000, PeakQueued: 2000, PeakInFlight: 200,
 				Outcomes:    map[string]int64{"ok": 5000, "rejected_queue_full": 7000, "rejected_queue_timeout": 3000},
 				QueueP99Max: time.Second, Alerted: true, AlertAt: 500 * ms,
-				Timeline: []QueuePoint{{At: 0}, {At: 250 * ms, Queued: 500, QueuedMax: 520, InFlight: 200, QueueP99: 240 * ms}}}},
+				Timeline: []bench.QueuePoint{{At: 0}, {At: 250 * ms, Queued: 500, QueuedMax: 520, InFlight: 200, QueueP99: 240 * ms}}}},
 		{Scenario: "open", Arm: "unbounded", Rate: 3000, Window: 5 * time.Second, MaxInFlight: 3333,
 			Due: 15000, Sent: 14000, SendRate: 2800, Late: 900, SendLagMax: 40 * ms, Throughput: 2800,
 			P50: 202 * ms, P90: 205 * ms, P99: 230 * ms, Max: 260 * ms,
-			Counts:  OpenCounts{OK: 14000, NotSent: 1000},
-			Sidecar: &OpenSidecar{Loomgate: true, PeakInFlight: 610, Outcomes: map[string]int64{"ok": 14000}, QueueP99Max: 0}},
+			Counts:  bench.OpenCounts{OK: 14000, NotSent: 1000},
+			Sidecar: &bench.OpenSidecar{Loomgate: true, PeakInFlight: 610, Outcomes: map[string]int64{"ok": 14000}, QueueP99Max: 0}},
 	}
 }
 
-func ExampleWriteOpenMarkdown() {
+func ExampleWriteMarkdown_open() {
 	ms := time.Millisecond
-	WriteOpenMarkdown(os.Stdout, []OpenResult{
+	WriteMarkdown(os.Stdout, []bench.OpenResult{
 		{Arm: "127.0.0.1:8081/wait?ms=1", Rate: 1000, Window: 5 * time.Second, Due: 5000, Sent: 5000, SendRate: 1000, Throughput: 1000,
-			P50: 1100 * time.Microsecond, P90: 1300 * time.Microsecond, P99: 2 * ms, Max: 9 * ms, Counts: OpenCounts{OK: 5000}},
+			P50: 1100 * time.Microsecond, P90: 1300 * time.Microsecond, P99: 2 * ms, Max: 9 * ms, Counts: bench.OpenCounts{OK: 5000}},
 		{Arm: "127.0.0.1:8081/wait?ms=1", Rate: 6000, Window: 5 * time.Second, Due: 30000, Sent: 30000, SendRate: 5880, Throughput: 5880,
-			P50: 1200 * time.Microsecond, P90: 4 * ms, P99: 30 * ms, Max: 80 * ms, Counts: OpenCounts{OK: 29400, Timeouts: 600}},
+			P50: 1200 * time.Microsecond, P90: 4 * ms, P99: 30 * ms, Max: 80 * ms, Counts: bench.OpenCounts{OK: 29400, Timeouts: 600}},
 	})
 	// Output:
 	// | arm | rate | sent/s | 2xx/s | p50 | p90 | p99 | max | 2xx | 503 | 504 | other | errors | timeouts | not sent | Retry-After | rig |
@@ -52,7 +53,7 @@ func ExampleWriteOpenMarkdown() {
 
 func TestWriteOpenMarkdownWithSidecar(t *testing.T) {
 	var b strings.Builder
-	if err := WriteOpenMarkdown(&b, openResults()); err != nil {
+	if err := WriteMarkdown(&b, openResults()); err != nil {
 		t.Fatal(err)
 	}
 	for _, want := range []string{
@@ -81,7 +82,7 @@ func TestOpenReportFiles(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "out")
 	results := openResults()
 	results[0].Arm = `<script>alert("x")</script>`
-	rep := OpenReport{Title: "open", Description: "fixed against unbounded", Results: results, Generated: time.Date(2025, 3, 1, 12, 0, 0, 0, time.UTC)}
+	rep := Report[bench.OpenResult]{Title: "open", Description: "fixed against unbounded", Results: results, Generated: time.Date(2025, 3, 1, 12, 0, 0, 0, time.UTC)}
 	if err := rep.WriteDir(dir); err != nil {
 		t.Fatal(err)
 	}
@@ -136,10 +137,10 @@ func TestOpenReportFiles(t *testing.T) {
 
 func TestWriteOpenMarkdownEmptyRow(t *testing.T) {
 	var buf bytes.Buffer
-	if err := WriteOpenMarkdown(&buf, []OpenResult{{Arm: "x", Rate: 1}}); err != nil || !strings.Contains(buf.String(), "| x | 1 | 0 | 0 | 0 ms |") {
+	if err := WriteMarkdown(&buf, []bench.OpenResult{{Arm: "x", Rate: 1}}); err != nil || !strings.Contains(buf.String(), "| x | 1 | 0 | 0 | 0 ms |") {
 		t.Errorf("a row with nothing measured: %v\n%s", err, buf.String())
 	}
-	if s := OpenSummary([]OpenResult{{Arm: "x", Rate: 1}}); len(s) != 0 {
+	if s := OpenSummary([]bench.OpenResult{{Arm: "x", Rate: 1}}); len(s) != 0 {
 		t.Errorf("summary of nothing due = %q; want none", s)
 	}
 }

@@ -1,7 +1,8 @@
-package bench
+package report
 
 import (
 	"bytes"
+	"github.com/loomgate/loomgate/bench"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -14,7 +15,7 @@ func TestReportIsSelfContained(t *testing.T) {
 	results := crossover()
 	results[0].Arm = `<script>alert("x")</script>`
 	var buf bytes.Buffer
-	rep := Report{Title: "crossover", Description: "fixed 200 against unbounded", Results: results,
+	rep := Report[bench.Result]{Title: "crossover", Description: "fixed 200 against unbounded", Results: results,
 		Generated: time.Date(2025, 3, 1, 12, 0, 0, 0, time.UTC)}
 	if err := rep.WriteHTML(&buf); err != nil {
 		t.Fatalf("WriteHTML = %v", err)
@@ -60,7 +61,7 @@ func TestReportIsSelfContained(t *testing.T) {
 
 func TestReportWithoutSidecar(t *testing.T) {
 	var buf bytes.Buffer
-	rep := Report{Results: []Result{
+	rep := Report[bench.Result]{Results: []bench.Result{
 		{Arm: "direct", Concurrency: 1, RPS: 19, Requests: 19, Mean: 52 * time.Millisecond, P50: 51 * time.Millisecond, Window: time.Second},
 		{Arm: "direct", Concurrency: 4, RPS: 78, Requests: 78, Mean: 51 * time.Millisecond, P50: 51 * time.Millisecond, Window: time.Second},
 	}}
@@ -77,7 +78,7 @@ func TestReportWithoutSidecar(t *testing.T) {
 
 func TestWriteDir(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "out", "nested")
-	rep := Report{Title: "t", Results: crossover()}
+	rep := Report[bench.Result]{Title: "t", Results: crossover()}
 	if err := rep.WriteDir(dir); err != nil {
 		t.Fatalf("WriteDir = %v", err)
 	}

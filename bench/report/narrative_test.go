@@ -1,6 +1,7 @@
-package bench
+package report
 
 import (
+	"github.com/loomgate/loomgate/bench"
 	"strings"
 	"testing"
 	"time"
@@ -29,26 +30,26 @@ func TestNarrativeCrossover(t *testing.T) {
 
 // synthetic builds a series of rows for an arm from (c, rps, p50, service)
 // tuples, checked against cap.
-func synthetic(scenario, arm string, cap Capacity, rows ...[4]float64) []Result {
-	var out []Result
+func synthetic(scenario, arm string, cap bench.Capacity, rows ...[4]float64) []bench.Result {
+	var out []bench.Result
 	for _, r := range rows {
 		p50 := time.Duration(r[2] * float64(time.Millisecond))
-		res := Result{Scenario: scenario, Arm: arm, Concurrency: int(r[0]), RPS: r[1], Requests: int64(r[1] * 5),
+		res := bench.Result{Scenario: scenario, Arm: arm, Concurrency: int(r[0]), RPS: r[1], Requests: int64(r[1] * 5),
 			Window: 5 * time.Second, Mean: p50, P50: p50, P99: p50 * 11 / 10}
 		if r[3] > 0 {
-			res.Sidecar = &SidecarStats{Loomgate: true, Service: time.Duration(r[3] * float64(time.Millisecond))}
+			res.Sidecar = &bench.SidecarStats{Loomgate: true, Service: time.Duration(r[3] * float64(time.Millisecond))}
 		}
-		res.Physics = res.physics(cap).Check()
+		res.Physics = res.PhysicsFor(cap).Check()
 		out = append(out, res)
 	}
 	return out
 }
 
 func TestNarrativeFindsTheCeilingAndWhy(t *testing.T) {
-	pool := Capacity{Limit: 10, Hold: 200 * time.Millisecond}
+	pool := bench.Capacity{Limit: 10, Hold: 200 * time.Millisecond}
 	results := synthetic("pool", "unbounded, pool 10", pool,
 		[4]float64{50, 49.8, 1004, 1004}, [4]float64{100, 50, 2000, 2000}, [4]float64{200, 49.6, 4032, 4032})
-	results = append(results, synthetic("pool", "unbounded, pool 100", Capacity{Limit: 100, Hold: 200 * time.Millisecond},
+	results = append(results, synthetic("pool", "unbounded, pool 100", bench.Capacity{Limit: 100, Hold: 200 * time.Millisecond},
 		[4]float64{50, 249, 201, 201}, [4]float64{100, 495, 202, 202}, [4]float64{200, 497, 402, 402})...)
 	got := strings.Join(Narrative(results), "\n")
 	for _, want := range []string{
@@ -64,8 +65,8 @@ func TestNarrativeFindsTheCeilingAndWhy(t *testing.T) {
 }
 
 func TestNarrativeSameCeiling(t *testing.T) {
-	results := synthetic("cpu", "fixed 200", Capacity{}, [4]float64{8, 1700, 4.7, 0}, [4]float64{128, 1790, 71, 0})
-	results = append(results, synthetic("cpu", "unbounded", Capacity{}, [4]float64{8, 1710, 4.7, 0}, [4]float64{128, 1760, 72, 0})...)
+	results := synthetic("cpu", "fixed 200", bench.Capacity{}, [4]float64{8, 1700, 4.7, 0}, [4]float64{128, 1790, 71, 0})
+	results = append(results, synthetic("cpu", "unbounded", bench.Capacity{}, [4]float64{8, 1710, 4.7, 0}, [4]float64{128, 1760, 72, 0})...)
 	got := strings.Join(Narrative(results), "\n")
 	want := "fixed 200 and unbounded stay within 10% of each other at every level (1790 and 1760 rps at c128): the admission policy is not what limits throughput here."
 	if !strings.Contains(got, want) {
@@ -74,7 +75,7 @@ func TestNarrativeSameCeiling(t *testing.T) {
 }
 
 func TestNarrativeReportsFlaggedRows(t *testing.T) {
-	results := synthetic("", "target", Capacity{}, [4]float64{4, 80, 50, 0}, [4]float64{100, 1000, 50, 0})
+	results := synthetic("", "target", bench.Capacity{}, [4]float64{4, 80, 50, 0}, [4]float64{100, 1000, 50, 0})
 	got := Narrative(results)
 	want := "Physics check: 1 of 2 rows are more than 10% off (target c100); see the notes under the table."
 	if got[len(got)-1] != want {
@@ -93,17 +94,17 @@ type memRow struct {
 	sidecarMiB, upstreamMiB int64
 }
 
-func memoryRows(rows ...memRow) []Result {
-	var results []Result
+func memoryRows(rows ...memRow) []bench.Result {
+	var results []bench.Result
 	for _, r := range rows {
-		results = append(results, Result{Arm: r.arm, Concurrency: r.c, RPS: 100, Mean: time.Second,
-			Sidecar: &SidecarStats{MemoryBytes: r.sidecarMiB << 20}, UpstreamMemoryBytes: r.upstreamMiB << 20})
+		results = append(results, bench.Result{Arm: r.arm, Concurrency: r.c, RPS: 100, Mean: time.Second,
+			Sidecar: &bench.SidecarStats{MemoryBytes: r.sidecarMiB << 20}, UpstreamMemoryBytes: r.upstreamMiB << 20})
 	}
 	return results
 }
 
 // memorySentences are the sentences of Narrative(results) about memory.
-func memorySentences(results []Result) []string {
+func memorySentences(results []bench.Result) []string {
 	var out []string
 	for _, s := range Narrative(results) {
 		if strings.Contains(s, "memory") {

@@ -1,4 +1,4 @@
-package bench
+package overhead
 
 import (
 	"strings"
@@ -34,20 +34,10 @@ Requests/sec:  31255.50
 	}
 }
 
-func TestStatField(t *testing.T) {
-	stat := []byte("4242 (loom gate) S 1 4242 4242 0 -1 4194560 1000 0 0 0 250 75 0 0 20 0 9 0 100 2000000 3000")
-	if got := statField(stat, 3); got != "S" {
-		t.Errorf("state = %q; want S", got)
-	}
-	if u, s := statField(stat, 14), statField(stat, 15); u != "250" || s != "75" {
-		t.Errorf("utime, stime = %s, %s; want 250, 75", u, s)
-	}
-}
-
-func TestWriteOverheadMarkdown(t *testing.T) {
-	res := OverheadResult{
+func TestWriteMarkdown(t *testing.T) {
+	res := Result{
 		Machine: "2 cores (test CPU)", Load: "wrk", RigRPS: 50000, WrkRPS: 60000, StubRSS: 30 << 20,
-		Rows: []OverheadRow{
+		Rows: []Row{
 			{Name: "direct", CPUPerRequest: 10 * time.Microsecond, CPUAtRate: 20 * time.Microsecond, Latency: []LatencyPoint{{50, 100 * time.Millisecond, 102 * time.Millisecond}, {1000, 101 * time.Millisecond, 110 * time.Millisecond}}},
 			{Name: "loomgate", CPUPerRequest: 24 * time.Microsecond, CPURange: [2]time.Duration{22 * time.Microsecond, 30 * time.Microsecond},
 				CPUAtRate: 60 * time.Microsecond, CPUAtRateRange: [2]time.Duration{60 * time.Microsecond, 60 * time.Microsecond}, RSSUnbounded: 90 << 20, RSSFixed: 80 << 20, HeldUnbounded: 3990, HeldFixed: 200,
@@ -60,7 +50,7 @@ func TestWriteOverheadMarkdown(t *testing.T) {
 		Skipped: []string{"nginx: not installed (Debian package nginx)"},
 	}
 	var b strings.Builder
-	if err := WriteOverheadMarkdown(&b, res); err != nil {
+	if err := WriteMarkdown(&b, res); err != nil {
 		t.Fatal(err)
 	}
 	out := b.String()

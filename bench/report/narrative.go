@@ -1,7 +1,9 @@
-package bench
+package report
 
 import (
 	"fmt"
+	"github.com/loomgate/loomgate/bench"
+	"github.com/loomgate/loomgate/bench/internal/format"
 	"math"
 	"slices"
 	"strings"
@@ -11,11 +13,11 @@ import (
 // series is the rows of one arm of one scenario, by ascending concurrency.
 type series struct {
 	scenario, arm string
-	rows          []Result
+	rows          []bench.Result
 }
 
 // group splits results by scenario and arm, in order of first appearance.
-func group(results []Result) []series {
+func group(results []bench.Result) []series {
 	var out []series
 	at := map[[2]string]int{}
 	for _, r := range results {
@@ -29,7 +31,7 @@ func group(results []Result) []series {
 		out[i].rows = append(out[i].rows, r)
 	}
 	for i := range out {
-		slices.SortStableFunc(out[i].rows, func(a, b Result) int { return a.Concurrency - b.Concurrency })
+		slices.SortStableFunc(out[i].rows, func(a, b bench.Result) int { return a.Concurrency - b.Concurrency })
 	}
 	return out
 }
@@ -41,7 +43,7 @@ const plateauShare = 0.95
 // Narrative derives a few plain sentences from results: the ceiling each arm
 // found and why, where the arms diverge and by how much, where requests
 // waited, what memory did, and whether the physics check held.
-func Narrative(results []Result) []string {
+func Narrative(results []bench.Result) []string {
 	all := group(results)
 	var out []string
 	for _, s := range all {
@@ -64,8 +66,8 @@ func Narrative(results []Result) []string {
 		}
 		// The upstream's memory first: that is where admission shows,
 		// the requests it lets through being the ones the service holds.
-		up := memorySentence(arms, "upstream", Result.upstreamMemory, true)
-		side := memorySentence(arms, "sidecar", Result.sidecarMemory, up == "")
+		up := memorySentence(arms, "upstream", upstreamMemory, true)
+		side := memorySentence(arms, "sidecar", sidecarMemory, up == "")
 		for _, sent := range []string{up, side} {
 			if sent != "" {
 				out = append(out, sent)
@@ -115,22 +117,22 @@ func ceilingSentence(s series) []string {
 			// With no known limit, Little's law says how many requests
 			// the plateau keeps in service: N = X * S.
 			sent += fmt.Sprintf(", which at %s of service is about %.0f requests in service at once",
-				fmtDur(sc.Service), plateau*sc.Service.Seconds())
+				format.Dur(sc.Service), plateau*sc.Service.Seconds())
 		}
 		if last.P50 > first.P50*3/2 {
 			sent += fmt.Sprintf("; from there only latency grows, p50 %s at c%d to %s at c%d",
-				fmtDur(first.P50), first.Concurrency, fmtDur(last.P50), last.Concurrency)
+				format.Dur(first.P50), first.Concurrency, format.Dur(last.P50), last.Concurrency)
 		}
 		return []string{sent + "."}
 	}
-	sent := fmt.Sprintf("%s reaches %.0f rps at c%d with p50 %s", s.arm, peak.RPS, peak.Concurrency, fmtDur(peak.P50))
+	sent := fmt.Sprintf("%s reaches %.0f rps at c%d with p50 %s", s.arm, peak.RPS, peak.Concurrency, format.Dur(peak.P50))
 	if peak.Concurrency == last.Concurrency && len(rows) > 1 {
 		sent += ", still climbing at the highest level"
 	}
 	return []string{sent + "."}
 }
 
-func meanRPS(rows []Result) float64 {
+func meanRPS(rows []bench.Result) float64 {
 	var sum float64
 	for _, r := range rows {
 		sum += r.RPS
@@ -140,7 +142,7 @@ func meanRPS(rows []Result) float64 {
 
 // divergence compares two arms of a scenario level by level.
 func divergence(a, b series) string {
-	type pair struct{ a, b Result }
+	type pair struct{ a, b bench.Result }
 	var common []pair
 	for _, ra := range a.rows {
 		for _, rb := range b.rows {
@@ -154,7 +156,7 @@ func divergence(a, b series) string {
 	}
 	apart := func(p pair) bool {
 		lo := math.Min(p.a.RPS, p.b.RPS)
-		return lo == 0 || math.Abs(p.a.RPS-p.b.RPS)/lo > Tolerance
+		return lo == 0 || math.Abs(p.a.RPS-p.b.RPS)/lo > bench.Tolerance
 	}
 	first := -1
 	for i, p := range common {
@@ -166,7 +168,7 @@ func divergence(a, b series) string {
 	top := common[len(common)-1]
 	if first < 0 {
 		return fmt.Sprintf("%s and %s stay within %.0f%% of each other at every level (%.0f and %.0f rps at c%d): the admission policy is not what limits throughput here.",
-			a.arm, b.arm, 100*Tolerance, top.a.RPS, top.b.RPS, top.a.Concurrency)
+			a.arm, b.arm, 100*bench.Tolerance, top.a.RPS, top.b.RPS, top.a.Concurrency)
 	}
 	hi, lo := top.a, top.b
 	if lo.RPS > hi.RPS {
@@ -187,7 +189,7 @@ func divergence(a, b series) string {
 		sent += fmt.Sprintf("%.0f rps and %s none", hi.RPS, lo.Arm)
 	}
 	if hi.P50 > 0 && lo.P50 > 0 {
-		sent += fmt.Sprintf(", with p50 %s against %s", fmtDur(hi.P50), fmtDur(lo.P50))
+		sent += fmt.Sprintf(", with p50 %s against %s", format.Dur(hi.P50), format.Dur(lo.P50))
 	}
 	return sent + "."
 }
@@ -196,7 +198,7 @@ func divergence(a, b series) string {
 // (the upstream's or the sidecar's, as who says), at the highest level they
 // all reached, and says which grew. With advise, a gap of half or more
 // between the arms ends with what to do about it.
-func memorySentence(arms []series, who string, bytes func(Result) int64, advise bool) string {
+func memorySentence(arms []series, who string, bytes func(bench.Result) int64, advise bool) string {
 	type point struct {
 		c   int
 		mem int64
@@ -220,11 +222,11 @@ func memorySentence(arms []series, who string, bytes func(Result) int64, advise 
 		switch {
 		case len(pts) > 1 && float64(hi.mem) > 1.2*float64(lo.mem):
 			parts = append(parts, fmt.Sprintf("under %s memory grows from %s at c%d to %s at c%d",
-				s.arm, fmtBytes(lo.mem), lo.c, fmtBytes(hi.mem), hi.c))
+				s.arm, format.Bytes(lo.mem), lo.c, format.Bytes(hi.mem), hi.c))
 		case len(pts) > 1:
-			parts = append(parts, fmt.Sprintf("under %s it stays near %s from c%d to c%d", s.arm, fmtBytes(hi.mem), lo.c, hi.c))
+			parts = append(parts, fmt.Sprintf("under %s it stays near %s from c%d to c%d", s.arm, format.Bytes(hi.mem), lo.c, hi.c))
 		default:
-			parts = append(parts, fmt.Sprintf("under %s the process holds %s at c%d", s.arm, fmtBytes(hi.mem), hi.c))
+			parts = append(parts, fmt.Sprintf("under %s the process holds %s at c%d", s.arm, format.Bytes(hi.mem), hi.c))
 		}
 	}
 	if len(parts) == 0 {
@@ -269,7 +271,7 @@ func memorySentence(arms []series, who string, bytes func(Result) int64, advise 
 // in the sidecar's queue, or inside the upstream, which the sidecar sees as
 // service time growing while its queue stays empty.
 func waitSentence(s series) string {
-	var timed []Result
+	var timed []bench.Result
 	for _, r := range s.rows {
 		if r.Sidecar != nil && r.Sidecar.Loomgate && r.Sidecar.Service > 0 {
 			timed = append(timed, r)
@@ -283,15 +285,15 @@ func waitSentence(s series) string {
 	switch {
 	case q > svc:
 		return fmt.Sprintf("Under %s at c%d requests wait %s in the sidecar's queue for %s of service: the queue is where latency grows, and the sidecar's queue-time metric shows it.",
-			s.arm, hi.Concurrency, fmtDur(q), fmtDur(svc))
+			s.arm, hi.Concurrency, format.Dur(q), format.Dur(svc))
 	case len(timed) > 1 && q < svc/10 && svc > lo.Sidecar.Service*3/2:
 		return fmt.Sprintf("Under %s the sidecar admits at once (queue %s at c%d) but service time grows from %s at c%d to %s: requests wait inside the upstream, a limit the sidecar does not enforce.",
-			s.arm, fmtDur(q), hi.Concurrency, fmtDur(lo.Sidecar.Service), lo.Concurrency, fmtDur(svc))
+			s.arm, format.Dur(q), hi.Concurrency, format.Dur(lo.Sidecar.Service), lo.Concurrency, format.Dur(svc))
 	}
 	return ""
 }
 
-func physicsSentence(results []Result) string {
+func physicsSentence(results []bench.Result) string {
 	var flagged []string
 	for _, r := range results {
 		if r.Physics.Flagged {
@@ -299,10 +301,10 @@ func physicsSentence(results []Result) string {
 		}
 	}
 	if len(flagged) == 0 {
-		return fmt.Sprintf("Physics check: all %d rows within %.0f%% of C/R and of limit/service.", len(results), 100*Tolerance)
+		return fmt.Sprintf("Physics check: all %d rows within %.0f%% of C/R and of limit/service.", len(results), 100*bench.Tolerance)
 	}
 	return fmt.Sprintf("Physics check: %d of %d rows are more than %.0f%% off (%s); see the notes under the table.",
-		len(flagged), len(results), 100*Tolerance, strings.Join(flagged, ", "))
+		len(flagged), len(results), 100*bench.Tolerance, strings.Join(flagged, ", "))
 }
 
 // fmtSeconds writes a service time as the physics formulas read it:

@@ -1,8 +1,9 @@
-package bench
+package report
 
 import (
 	"bytes"
 	"errors"
+	"github.com/loomgate/loomgate/bench"
 	"reflect"
 	"strings"
 	"testing"
@@ -13,25 +14,25 @@ import (
 // figures: fixed 200 pins at 200 / 0.203 s, unbounded keeps scaling; the
 // upstream's memory stays where 200 requests put it under fixed 200 and
 // grows with the requests in flight under unbounded.
-func crossover() []Result {
+func crossover() []bench.Result {
 	ms := time.Millisecond
-	row := func(arm string, c int, rps float64, p50 time.Duration, sc *SidecarStats, upstreamMiB int64) Result {
-		r := Result{
+	row := func(arm string, c int, rps float64, p50 time.Duration, sc *bench.SidecarStats, upstreamMiB int64) bench.Result {
+		r := bench.Result{
 			Scenario: "crossover", Arm: arm, URL: "http://127.0.0.1:8080/wait?ms=200",
 			Concurrency: c, Window: 5 * time.Second, Requests: int64(rps * 5), RPS: rps,
 			Mean: p50 + 2*ms, P50: p50, P95: p50 + 10*ms, P99: p50 + 20*ms, Max: p50 + 50*ms,
 			Sidecar: sc, UpstreamMemoryBytes: upstreamMiB << 20,
 		}
-		r.Physics = r.physics(Capacity{}).Check()
+		r.Physics = r.PhysicsFor(bench.Capacity{}).Check()
 		return r
 	}
-	fixed := func(queue time.Duration, peakQueued int, mem int64) *SidecarStats {
-		return &SidecarStats{Loomgate: true, QueueWait: queue, Service: 203 * ms, PeakInFlight: 200, PeakQueued: peakQueued, Limit: 200, MemoryBytes: mem}
+	fixed := func(queue time.Duration, peakQueued int, mem int64) *bench.SidecarStats {
+		return &bench.SidecarStats{Loomgate: true, QueueWait: queue, Service: 203 * ms, PeakInFlight: 200, PeakQueued: peakQueued, Limit: 200, MemoryBytes: mem}
 	}
-	unbounded := func(peak int, mem int64) *SidecarStats {
-		return &SidecarStats{Loomgate: true, QueueWait: 20 * time.Microsecond, Service: 202 * ms, PeakInFlight: peak, MemoryBytes: mem}
+	unbounded := func(peak int, mem int64) *bench.SidecarStats {
+		return &bench.SidecarStats{Loomgate: true, QueueWait: 20 * time.Microsecond, Service: 202 * ms, PeakInFlight: peak, MemoryBytes: mem}
 	}
-	return []Result{
+	return []bench.Result{
 		row("fixed 200", 100, 490, 202*ms, fixed(0, 0, 60<<20), 40),
 		row("fixed 200", 200, 978, 203*ms, fixed(time.Millisecond, 3, 80<<20), 44),
 		row("fixed 200", 500, 985, 505*ms, fixed(300*ms, 300, 90<<20), 45),
@@ -46,12 +47,12 @@ func crossover() []Result {
 func TestCSVRoundTrip(t *testing.T) {
 	results := crossover()
 	// A row without a sidecar, an odd label and a flagged verdict.
-	results = append(results, Result{
+	results = append(results, bench.Result{
 		Arm: `my "service", v2`, URL: "http://127.0.0.1:9/x?a=1,b", Concurrency: 3,
 		Window: 1500 * time.Millisecond, Requests: 7, RPS: 4.666666666666667,
 		Mean: 1234567 * time.Microsecond, P50: time.Second, P95: 2 * time.Second, P99: 3 * time.Second, Max: 4 * time.Second,
-		Errors:  Errors{Status: 1, Timeout: 2, Connect: 3},
-		Physics: Physics{Concurrency: 3, RPS: 4.666666666666667, Mean: 1234567 * time.Microsecond, Errors: 6}.Check(),
+		Errors:  bench.Errors{Status: 1, Timeout: 2, Connect: 3},
+		Physics: bench.Physics{Concurrency: 3, RPS: 4.666666666666667, Mean: 1234567 * time.Microsecond, Errors: 6}.Check(),
 	})
 	var buf bytes.Buffer
 	if err := WriteCSV(&buf, results); err != nil {
@@ -124,7 +125,7 @@ func TestJSONFields(t *testing.T) {
 		}
 	}
 	buf.Reset()
-	if err := WriteJSON(&buf, []Result{{Arm: "x"}}); err != nil || !strings.Contains(buf.String(), `"sidecar": null`) ||
+	if err := WriteJSON(&buf, []bench.Result{{Arm: "x"}}); err != nil || !strings.Contains(buf.String(), `"sidecar": null`) ||
 		!strings.Contains(buf.String(), `"upstream_memory_bytes": 0`) {
 		t.Errorf("WriteJSON without a sidecar = %v\n%s; want \"sidecar\": null, \"upstream_memory_bytes\": 0", err, buf.String())
 	}
@@ -157,7 +158,7 @@ func TestReadCSVErrors(t *testing.T) {
 
 func TestMarkdownFlagsRows(t *testing.T) {
 	results := crossover()
-	results[1].Physics = Physics{Concurrency: 200, RPS: 600, Mean: 203 * time.Millisecond}.Check()
+	results[1].Physics = bench.Physics{Concurrency: 200, RPS: 600, Mean: 203 * time.Millisecond}.Check()
 	var buf bytes.Buffer
 	if err := WriteMarkdown(&buf, results); err != nil {
 		t.Fatal(err)
@@ -177,10 +178,10 @@ func TestMarkdownFlagsRows(t *testing.T) {
 
 func TestMarkdownWithoutSidecar(t *testing.T) {
 	var buf bytes.Buffer
-	r := Result{Arm: "127.0.0.1:8081/wait?ms=50", Concurrency: 4, RPS: 79.6, Mean: 50200 * time.Microsecond,
-		Errors: Errors{Status: 2, Connect: 1}}
-	r.Physics = r.physics(Capacity{}).Check()
-	if err := WriteMarkdown(&buf, []Result{r}); err != nil {
+	r := bench.Result{Arm: "127.0.0.1:8081/wait?ms=50", Concurrency: 4, RPS: 79.6, Mean: 50200 * time.Microsecond,
+		Errors: bench.Errors{Status: 2, Connect: 1}}
+	r.Physics = r.PhysicsFor(bench.Capacity{}).Check()
+	if err := WriteMarkdown(&buf, []bench.Result{r}); err != nil {
 		t.Fatal(err)
 	}
 	want := "| arm | c | rps | mean | p50 | p95 | p99 | max | errors | physics |\n" +
@@ -194,17 +195,17 @@ func TestMarkdownWithoutSidecar(t *testing.T) {
 // Each memory column appears when some row knows it, its cell empty in rows
 // that do not.
 func TestMarkdownMemoryColumns(t *testing.T) {
-	sidecarOnly := Result{Arm: "a", Concurrency: 1, Sidecar: &SidecarStats{MemoryBytes: 30 << 20}}
-	upstreamOnly := Result{Arm: "b", Concurrency: 2, UpstreamMemoryBytes: 12 << 20}
+	sidecarOnly := bench.Result{Arm: "a", Concurrency: 1, Sidecar: &bench.SidecarStats{MemoryBytes: 30 << 20}}
+	upstreamOnly := bench.Result{Arm: "b", Concurrency: 2, UpstreamMemoryBytes: 12 << 20}
 	tests := []struct {
-		results    []Result
+		results    []bench.Result
 		head, body string
 	}{
-		{[]Result{sidecarOnly, upstreamOnly}, "| arm | c | rps | mean | p50 | p95 | p99 | max | errors | sidecar memory | upstream memory | physics |",
+		{[]bench.Result{sidecarOnly, upstreamOnly}, "| arm | c | rps | mean | p50 | p95 | p99 | max | errors | sidecar memory | upstream memory | physics |",
 			"| a | 1 | 0 | 0 ms | 0 ms | 0 ms | 0 ms | 0 ms | 0 | 30 MiB |  | ok |\n| b | 2 | 0 | 0 ms | 0 ms | 0 ms | 0 ms | 0 ms | 0 |  | 12 MiB | ok |\n"},
-		{[]Result{sidecarOnly}, "| arm | c | rps | mean | p50 | p95 | p99 | max | errors | sidecar memory | physics |",
+		{[]bench.Result{sidecarOnly}, "| arm | c | rps | mean | p50 | p95 | p99 | max | errors | sidecar memory | physics |",
 			"| a | 1 | 0 | 0 ms | 0 ms | 0 ms | 0 ms | 0 ms | 0 | 30 MiB | ok |\n"},
-		{[]Result{upstreamOnly}, "| arm | c | rps | mean | p50 | p95 | p99 | max | errors | upstream memory | physics |",
+		{[]bench.Result{upstreamOnly}, "| arm | c | rps | mean | p50 | p95 | p99 | max | errors | upstream memory | physics |",
 			"| b | 2 | 0 | 0 ms | 0 ms | 0 ms | 0 ms | 0 ms | 0 | 12 MiB | ok |\n"},
 	}
 	for _, tt := range tests {

@@ -1,4 +1,9 @@
-package bench
+// Package advicematrix is the advice matrix, `loomgate bench --scenario
+// advice`: cases whose truth is known by construction, each played against
+// a stub and a sidecar, the sidecar's advice read and judged against the
+// truth, and its recommendation applied and measured against what it
+// predicted.
+package advicematrix
 
 import (
 	"context"
@@ -7,28 +12,22 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"net"
 	"net/http"
-	"net/url"
-	"slices"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"time"
 
-	"github.com/valyala/fasthttp"
-
+	"github.com/loomgate/loomgate/bench"
 	"github.com/loomgate/loomgate/stub"
 )
 
-// AdviceCase is one case of the advice matrix: a stub and a sidecar, load
+// Case is one case of the advice matrix: a stub and a sidecar, load
 // that may change over time, and what is true of the upstream, which the
 // sidecar's advice is judged against.
-type AdviceCase struct {
+type Case struct {
 	Name        string
 	Description string
 	Stub        stub.Config
-	Sidecar     Sidecar
+	Sidecar     bench.Sidecar
 	// Phases run one after the other; the advice is read at the end of
 	// the last.
 	Phases []Phase
@@ -43,13 +42,7 @@ type AdviceCase struct {
 // Phase is a time of steady load: flows side by side.
 type Phase struct {
 	Duration time.Duration
-	Flows    []Flow
-}
-
-// Flow is closed-loop clients on one path.
-type Flow struct {
-	Path    string
-	Clients int
+	Flows    []bench.Flow
 }
 
 // Truth is what holds of a case's upstream, by its construction.
@@ -68,9 +61,9 @@ type Truth struct {
 	CapacityKnown bool
 }
 
-// AdviceResult is one case's outcome.
-type AdviceResult struct {
-	Case  AdviceCase
+// Result is one case's outcome.
+type Result struct {
+	Case  Case
 	Truth Truth
 
 	// What the sidecar said.
@@ -101,7 +94,7 @@ type Measure struct {
 }
 
 // Passed reports whether the case got everything right.
-func (r AdviceResult) Passed() bool { return len(r.Problems) == 0 }
+func (r Result) Passed() bool { return len(r.Problems) == 0 }
 
 // The acceptance margins: the capacity within 15% of the truth, and under
 // the applied setting throughput within 15% and p50 within 20% of the
@@ -112,50 +105,50 @@ const (
 	LatencyMargin    = 0.20
 )
 
-// AdviceCases returns the matrix: each way real traffic has misled a naive
+// Cases returns the matrix: each way real traffic has misled a naive
 // estimate, with its truth.
-func AdviceCases() []AdviceCase {
+func Cases() []Case {
 	s := time.Second
 	pool := func(n float64) Truth {
 		return Truth{Saturated: true, Capacity: n, CapacityLo: n * (1 - CapacityMargin), CapacityHi: n * (1 + CapacityMargin)}
 	}
-	return []AdviceCase{
+	return []Case{
 		{
 			Name: "steady", Description: "one route, 100 ms, 50 clients, nothing limits it",
-			Phases: []Phase{{20 * s, []Flow{{"/wait?ms=100", 50}}}},
+			Phases: []Phase{{20 * s, []bench.Flow{{Path: "/wait?ms=100", Clients: 50}}}},
 		},
 		{
 			Name: "spread", Description: "one route, service times spread 20-400 ms, 40 clients, nothing limits it",
-			Phases: []Phase{{20 * s, []Flow{{"/wait?ms=20&to=400", 40}}}},
+			Phases: []Phase{{20 * s, []bench.Flow{{Path: "/wait?ms=20&to=400", Clients: 40}}}},
 		},
 		{
 			Name: "cheap+expensive", Description: "2 ms requests from 2 clients beside 200 ms ones from 20, on one route, nothing limits them",
-			Phases: []Phase{{20 * s, []Flow{{"/wait?ms=2", 2}, {"/wait?ms=200", 20}}}},
+			Phases: []Phase{{20 * s, []bench.Flow{{Path: "/wait?ms=2", Clients: 2}, {Path: "/wait?ms=200", Clients: 20}}}},
 		},
 		{
 			Name: "rising", Description: "a hidden pool of 50, 100 ms: 10 clients, then 200 within the window",
 			Stub:   stub.Config{Pool: 50},
-			Phases: []Phase{{8 * s, []Flow{{"/wait?ms=100", 10}}}, {14 * s, []Flow{{"/wait?ms=100", 200}}}},
+			Phases: []Phase{{8 * s, []bench.Flow{{Path: "/wait?ms=100", Clients: 10}}}, {14 * s, []bench.Flow{{Path: "/wait?ms=100", Clients: 200}}}},
 			Truth:  pool(50),
 		},
 		{
 			Name: "pool+spread", Description: "a hidden pool of 50 behind service times spread 20-200 ms: 10 clients, then 150",
 			Stub:   stub.Config{Pool: 50},
-			Phases: []Phase{{8 * s, []Flow{{"/wait?ms=20&to=200", 10}}}, {14 * s, []Flow{{"/wait?ms=20&to=200", 150}}}},
+			Phases: []Phase{{8 * s, []bench.Flow{{Path: "/wait?ms=20&to=200", Clients: 10}}}, {14 * s, []bench.Flow{{Path: "/wait?ms=20&to=200", Clients: 150}}}},
 			Truth:  pool(50),
 		},
 		{
 			Name: "one-route-pool", Description: "a pool of 10 connections behind /db only, while /wait stays healthy: /db from 5 clients to 40",
 			Stub: stub.Config{DBPool: 10},
 			Phases: []Phase{
-				{8 * s, []Flow{{"/db?ms=100", 5}, {"/wait?ms=50", 20}}},
-				{14 * s, []Flow{{"/db?ms=100", 40}, {"/wait?ms=50", 20}}},
+				{8 * s, []bench.Flow{{Path: "/db?ms=100", Clients: 5}, {Path: "/wait?ms=50", Clients: 20}}},
+				{14 * s, []bench.Flow{{Path: "/db?ms=100", Clients: 40}, {Path: "/wait?ms=50", Clients: 20}}},
 			},
 			Truth: Truth{RouteLocal: "GET /db"},
 		},
 		{
 			Name: "cpu", Description: "CPU work, about 1 ms a request: 2 clients, then 32; the ceiling is the 2 cores, shared with the rig and the sidecar",
-			Phases: []Phase{{8 * s, []Flow{{"/cpu?iters=300000", 2}}}, {14 * s, []Flow{{"/cpu?iters=300000", 32}}}},
+			Phases: []Phase{{8 * s, []bench.Flow{{Path: "/cpu?iters=300000", Clients: 2}}}, {14 * s, []bench.Flow{{Path: "/cpu?iters=300000", Clients: 32}}}},
 			// Two cores, shared with the rig and the sidecar; and a request
 			// is not all CPU (its service time at low load has the network
 			// and the scheduler in it too), so the knee of throughput lies
@@ -166,20 +159,20 @@ func AdviceCases() []AdviceCase {
 		},
 		{
 			Name: "pinned", Description: "a 20 ms critical section every request takes: 1 client, then 20",
-			Phases: []Phase{{8 * s, []Flow{{"/pinned?ms=20", 1}}}, {14 * s, []Flow{{"/pinned?ms=20", 20}}}},
+			Phases: []Phase{{8 * s, []bench.Flow{{Path: "/pinned?ms=20", Clients: 1}}}, {14 * s, []bench.Flow{{Path: "/pinned?ms=20", Clients: 20}}}},
 			Truth:  pool(1),
 		},
 		{
 			Name: "then-calm", Description: "a hidden pool of 50: 200 clients, then a calm minute of 20; the capacity seen stays known",
 			Stub:   stub.Config{Pool: 50},
-			Phases: []Phase{{8 * s, []Flow{{"/wait?ms=100", 10}}}, {20 * s, []Flow{{"/wait?ms=100", 200}}}, {65 * s, []Flow{{"/wait?ms=100", 20}}}},
+			Phases: []Phase{{8 * s, []bench.Flow{{Path: "/wait?ms=100", Clients: 10}}}, {20 * s, []bench.Flow{{Path: "/wait?ms=100", Clients: 200}}}, {65 * s, []bench.Flow{{Path: "/wait?ms=100", Clients: 20}}}},
 			Truth:  Truth{Capacity: 50, CapacityLo: 50 * (1 - CapacityMargin), CapacityHi: 50 * (1 + CapacityMargin), CapacityKnown: true},
 		},
 	}
 }
 
-// AdviceOptions tune RunAdviceCases.
-type AdviceOptions struct {
+// Options tune Run.
+type Options struct {
 	// Scale multiplies every phase's duration: below 1 for a quicker,
 	// rougher run. If zero, 1.
 	Scale float64
@@ -194,12 +187,12 @@ type AdviceOptions struct {
 	Progress io.Writer
 }
 
-// RunAdviceCases runs each case: launch, play the phases, read /advice,
+// Run runs each case: launch, play the phases, read /advice,
 // judge it against the truth, and with Apply run the recommended setting
 // and compare what it does with what the advice predicted.
-func RunAdviceCases(ctx context.Context, cases []AdviceCase, l Launcher, opts AdviceOptions) ([]AdviceResult, error) {
+func Run(ctx context.Context, cases []Case, l bench.Launcher, opts Options) ([]Result, error) {
 	if l == nil {
-		return nil, ErrNoLauncher
+		return nil, bench.ErrNoLauncher
 	}
 	if opts.Scale == 0 {
 		opts.Scale = 1
@@ -210,10 +203,10 @@ func RunAdviceCases(ctx context.Context, cases []AdviceCase, l Launcher, opts Ad
 	if opts.ApplyWindow == 0 {
 		opts.ApplyWindow = 8 * time.Second
 	}
-	var results []AdviceResult
+	var results []Result
 	for i, c := range cases {
 		say(opts.Progress, "[%d/%d] advice %s: %s", i+1, len(cases), c.Name, c.Description)
-		r, err := runAdviceCase(ctx, c, l, opts)
+		r, err := runCase(ctx, c, l, opts)
 		if err != nil {
 			return results, fmt.Errorf("case %s: %w", c.Name, err)
 		}
@@ -225,12 +218,6 @@ func RunAdviceCases(ctx context.Context, cases []AdviceCase, l Launcher, opts Ad
 		results = append(results, r)
 	}
 	return results, nil
-}
-
-func say(w io.Writer, format string, args ...any) {
-	if w != nil {
-		fmt.Fprintf(w, format+"\n", args...)
-	}
 }
 
 // adviceDoc is the part of GET /advice the matrix reads.
@@ -269,9 +256,9 @@ type adviceDoc struct {
 	} `json:"recommendation"`
 }
 
-func runAdviceCase(ctx context.Context, c AdviceCase, l Launcher, opts AdviceOptions) (AdviceResult, error) {
-	r := AdviceResult{Case: c, Truth: c.Truth}
-	t, stop, err := l.Launch(ctx, Arm{Label: c.Name, Sidecar: c.Sidecar, Stub: c.Stub})
+func runCase(ctx context.Context, c Case, l bench.Launcher, opts Options) (Result, error) {
+	r := Result{Case: c, Truth: c.Truth}
+	t, stop, err := l.Launch(ctx, bench.Arm{Label: c.Name, Sidecar: c.Sidecar, Stub: c.Stub})
 	if err != nil {
 		return r, fmt.Errorf("launch: %w", err)
 	}
@@ -306,13 +293,13 @@ func runAdviceCase(ctx context.Context, c AdviceCase, l Launcher, opts AdviceOpt
 	p := rec.Predictions[applied]
 	r.Recommended = p.Setting
 	r.Predicted = Measure{Throughput: p.Throughput, P50: time.Duration(p.P50 * float64(time.Second))}
-	sidecar := Sidecar{Mode: p.Mode, Routes: c.Sidecar.Routes}
+	sidecar := bench.Sidecar{Mode: p.Mode, Routes: c.Sidecar.Routes}
 	if p.Mode == "fixed" {
 		sidecar.Workers, sidecar.QueueSize, sidecar.QueueTimeout = p.Limit, p.QueueSize, time.Duration(p.Wait*float64(time.Second))
 	} else {
 		sidecar.Bulkhead = p.Limit
 	}
-	t, stop, err = l.Launch(ctx, Arm{Label: c.Name + " applied", Sidecar: sidecar, Stub: c.Stub})
+	t, stop, err = l.Launch(ctx, bench.Arm{Label: c.Name + " applied", Sidecar: sidecar, Stub: c.Stub})
 	if err != nil {
 		return r, fmt.Errorf("launch the recommended setting: %w", err)
 	}
@@ -344,7 +331,7 @@ func runAdviceCase(ctx context.Context, c AdviceCase, l Launcher, opts AdviceOpt
 }
 
 // judge compares what the sidecar said with the truth.
-func (r *AdviceResult) judge(last Phase) {
+func (r *Result) judge(last Phase) {
 	tr := r.Truth
 	if r.Saturated != tr.Saturated {
 		r.Problems = append(r.Problems, fmt.Sprintf("saturated %v; the truth is %v", r.Saturated, tr.Saturated))
@@ -384,85 +371,40 @@ func readAdvice(ctx context.Context, admin string) (adviceDoc, error) {
 	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
-		return doc, fmt.Errorf("%w: %v", ErrAdmin, err)
+		return doc, fmt.Errorf("%w: %v", bench.ErrAdmin, err)
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		return doc, fmt.Errorf("%w: /advice answered %s", ErrAdmin, resp.Status)
+		return doc, fmt.Errorf("%w: /advice answered %s", bench.ErrAdmin, resp.Status)
 	}
 	if err := json.NewDecoder(resp.Body).Decode(&doc); err != nil {
-		return doc, fmt.Errorf("%w: /advice: %v", ErrAdmin, err)
+		return doc, fmt.Errorf("%w: /advice: %v", bench.ErrAdmin, err)
 	}
 	return doc, nil
 }
 
 // drive runs the flows' closed-loop clients for warmup+window and returns
-// the throughput and median latency of the 2xx answers in the window.
-func drive(ctx context.Context, base string, flows []Flow, warmup, window time.Duration) (Measure, error) {
-	u, err := url.Parse(base)
+// the throughput and median latency of the 2xx answers in the window. A
+// client whose answer failed comes back after a pause, not in a spin.
+func drive(ctx context.Context, base string, flows []bench.Flow, warmup, window time.Duration) (Measure, error) {
+	res, err := bench.Run(ctx, bench.Config{
+		URL: base, Flows: flows, Warmup: warmup, Window: window,
+		// Cut only at the window's end.
+		Timeout: warmup + window, ErrorPause: 10 * time.Millisecond,
+	})
 	if err != nil {
 		return Measure{}, err
 	}
-	start := time.Now()
-	from, end := start.Add(warmup), start.Add(warmup+window)
-	var mu sync.Mutex
-	var latencies []time.Duration
-	var failures atomic.Int64
-	var wg sync.WaitGroup
-	for _, f := range flows {
-		for range f.Clients {
-			wg.Go(func() {
-				c := &fasthttp.HostClient{Addr: u.Host, MaxConns: 1, MaxIdemponentCallAttempts: 1,
-					Dial: func(addr string) (net.Conn, error) { return net.DialTimeout("tcp", addr, 5*time.Second) }}
-				defer c.CloseIdleConnections()
-				req, resp := fasthttp.AcquireRequest(), fasthttp.AcquireResponse()
-				defer fasthttp.ReleaseRequest(req)
-				defer fasthttp.ReleaseResponse(resp)
-				req.SetRequestURI(strings.TrimSuffix(base, "/") + f.Path)
-				var mine []time.Duration
-				for ctx.Err() == nil {
-					sent := time.Now()
-					if !sent.Before(end) {
-						break
-					}
-					err := c.DoDeadline(req, resp, end)
-					done := time.Now()
-					switch {
-					case err != nil || resp.StatusCode() >= 300:
-						failures.Add(1)
-						// A client whose answer failed comes back after a
-						// pause, not in a spin.
-						time.Sleep(10 * time.Millisecond)
-					case !sent.Before(from) && done.Before(end):
-						mine = append(mine, done.Sub(sent))
-					}
-				}
-				mu.Lock()
-				latencies = append(latencies, mine...)
-				mu.Unlock()
-			})
-		}
+	if res.Requests == 0 {
+		return Measure{}, errors.New("no answer in the window")
 	}
-	wg.Wait()
-	if err := ctx.Err(); err != nil {
-		return Measure{}, err
-	}
-	m := Measure{}
-	if window > 0 && len(latencies) > 0 {
-		slices.Sort(latencies)
-		m.Throughput = float64(len(latencies)) / window.Seconds()
-		m.P50 = latencies[len(latencies)/2]
-	}
-	if len(latencies) == 0 && window > 0 {
-		return m, errors.New("no answer in the window")
-	}
-	return m, nil
+	return Measure{Throughput: res.RPS, P50: res.P50}, nil
 }
 
-// WriteAdviceMarkdown writes the matrix as a table: per case the truth, the
+// WriteMarkdown writes the matrix as a table: per case the truth, the
 // verdict, the estimate, the advice, predicted against measured, and pass
 // or fail.
-func WriteAdviceMarkdown(w io.Writer, results []AdviceResult) error {
+func WriteMarkdown(w io.Writer, results []Result) error {
 	fmt.Fprintln(w, "| case | truth | verdict | capacity (estimate) | advice | applied | predicted rps / p50 | measured rps / p50 | result |")
 	fmt.Fprintln(w, "| --- | --- | --- | --- | --- | --- | --: | --: | --- |")
 	for _, r := range results {
@@ -516,4 +458,10 @@ func WriteAdviceMarkdown(w io.Writer, results []AdviceResult) error {
 		}
 	}
 	return nil
+}
+
+func say(w io.Writer, format string, args ...any) {
+	if w != nil {
+		fmt.Fprintf(w, format+"\n", args...)
+	}
 }

@@ -1,0 +1,147 @@
+package overhead
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/loomgate/loomgate/bench"
+)
+
+// startProc starts a process whose output goes to name.log in dir. The
+// scenario's processes hold no requests when they are stopped, so a second
+// is grace enough.
+func startProc(dir, name string, env []string, path string, args ...string) (*bench.Proc, error) {
+	logf, err := os.Create(filepath.Join(dir, name+".log"))
+	if err != nil {
+		return nil, err
+	}
+	// The process holds its own descriptor; this one is not needed.
+	defer logf.Close()
+	return bench.Command{Name: name, Path: path, Args: args, Env: env, Output: logf, Grace: time.Second}.Start()
+}
+
+// startServing starts a process told to listen on addr and returns it
+// once addr accepts connections, with its base URL.
+func startServing(ctx context.Context, dir, addr, name string, env []string, path string, args ...string) (*bench.Proc, string, error) {
+	p, err := startProc(dir, name, env, path, args...)
+	if err != nil {
+		return nil, "", err
+	}
+	if err := bench.WaitListening(ctx, addr, 10*time.Second); err != nil {
+		p.Stop()
+		return nil, "", fmt.Errorf("%s: %w", name, err)
+	}
+	return p, "http://" + addr, nil
+}
+
+// startBare runs `loomgate stub --forward`: fasthttp's HostClient.Do
+// behind fasthttp's Server and nothing else, the floor of a proxy built on
+// fasthttp.
+func startBare(ctx context.Context, dir string, cfg Config, upstream string) (*bench.Proc, string, error) {
+	addr, err := bench.FreeAddr()
+	if err != nil {
+		return nil, "", err
+	}
+	return startServing(ctx, dir, addr, "bare", nil, cfg.Binary, "stub", "--listen", addr, "--forward", upstream)
+}
+
+func startLoomgate(ctx context.Context, dir string, cfg Config, upstream, mode string) (*bench.Proc, string, error) {
+	addr, err := bench.FreeAddr()
+	if err != nil {
+		return nil, "", err
+	}
+	admin, err := bench.FreeAddr()
+	if err != nil {
+		return nil, "", err
+	}
+	env := []string{
+		"LOOMGATE_LISTEN=" + addr, "LOOMGATE_ADMIN_LISTEN=" + admin,
+		"LOOMGATE_UPSTREAM=http://" + upstream, "LOOMGATE_MODE=" + mode,
+		"LOOMGATE_LOG_LEVEL=warn",
+	}
+	if mode == "fixed" {
+		env = append(env, fmt.Sprintf("LOOMGATE_WORKERS=%d", cfg.FixedWorkers), fmt.Sprintf("LOOMGATE_QUEUE_SIZE=%d", cfg.Held))
+	}
+	return startServing(ctx, dir, addr, "loomgate-"+mode, env, cfg.Binary, "proxy")
+}
+
+// startHAProxy runs HAProxy with what a sidecar needs: HTTP mode, keep-alive
+// to the upstream, and in fixed mode maxconn on the server, which queues
+// the rest in HAProxy as loomgate's fixed mode does.
+func startHAProxy(ctx context.Context, dir, path string, cfg Config, upstream, mode string) (*bench.Proc, string, error) {
+	addr, err := bench.FreeAddr()
+	if err != nil {
+		return nil, "", err
+	}
+	server := "server s1 " + upstream
+	if mode == "fixed" {
+		server += fmt.Sprintf(" maxconn %d", cfg.FixedWorkers)
+	}
+	conf := fmt.Sprintf(`global
+  maxconn %d
+defaults
+  mode http
+  timeout connect 5s
+  timeout client 60s
+  timeout server 60s
+  timeout queue 60s
+  http-reuse always
+frontend f
+  bind %s
+  default_backend b
+backend b
+  %s
+`, cfg.Held+1000, addr, server)
+	file := filepath.Join(dir, "haproxy-"+mode+".cfg")
+	if err := os.WriteFile(file, []byte(conf), 0o644); err != nil {
+		return nil, "", err
+	}
+	return startServing(ctx, dir, addr, "haproxy-"+mode, nil, path, "-f", file, "-db")
+}
+
+// startNginx runs nginx as one process (no master, one worker), so that its
+// CPU and memory are one process's, as loomgate's and HAProxy's are, with
+// keep-alive to the upstream.
+func startNginx(ctx context.Context, dir, path string, cfg Config, upstream string) (*bench.Proc, string, error) {
+	addr, err := bench.FreeAddr()
+	if err != nil {
+		return nil, "", err
+	}
+	prefix := filepath.Join(dir, "nginx")
+	for _, d := range []string{"logs", "tmp"} {
+		if err := os.MkdirAll(filepath.Join(prefix, d), 0o755); err != nil {
+			return nil, "", err
+		}
+	}
+	conf := fmt.Sprintf(`daemon off;
+master_process off;
+worker_processes 1;
+worker_rlimit_nofile %d;
+error_log %s/logs/error.log warn;
+pid %s/logs/nginx.pid;
+events { worker_connections %d; }
+http {
+  access_log off;
+  client_body_temp_path %s/tmp;
+  proxy_temp_path %s/tmp;
+  upstream u { server %s; keepalive %d; }
+  server {
+    listen %s;
+    location / {
+      proxy_pass http://u;
+      proxy_http_version 1.1;
+      proxy_set_header Connection "";
+      proxy_read_timeout 60s;
+    }
+  }
+}
+`, 3*cfg.Held+1000, prefix, prefix, 2*cfg.Held+1000, prefix, prefix, upstream, cfg.Held, addr)
+	file := filepath.Join(prefix, "nginx.conf")
+	if err := os.WriteFile(file, []byte(conf), 0o644); err != nil {
+		return nil, "", err
+	}
+	return startServing(ctx, dir, addr, "nginx", nil, path, "-p", prefix, "-c", file)
+}
