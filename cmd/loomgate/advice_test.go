@@ -411,9 +411,9 @@ func TestAdviceEndpoint(t *testing.T) {
 	if doc.Settings.Mode != "fixed" || doc.Settings.Workers != 8 || doc.Settings.QueueSize != 16 || doc.Settings.QueueTimeoutSeconds != 30 || doc.Settings.Bulkhead != 0 {
 		t.Errorf("settings = %+v; want fixed, 8 workers, queue 16, 30 s timeout", doc.Settings)
 	}
-	// The other mode's settings are shown too, named as inactive.
-	if strings.Join(doc.Settings.Inactive, " ") != "LOOMGATE_BULKHEAD LOOMGATE_BULKHEAD_WAIT" {
-		t.Errorf("settings.inactive = %q; want the unbounded mode's variables", doc.Settings.Inactive)
+	// The other modes' settings are shown too, named as inactive.
+	if strings.Join(doc.Settings.Inactive, " ") != "LOOMGATE_ADAPTIVE_MIN LOOMGATE_ADAPTIVE_MAX LOOMGATE_BULKHEAD LOOMGATE_BULKHEAD_WAIT" {
+		t.Errorf("settings.inactive = %q; want the adaptive and unbounded modes' variables", doc.Settings.Inactive)
 	}
 	if doc.Figures.Requests != 3 || doc.Recommendation.Workers != 0 || !strings.HasPrefix(doc.Recommendation.Summary, "Not enough traffic") || doc.Recommendation.Reasons == nil {
 		t.Errorf("figures %+v, recommendation %+v; want 3 requests and no advice yet", doc.Figures, doc.Recommendation)
