@@ -492,12 +492,12 @@ func TestUpstreamMemoryMetricIsChecked(t *testing.T) {
 		{`m{a=~"x"}`, `LOOMGATE_UPSTREAM_MEMORY_METRIC="m{a=~\"x\"}": regular expression matchers are not supported`},
 		{`9lives`, `LOOMGATE_UPSTREAM_MEMORY_METRIC="9lives": want a metric name`},
 	} {
-		_, err := parseConfig([]string{"LOOMGATE_UPSTREAM_MEMORY_METRIC=" + tt.value})
+		_, err := sidecar.ParseEnviron([]string{"LOOMGATE_UPSTREAM_MEMORY_METRIC=" + tt.value})
 		if err == nil || !strings.Contains(err.Error(), tt.want) || !strings.Contains(err.Error(), "accepted: ") {
-			t.Errorf("parseConfig(LOOMGATE_UPSTREAM_MEMORY_METRIC=%s) = %v; want a problem starting %q", tt.value, err, tt.want)
+			t.Errorf("sidecar.ParseEnviron(LOOMGATE_UPSTREAM_MEMORY_METRIC=%s) = %v; want a problem starting %q", tt.value, err, tt.want)
 		}
 	}
-	if _, err := parseConfig([]string{`LOOMGATE_UPSTREAM_MEMORY_METRIC=jvm_memory_used_bytes{area="heap"}`}); err != nil {
-		t.Errorf("parseConfig(a JVM heap selector) = %v; want nil", err)
+	if _, err := sidecar.ParseEnviron([]string{`LOOMGATE_UPSTREAM_MEMORY_METRIC=jvm_memory_used_bytes{area="heap"}`}); err != nil {
+		t.Errorf("sidecar.ParseEnviron(a JVM heap selector) = %v; want nil", err)
 	}
 }

@@ -48,6 +48,7 @@ import (
 	sigsyaml "sigs.k8s.io/yaml"
 
 	"github.com/loomgate/loomgate/limiter"
+	"github.com/loomgate/loomgate/sidecar"
 )
 
 // These tests read deploy/ the way kubectl, Prometheus and Grafana would,
@@ -366,20 +367,20 @@ func TestDeployKustomize(t *testing.T) {
 // modeOnlyDiff returns why overlay is not base with LOOMGATE_MODE=mode.
 func modeOnlyDiff(base, overlay k8sApp, mode string) error {
 	want, got := envSorted(base.objects), envSorted(overlay.objects)
-	baseMode, ok := loomgateEnvVar(want, envPrefix+"MODE")
+	baseMode, ok := loomgateEnvVar(want, sidecar.EnvPrefix+"MODE")
 	if !ok {
-		return fmt.Errorf("%s: loomgate has no %sMODE", base.dir, envPrefix)
+		return fmt.Errorf("%s: loomgate has no %sMODE", base.dir, sidecar.EnvPrefix)
 	}
-	v, ok := loomgateEnvVar(got, envPrefix+"MODE")
+	v, ok := loomgateEnvVar(got, sidecar.EnvPrefix+"MODE")
 	if !ok {
-		return fmt.Errorf("%s: loomgate has no %sMODE; want %s", overlay.dir, envPrefix, mode)
+		return fmt.Errorf("%s: loomgate has no %sMODE; want %s", overlay.dir, sidecar.EnvPrefix, mode)
 	}
 	if v.Value != mode {
-		return fmt.Errorf("%s: %sMODE = %q; want %q", overlay.dir, envPrefix, v.Value, mode)
+		return fmt.Errorf("%s: %sMODE = %q; want %q", overlay.dir, sidecar.EnvPrefix, v.Value, mode)
 	}
 	v.Value = baseMode.Value
 	if !equality.Semantic.DeepEqual(want, got) {
-		return fmt.Errorf("%s differs from %s in more than %sMODE (- base, + overlay):\n%s", overlay.dir, base.dir, envPrefix, diff.Diff(want, got))
+		return fmt.Errorf("%s differs from %s in more than %sMODE (- base, + overlay):\n%s", overlay.dir, base.dir, sidecar.EnvPrefix, diff.Diff(want, got))
 	}
 	return nil
 }
@@ -387,7 +388,7 @@ func modeOnlyDiff(base, overlay k8sApp, mode string) error {
 // envSorted copies objects with every container's env sorted by name.
 // kustomize's merge moves a patched variable to the front of the list;
 // the order matters only to $(NAME) references, which the manifests do not
-// make (effectiveEnv hands the values to parseConfig as they are).
+// make (effectiveEnv hands the values to sidecar.ParseEnviron as they are).
 func envSorted(objects []runtime.Object) []runtime.Object {
 	out := make([]runtime.Object, len(objects))
 	for i, o := range objects {
@@ -677,7 +678,7 @@ func checkApp(t *testing.T, app k8sApp) {
 		environ = append(environ, name+"="+value)
 	}
 	sort.Strings(environ)
-	cfg, err := parseConfig(environ)
+	cfg, err := sidecar.ParseEnviron(environ)
 	if err != nil {
 		t.Fatalf("loomgate would exit 2 with this environment %q:\n%v", environ, err)
 	}
@@ -687,7 +688,7 @@ func checkApp(t *testing.T, app k8sApp) {
 	// The same environment starts in both modes, each with its own limit.
 	for _, m := range []string{"fixed", "unbounded"} {
 		flipped := append(slices.Clone(environ), "LOOMGATE_MODE="+m)
-		fc, err := parseConfig(flipped)
+		fc, err := sidecar.ParseEnviron(flipped)
 		if err != nil {
 			t.Errorf("%s flipped to MODE=%s: loomgate would exit 2:\n%v", mode, m, err)
 			continue
@@ -853,7 +854,7 @@ func effectiveEnv(t testing.TB, c corev1.Container) map[string]string {
 	t.Helper()
 	env := map[string]string{}
 	for _, e := range c.Env {
-		if !strings.HasPrefix(e.Name, envPrefix) {
+		if !strings.HasPrefix(e.Name, sidecar.EnvPrefix) {
 			continue
 		}
 		if e.ValueFrom != nil {
@@ -914,7 +915,7 @@ func TestDeployEnvNames(t *testing.T) {
 		}
 	}
 	files := append(deployFiles(t, ""), "Dockerfile")
-	re := regexp.MustCompile(envPrefix + `[A-Z0-9_]+`)
+	re := regexp.MustCompile(sidecar.EnvPrefix + `[A-Z0-9_]+`)
 	seen := 0
 	for _, f := range files {
 		data, err := os.ReadFile(fromRepoRoot(f))
@@ -929,7 +930,7 @@ func TestDeployEnvNames(t *testing.T) {
 		}
 	}
 	if seen == 0 {
-		t.Errorf("no %s name found under deploy/; the search itself is broken", envPrefix)
+		t.Errorf("no %s name found under deploy/; the search itself is broken", sidecar.EnvPrefix)
 	}
 }
 

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/loomgate/loomgate/bench"
+	"github.com/loomgate/loomgate/sidecar"
 	"github.com/loomgate/loomgate/stub"
 )
 
@@ -63,7 +64,7 @@ func (l processes) Launch(ctx context.Context, arm bench.Arm) (bench.Target, fun
 		"LOOMGATE_DRAIN_TIMEOUT=" + launchDrain.String(),
 		"LOOMGATE_LOG_LEVEL=warn",
 	}, arm.Sidecar.Environ()...)
-	if _, err := parseConfig(environ); err != nil {
+	if _, err := sidecar.ParseEnviron(environ); err != nil {
 		st.stop()
 		return bench.Target{}, nil, fmt.Errorf("arm %q: %w", arm.Label, err)
 	}
@@ -156,7 +157,7 @@ func (inProcess) Launch(ctx context.Context, arm bench.Arm) (bench.Target, func(
 		"LOOMGATE_UPSTREAM=http://" + stubLn.Addr().String(),
 		"LOOMGATE_DRAIN_TIMEOUT=" + launchDrain.String(),
 	}, arm.Sidecar.Environ()...)
-	cfg, err := parseConfig(environ)
+	cfg, err := sidecar.ParseEnviron(environ)
 	if err != nil {
 		stopStub()
 		return bench.Target{}, nil, fmt.Errorf("arm %q: %w", arm.Label, err)

@@ -13,7 +13,7 @@ import (
 
 // runProxy is `loomgate proxy`: parse, listen, serve, drain on ctx's end.
 func runProxy(ctx context.Context, environ []string, stdout, stderr io.Writer) int {
-	cfg, err := parseConfig(environ)
+	cfg, err := sidecar.ParseEnviron(environ)
 	if err != nil {
 		fmt.Fprintf(stderr, "loomgate: %v\n", err)
 		return 2

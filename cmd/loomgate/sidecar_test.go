@@ -43,7 +43,7 @@ func startSidecarWith(t testing.TB, env map[string]string, opts sidecar.Options)
 	for k, v := range env {
 		environ = append(environ, k+"="+v)
 	}
-	cfg, err := parseConfig(environ)
+	cfg, err := sidecar.ParseEnviron(environ)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -348,7 +348,7 @@ func waitUntil(t testing.TB, cond func() bool) {
 
 func TestAccessLogJSON(t *testing.T) {
 	upURL, _ := slowUpstream(t, 0)
-	cfg, err := parseConfig([]string{"LOOMGATE_UPSTREAM=" + upURL, "LOOMGATE_ACCESS_LOG=json", "LOOMGATE_MODE=fixed", "LOOMGATE_WORKERS=1", "LOOMGATE_QUEUE_SIZE=0"})
+	cfg, err := sidecar.ParseEnviron([]string{"LOOMGATE_UPSTREAM=" + upURL, "LOOMGATE_ACCESS_LOG=json", "LOOMGATE_MODE=fixed", "LOOMGATE_WORKERS=1", "LOOMGATE_QUEUE_SIZE=0"})
 	if err != nil {
 		t.Fatal(err)
 	}

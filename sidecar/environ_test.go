@@ -1,4 +1,4 @@
-package main
+package sidecar
 
 import (
 	"errors"
@@ -10,20 +10,19 @@ import (
 
 	"github.com/loomgate/loomgate/advice"
 	"github.com/loomgate/loomgate/limiter"
-	"github.com/loomgate/loomgate/sidecar"
 )
 
 func TestDefaults(t *testing.T) {
-	cfg, err := parseConfig(nil)
+	cfg, err := ParseEnviron(nil)
 	if err != nil {
-		t.Fatalf("parseConfig(nil) = %v; want the defaults to be valid", err)
+		t.Fatalf("ParseEnviron(nil) = %v; want the defaults to be valid", err)
 	}
-	want := sidecar.Config{
+	want := Config{
 		Listen: ":8080", AdminListen: ":9090", Upstream: "http://127.0.0.1:8081", Mode: limiter.Unbounded,
 		Workers: 200, QueueSize: 10000, QueueTimeout: 30 * time.Second, UpstreamTimeout: 60 * time.Second,
 		HeaderTimeout: 10 * time.Second, BodyTimeout: 10 * time.Second,
 		MaxBodyBytes: 16 << 20, RejectStatus: 503, DrainTimeout: 30 * time.Second, ServerTiming: true, AccessLog: "off",
-		MaxInflightBytes: sidecar.SizeAuto,
+		MaxInflightBytes: SizeAuto,
 		LogLevel:         slog.LevelInfo, UpstreamMemoryMetric: advice.MustParseSelector("process_resident_memory_bytes"),
 	}
 	if !reflect.DeepEqual(cfg, want) {
@@ -31,7 +30,7 @@ func TestDefaults(t *testing.T) {
 	}
 }
 
-func TestParseConfigProblems(t *testing.T) {
+func TestParseEnvironProblems(t *testing.T) {
 	tests := []struct {
 		env  []string
 		want []string // each problem's start, in order
@@ -72,42 +71,42 @@ func TestParseConfigProblems(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(strings.Join(tt.env, " "), func(t *testing.T) {
-			_, err := parseConfig(tt.env)
-			var ce *configError
+			_, err := ParseEnviron(tt.env)
+			var ce *EnvironError
 			if len(tt.want) == 0 {
 				if err != nil {
-					t.Fatalf("parseConfig = %v; want nil", err)
+					t.Fatalf("ParseEnviron = %v; want nil", err)
 				}
 				return
 			}
 			if !errors.As(err, &ce) {
-				t.Fatalf("parseConfig = %v; want a configError", err)
+				t.Fatalf("ParseEnviron = %v; want an EnvironError", err)
 			}
-			if len(ce.problems) != len(tt.want) {
-				t.Fatalf("problems = %q; want %d", ce.problems, len(tt.want))
+			if len(ce.Problems) != len(tt.want) {
+				t.Fatalf("problems = %q; want %d", ce.Problems, len(tt.want))
 			}
 			for i, w := range tt.want {
-				if !strings.HasPrefix(ce.problems[i], w) {
-					t.Errorf("problem %d = %q; want it to start %q", i, ce.problems[i], w)
+				if !strings.HasPrefix(ce.Problems[i], w) {
+					t.Errorf("problem %d = %q; want it to start %q", i, ce.Problems[i], w)
 				}
-				if !strings.Contains(ce.problems[i], "accepted: ") && !strings.Contains(ce.problems[i], "unknown variable") {
-					t.Errorf("problem %q does not say what is accepted", ce.problems[i])
+				if !strings.Contains(ce.Problems[i], "accepted: ") && !strings.Contains(ce.Problems[i], "unknown variable") {
+					t.Errorf("problem %q does not say what is accepted", ce.Problems[i])
 				}
 			}
 		})
 	}
 }
 
-func FuzzParseConfig(f *testing.F) {
+func FuzzParseEnviron(f *testing.F) {
 	f.Add("LOOMGATE_WORKERS", "200")
 	f.Add("LOOMGATE_UPSTREAM", "http://[::1]:80")
 	f.Add("LOOMGATE_QUEUE_TIMEOUT", "1h2m")
 	f.Fuzz(func(t *testing.T, name, value string) {
 		// Never a panic, and an error always names a variable.
-		_, err := parseConfig([]string{"LOOMGATE_MODE=fixed", name + "=" + value})
-		var ce *configError
-		if err != nil && (!errors.As(err, &ce) || !strings.HasPrefix(ce.problems[0], "LOOMGATE_")) {
-			t.Errorf("parseConfig(%s=%q) = %v; want a configError naming a variable", name, value, err)
+		_, err := ParseEnviron([]string{"LOOMGATE_MODE=fixed", name + "=" + value})
+		var ce *EnvironError
+		if err != nil && (!errors.As(err, &ce) || !strings.HasPrefix(ce.Problems[0], "LOOMGATE_")) {
+			t.Errorf("ParseEnviron(%s=%q) = %v; want an EnvironError naming a variable", name, value, err)
 		}
 	})
 }

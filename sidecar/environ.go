@@ -1,0 +1,210 @@
+package sidecar
+
+import (
+	"errors"
+	"fmt"
+	"reflect"
+	"sort"
+	"strconv"
+	"strings"
+
+	"github.com/caarlos0/env/v11"
+)
+
+// EnvironError holds every problem found in the environment, each naming
+// the variable, the value given and what is accepted.
+type EnvironError struct {
+	Problems []string
+}
+
+func (e *EnvironError) Error() string {
+	return "invalid configuration:\n  " + strings.Join(e.Problems, "\n  ")
+}
+
+// ParseEnviron reads Config from environ (os.Environ's form) and validates
+// it. Every problem is reported, each naming the variable, the value given
+// and what is accepted, in the order of `loomgate -h`. It is the parser of
+// `loomgate proxy`, here so that checks outside the command (the deploy
+// manifests' environment) judge a value exactly as the binary does.
+func ParseEnviron(environ []string) (Config, error) {
+	envMap := env.ToMap(environ)
+	vars := Variables()
+	byField := make(map[string]Variable, len(vars))
+	known := make(map[string]bool, len(vars))
+	for _, v := range vars {
+		byField[v.Field] = v
+		known[v.Name] = true
+	}
+	kinds := fieldKinds()
+
+	var cfg Config
+	var problems []string
+	// A field that failed to parse keeps its zero value; judging it again
+	// would report a second, misleading problem for the same variable.
+	failed := make(map[string]bool)
+	bad := func(v Variable, detail string) {
+		if failed[v.Name] {
+			return
+		}
+		failed[v.Name] = true
+		problems = append(problems, fmt.Sprintf("%s=%q: %s; accepted: %s", v.Name, envMap[v.Name], detail, v.Accepts))
+	}
+
+	// Set but empty is not unset: env would quietly take the default, and
+	// an operator who cleared LOOMGATE_UPSTREAM in a template would run
+	// against 127.0.0.1:8081 without knowing.
+	for _, v := range vars {
+		if value, set := envMap[v.Name]; set && value == "" && v.Default != "" {
+			bad(v, fmt.Sprintf("empty; unset it for the default %s", v.Default))
+		}
+	}
+
+	err := env.ParseWithOptions(&cfg, env.Options{Prefix: EnvPrefix, Environment: envMap})
+	var agg env.AggregateError
+	if errors.As(err, &agg) {
+		for _, e := range agg.Errors {
+			var pe env.ParseError
+			if errors.As(e, &pe) {
+				bad(byField[pe.Name], parseDetail(pe.Err, kinds[pe.Name]))
+				continue
+			}
+			problems = append(problems, e.Error())
+		}
+	} else if err != nil {
+		return cfg, err
+	}
+
+	// A field that failed to parse is judged no further (bad keeps to one
+	// line a variable).
+	var ce *ConfigError
+	if err := cfg.Validate(); errors.As(err, &ce) {
+		for _, p := range ce.Problems {
+			v, ok := byField[p.Field]
+			if !ok {
+				problems = append(problems, p.Error())
+				continue
+			}
+			bad(v, problemText(p.Problem, vars))
+		}
+	} else if err != nil {
+		return cfg, err
+	}
+
+	var unknown []string
+	for name := range envMap {
+		if strings.HasPrefix(name, EnvPrefix) && !known[name] {
+			unknown = append(unknown, name)
+		}
+	}
+	sort.Strings(unknown)
+	for _, name := range unknown {
+		problems = append(problems, fmt.Sprintf("%s=%q: unknown variable%s; `loomgate -h` lists them all", name, envMap[name], suggest(name, vars)))
+	}
+
+	if len(problems) > 0 {
+		// Report in the order of `loomgate -h`, whichever check found what.
+		order := make(map[string]int, len(vars))
+		for i, v := range vars {
+			order[v.Name] = i
+		}
+		rank := func(p string) int {
+			name, _, _ := strings.Cut(p, "=")
+			if i, ok := order[name]; ok {
+				return i
+			}
+			return len(vars)
+		}
+		sort.SliceStable(problems, func(i, j int) bool { return rank(problems[i]) < rank(problems[j]) })
+		return cfg, &EnvironError{Problems: problems}
+	}
+	return cfg, nil
+}
+
+// problemText turns a part's problem ("is 0; want at least 1", "is 1s;
+// has no effect without a Bulkhead above 0") into the words of the
+// variable's line, where the value is already shown and other fields go by
+// their variables' names.
+func problemText(p string, vars []Variable) string {
+	if rest, ok := strings.CutPrefix(p, "is "); ok {
+		if value, want, ok := strings.Cut(rest, "; "); ok && !strings.Contains(value, " ") {
+			p = want
+		}
+	}
+	words := strings.Fields(p)
+	for i, w := range words {
+		for _, v := range vars {
+			if w == v.Field {
+				words[i] = v.Name
+			}
+		}
+	}
+	return strings.Join(words, " ")
+}
+
+// fieldKinds maps each Config field to the kind of its value, so that a
+// parse error can say what was expected.
+func fieldKinds() map[string]reflect.Kind {
+	t := reflect.TypeFor[Config]()
+	kinds := make(map[string]reflect.Kind, t.NumField())
+	for i := range t.NumField() {
+		kinds[t.Field(i).Name] = t.Field(i).Type.Kind()
+	}
+	return kinds
+}
+
+// parseDetail turns a parser's error into words about the value, without
+// the Go package prefixes (strconv.ParseInt: ..., time: ...) that mean
+// nothing to an operator.
+func parseDetail(err error, kind reflect.Kind) string {
+	var ne *strconv.NumError
+	switch {
+	case kind == reflect.Bool:
+		return "not true or false"
+	case errors.As(err, &ne):
+		return "not a whole number"
+	}
+	msg := err.Error()
+	switch {
+	case strings.Contains(msg, "missing unit in duration"):
+		return "a duration needs a unit"
+	case strings.Contains(msg, "time: "):
+		return "not a duration"
+	case strings.HasPrefix(msg, "slog: "):
+		return "unknown level"
+	}
+	return strings.TrimPrefix(msg, "unable to parse: ")
+}
+
+// suggest names the known variable closest to a misspelt one.
+func suggest(name string, vars []Variable) string {
+	best, bestDist := "", 4
+	for _, v := range vars {
+		if d := editDistance(name, v.Name); d < bestDist {
+			best, bestDist = v.Name, d
+		}
+	}
+	if best == "" {
+		return ""
+	}
+	return " (did you mean " + best + "?)"
+}
+
+func editDistance(a, b string) int {
+	prev := make([]int, len(b)+1)
+	cur := make([]int, len(b)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		cur[0] = i
+		for j := 1; j <= len(b); j++ {
+			cost := 1
+			if a[i-1] == b[j-1] {
+				cost = 0
+			}
+			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+		}
+		prev, cur = cur, prev
+	}
+	return prev[len(b)]
+}
