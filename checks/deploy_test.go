@@ -1,4 +1,4 @@
-package main
+package checks
 
 import (
 	"bufio"
@@ -54,11 +54,6 @@ import (
 // These tests read deploy/ the way kubectl, Prometheus and Grafana would,
 // and check that it agrees with the binary: ports, probe paths, variable
 // names and values, and metric names.
-
-// fromRepoRoot joins elem to the repository root (tests run in cmd/loomgate).
-func fromRepoRoot(elem ...string) string {
-	return filepath.Join(append([]string{"..", ".."}, elem...)...)
-}
 
 // adminPaths are the admin listener's endpoints (the README's "Admin endpoints").
 var adminPaths = []string{"/metrics", "/healthz", "/readyz", "/advice", "/"}
@@ -693,7 +688,7 @@ func checkApp(t *testing.T, app k8sApp) {
 			t.Errorf("%s flipped to MODE=%s: loomgate would exit 2:\n%v", mode, m, err)
 			continue
 		}
-		s, err := newSidecar(fc, slog.New(slog.DiscardHandler), io.Discard)
+		s, err := sidecar.New(fc, sidecar.Options{Logger: slog.New(slog.DiscardHandler), AccessLog: io.Discard})
 		if err != nil {
 			t.Errorf("%s flipped to MODE=%s: %v", mode, m, err)
 			continue
@@ -904,13 +899,13 @@ func labelsSubset(sub, super map[string]string) bool {
 // operator after a setting that does not exist.
 func TestDeployEnvNames(t *testing.T) {
 	known := map[string]bool{}
-	for _, v := range configVars() {
+	for _, v := range sidecar.Variables() {
 		known[v.Name] = true
 	}
 	for _, names := range modeOnly {
 		for _, n := range names {
 			if !known[n] {
-				t.Errorf("modeOnly names %s, which configVars() does not", n)
+				t.Errorf("modeOnly names %s, which sidecar.Variables() does not", n)
 			}
 		}
 	}
@@ -925,7 +920,7 @@ func TestDeployEnvNames(t *testing.T) {
 		for _, name := range re.FindAllString(string(data), -1) {
 			seen++
 			if !known[name] {
-				t.Errorf("%s mentions %s; configVars() has no such variable", f, name)
+				t.Errorf("%s mentions %s; sidecar.Variables() has no such variable", f, name)
 			}
 		}
 	}

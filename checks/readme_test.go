@@ -1,4 +1,4 @@
-package main
+package checks
 
 import (
 	"net/http"
@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/loomgate/loomgate/sidecar"
 )
 
 // The README is the user's reference; these tests keep its tables true.
@@ -29,7 +31,7 @@ func TestReadmeConfigurationTable(t *testing.T) {
 	for _, m := range row.FindAllStringSubmatch(readme(t), -1) {
 		documented[m[1]] = m[3]
 	}
-	for _, v := range configVars() {
+	for _, v := range sidecar.Variables() {
 		def, ok := documented[v.Name]
 		if !ok {
 			t.Errorf("README's configuration table lacks %s", v.Name)

@@ -1,4 +1,4 @@
-package main
+package checks
 
 import (
 	"context"
@@ -25,6 +25,8 @@ import (
 	"github.com/moby/patternmatcher"
 	"github.com/moby/patternmatcher/ignorefile"
 	"mvdan.cc/sh/v3/shell"
+
+	"github.com/loomgate/loomgate/sidecar"
 )
 
 // No Docker engine runs where these tests run, so they check the Dockerfile
@@ -303,12 +305,12 @@ func TestDockerfileBrokenCopy(t *testing.T) {
 // LOOMGATE_LISTEN=":8080".
 func portOfDefault(t testing.TB, name string) int {
 	t.Helper()
-	for _, v := range configVars() {
+	for _, v := range sidecar.Variables() {
 		if v.Name == name {
 			return portOfListen(t, name, v.Default)
 		}
 	}
-	t.Fatalf("configVars() has no %s", name)
+	t.Fatalf("sidecar.Variables() has no %s", name)
 	return 0
 }
 
