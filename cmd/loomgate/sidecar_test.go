@@ -270,6 +270,14 @@ func TestFixedPoolPinsThroughput(t *testing.T) {
 	}
 }
 
+// designOutcomes are the values of loomgate_requests_total's outcome label
+// that the contract promises a series for from the start. The repository
+// checks (checks/) keep the same list to judge the rules' outcome matchers.
+var designOutcomes = []string{
+	"ok", "upstream_error", "upstream_timeout", "rejected_queue_full", "rejected_queue_timeout",
+	"rejected_bulkhead", "rejected_memory", "client_closed", "bad_request",
+}
+
 func TestMetricsEndpoint(t *testing.T) {
 	upURL, _ := slowUpstream(t, 0)
 	s := startSidecar(t, map[string]string{

@@ -1,25 +1,14 @@
 package main
 
 import (
-	"context"
 	"encoding/json"
 	"io"
 	"net/http"
-	"os"
-	"strconv"
 	"strings"
-	"sync"
 	"testing"
-	"time"
 
 	"github.com/loomgate/loomgate/sidecar"
-
-	"github.com/chromedp/chromedp"
 )
-
-// screenshotPath is where TestStatusPageInBrowser keeps its screenshot when
-// UPDATE_SCREENSHOT=1, for the README.
-const screenshotPath = "docs/status-page.png"
 
 func TestStatusPage(t *testing.T) {
 	upURL, _ := slowUpstream(t, 0)
@@ -64,126 +53,6 @@ func TestStatusPage(t *testing.T) {
 	for _, bad := range []string{"<script src", "<link", "http://", "https://", "@import"} {
 		if strings.Contains(string(body), bad) {
 			t.Errorf("status page contains %q; it must load nothing from outside the admin listener", bad)
-		}
-	}
-}
-
-// TestStatusPageInBrowser loads the status page in headless Chromium while
-// the sidecar is under load and checks it shows the live numbers.
-func TestStatusPageInBrowser(t *testing.T) {
-	if testing.Short() {
-		t.Skip("drives a browser under load")
-	}
-	chromium := requireTool(t, "chromium", "chromium")
-	const workers, clients = 4, 20
-	upURL, _ := slowUpstream(t, 200*time.Millisecond)
-	s := startSidecar(t, map[string]string{
-		"LOOMGATE_MODE": "fixed", "LOOMGATE_WORKERS": strconv.Itoa(workers), "LOOMGATE_UPSTREAM": upURL,
-	})
-
-	loadCtx, stopLoad := context.WithCancel(context.Background())
-	var wg sync.WaitGroup
-	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: clients}}
-	for range clients {
-		wg.Go(func() {
-			for loadCtx.Err() == nil {
-				req, _ := http.NewRequestWithContext(loadCtx, "GET", s.URL+"/work", nil)
-				if resp, err := client.Do(req); err == nil {
-					io.Copy(io.Discard, resp.Body)
-					resp.Body.Close()
-				}
-			}
-		})
-	}
-	defer wg.Wait()
-	defer stopLoad()
-	waitUntil(t, func() bool { return s.Stats().Queued >= clients-workers-2 })
-
-	opts := append(chromedp.DefaultExecAllocatorOptions[:],
-		chromedp.ExecPath(chromium),
-		chromedp.NoSandbox,
-		chromedp.DisableGPU,
-		chromedp.NoFirstRun,
-		chromedp.UserDataDir(t.TempDir()),
-		chromedp.Flag("disable-background-networking", true),
-		chromedp.Flag("disable-component-update", true),
-		chromedp.Flag("disable-sync", true),
-		chromedp.WindowSize(1200, 820),
-	)
-	allocCtx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
-	defer cancelAlloc()
-	// No timeout on the browser's own context: it would stop the browser.
-	ctx, cancel := chromedp.NewContext(allocCtx)
-	defer cancel()
-	if err := chromedp.Do(ctx, chromedp.Navigate(s.AdminURL+"/")); err != nil {
-		t.Fatal(err)
-	}
-
-	// The page refreshes every second; wait until it shows this load: all
-	// workers busy, a queue, throughput and queue wait above zero.
-	pollCtx, cancelPoll := context.WithTimeout(ctx, 50*time.Second)
-	defer cancelPoll()
-	_, err := chromedp.Run(pollCtx, chromedp.Poll[chromedp.Void](`document.getElementById("inflight").textContent === "4" &&
-		Number(document.getElementById("queued").textContent) >= 10 &&
-		Number(document.getElementById("throughput").textContent) > 0 &&
-		!document.getElementById("queue").textContent.startsWith("0 ms")`, chromedp.WithPollingTimeout(45*time.Second)))
-	if err != nil {
-		shown, _ := chromedp.Run(ctx, chromedp.Text("main"))
-		t.Fatalf("page never showed the live load: %v\npage text:\n%s", err, shown)
-	}
-	text := func(sel string) string {
-		t.Helper()
-		v, err := chromedp.Run(ctx, chromedp.Text(sel))
-		if err != nil {
-			t.Fatalf("text of %s: %v", sel, err)
-		}
-		return v
-	}
-	inFlight, queued, throughput, queue, mode, inactive := text("#inflight"), text("#queued"), text("#throughput"), text("#queue"), text("#mode"), text("#inactive")
-	t.Logf("page shows in flight %s, queued %s, throughput %s rps, queue p50/p99 %s (%s)", inFlight, queued, throughput, queue, mode)
-	if !strings.Contains(mode, "mode fixed") || !strings.Contains(mode, "limit 4") {
-		t.Errorf("header = %q; want the mode and limit", mode)
-	}
-	if inactive != "inactive: bulkhead off" {
-		t.Errorf("inactive settings = %q; want the other mode's, \"inactive: bulkhead off\"", inactive)
-	}
-	// The route class and the predictions, once the window holds enough
-	// requests for advice.
-	tablesCtx, cancelTables := context.WithTimeout(ctx, 30*time.Second)
-	defer cancelTables()
-	if _, err := chromedp.Run(tablesCtx, chromedp.Poll[chromedp.Void](`document.querySelector("#routes tbody").textContent.includes("GET /work") &&
-		document.querySelectorAll("#predictions tbody tr").length >= 2`, chromedp.WithPollingTimeout(25*time.Second))); err != nil {
-		shown, _ := chromedp.Run(ctx, chromedp.Text("main"))
-		t.Fatalf("page never showed the route and the predictions: %v\npage text:\n%s", err, shown)
-	}
-	if q, _ := strconv.Atoi(queued); q > clients-workers {
-		t.Errorf("page shows %d queued; at most %d can be", q, clients-workers)
-	}
-	settle := 1500 * time.Millisecond
-	if os.Getenv("UPDATE_SCREENSHOT") == "1" {
-		// The README's picture: wait for the advice and a few buckets of
-		// history.
-		adviceCtx, cancelAdvice := context.WithTimeout(ctx, 90*time.Second)
-		defer cancelAdvice()
-		if _, err := chromedp.Run(adviceCtx, chromedp.Poll[chromedp.Void](`!document.getElementById("advicetext").textContent.startsWith("Not enough")`,
-			chromedp.WithPollingTimeout(85*time.Second))); err != nil {
-			t.Fatalf("no advice on the page: %v", err)
-		}
-		settle = 20 * time.Second
-	}
-	if err := chromedp.Do(ctx, chromedp.Sleep(settle)); err != nil {
-		t.Fatal(err)
-	}
-	shot, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(shot) < 10_000 {
-		t.Errorf("screenshot is %d bytes; want a rendered page", len(shot))
-	}
-	if os.Getenv("UPDATE_SCREENSHOT") == "1" {
-		if err := os.WriteFile(fromRepoRoot(screenshotPath), shot, 0o644); err != nil {
-			t.Fatal(err)
 		}
 	}
 }

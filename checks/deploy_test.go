@@ -1,4 +1,4 @@
-package main
+package checks
 
 import (
 	"bufio"
@@ -54,11 +54,6 @@ import (
 // These tests read deploy/ the way kubectl, Prometheus and Grafana would,
 // and check that it agrees with the binary: ports, probe paths, variable
 // names and values, and metric names.
-
-// fromRepoRoot joins elem to the repository root (tests run in cmd/loomgate).
-func fromRepoRoot(elem ...string) string {
-	return filepath.Join(append([]string{"..", ".."}, elem...)...)
-}
 
 // adminPaths are the admin listener's endpoints (the README's "Admin endpoints").
 var adminPaths = []string{"/metrics", "/healthz", "/readyz", "/advice", "/"}
@@ -693,7 +688,7 @@ func checkApp(t *testing.T, app k8sApp) {
 			t.Errorf("%s flipped to MODE=%s: loomgate would exit 2:\n%v", mode, m, err)
 			continue
 		}
-		s, err := newSidecar(fc, slog.New(slog.DiscardHandler), io.Discard)
+		s, err := sidecar.New(fc, sidecar.Options{Logger: slog.New(slog.DiscardHandler), AccessLog: io.Discard})
 		if err != nil {
 			t.Errorf("%s flipped to MODE=%s: %v", mode, m, err)
 			continue
