@@ -302,3 +302,72 @@ func TestHalfSentRequestDoesNotHoldTheDrain(t *testing.T) {
 		t.Fatalf("still running 15s after SIGTERM with a half-sent request\n%s", stderr)
 	}
 }
+
+// TestCommandLineMistakes: what a newcomer types first gets a message that
+// says what to do instead, not a page of help.
+func TestCommandLineMistakes(t *testing.T) {
+	bin := loomgateBinary(t)
+	for _, tt := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--workers", "5"}, "--workers is not a flag; the sidecar is configured by LOOMGATE_* variables: LOOMGATE_WORKERS=5 loomgate"},
+		{[]string{"--mode=fixed"}, "LOOMGATE_MODE=fixed loomgate"},
+		{[]string{"--colour"}, "--colour is not a flag; the sidecar is configured by LOOMGATE_* variables (loomgate -h lists them)"},
+		{[]string{"demoo"}, `unknown command "demoo" (did you mean demo?)`},
+		{[]string{"serve"}, `unknown command "serve"; the commands are proxy, advise, version, demo, bench, stub`},
+	} {
+		cmd := exec.Command(bin, tt.args...)
+		var stderr bytes.Buffer
+		cmd.Stderr = &stderr
+		err := cmd.Run()
+		var exit *exec.ExitError
+		if !errors.As(err, &exit) || exit.ExitCode() != 2 {
+			t.Errorf("loomgate %q: %v; want exit status 2", tt.args, err)
+		}
+		if !strings.Contains(stderr.String(), tt.want) {
+			t.Errorf("loomgate %q said %q; want it to contain %q", tt.args, stderr.String(), tt.want)
+		}
+		if n := strings.Count(stderr.String(), "\n"); n > 2 {
+			t.Errorf("loomgate %q printed %d lines; want the one that says what to do", tt.args, n)
+		}
+	}
+}
+
+// TestLabCommandsOutsideACheckout: the binary carries the sidecar only;
+// away from a checkout, demo says how to get the lab.
+func TestLabCommandsOutsideACheckout(t *testing.T) {
+	cmd := exec.Command(loomgateBinary(t), "demo")
+	cmd.Dir = t.TempDir()
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	err := cmd.Run()
+	var exit *exec.ExitError
+	if !errors.As(err, &exit) || exit.ExitCode() != 2 {
+		t.Errorf("loomgate demo outside a checkout: %v; want exit status 2", err)
+	}
+	for _, want := range []string{"carries the sidecar only", "go run ./cmd/loomgate demo", "go install github.com/loomgate/loomgate/cmd/loomlab@latest"} {
+		if !strings.Contains(stderr.String(), want) {
+			t.Errorf("loomgate demo outside a checkout said %q; want %q", stderr.String(), want)
+		}
+	}
+}
+
+// TestLabCommandsFromACheckout: in the checkout, loomgate stub runs the
+// lab's stub, arguments and exit status passed through.
+func TestLabCommandsFromACheckout(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the lab")
+	}
+	cmd := exec.Command(loomgateBinary(t), "stub", "--bogus")
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	err := cmd.Run()
+	var exit *exec.ExitError
+	if !errors.As(err, &exit) || exit.ExitCode() != 2 {
+		t.Errorf("loomgate stub --bogus: %v; want the lab's exit status 2\n%s", err, stderr.String())
+	}
+	if !strings.Contains(stderr.String(), "bogus") {
+		t.Errorf("loomgate stub --bogus said %q; want the lab's stub to name the flag", stderr.String())
+	}
+}

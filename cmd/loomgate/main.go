@@ -4,6 +4,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"io"
@@ -50,13 +51,9 @@ func run(ctx context.Context, args, environ []string, stdout, stderr io.Writer) 
 			fmt.Fprintf(stderr, "loomgate proxy takes no arguments, only LOOMGATE_* variables; got %q\n", args)
 			return 2
 		}
-		return runProxy(ctx, environ, stdout, stderr)
-	case "stub":
-		return runStub(ctx, args, stdout, stderr)
-	case "bench":
-		return runBench(ctx, args, stdout, stderr)
-	case "demo":
-		return runDemo(ctx, args, stdout, stderr)
+		return sidecar.Main(ctx, environ, stdout, stderr, version)
+	case "stub", "bench", "demo":
+		return runLab(cmd, args, stderr)
 	case "advise":
 		return runAdvise(ctx, args, stdout, stderr)
 	case "version":
@@ -66,9 +63,62 @@ func run(ctx context.Context, args, environ []string, stdout, stderr io.Writer) 
 		printUsage(stdout)
 		return 0
 	}
-	fmt.Fprintf(stderr, "loomgate: unknown command %q\n\n", cmd)
-	printUsage(stderr)
+	if strings.HasPrefix(cmd, "-") {
+		// A flag where a command goes: the sidecar is configured by its
+		// environment, and the name of the variable is usually guessable.
+		name, value, _ := strings.Cut(strings.TrimLeft(cmd, "-"), "=")
+		variable := sidecar.EnvPrefix + strings.ToUpper(strings.ReplaceAll(name, "-", "_"))
+		if value == "" && len(args) > 0 {
+			value = args[0]
+		}
+		hint := ""
+		for _, v := range sidecar.Variables() {
+			if v.Name == variable {
+				hint = fmt.Sprintf(": %s=%s loomgate", variable, cmp.Or(value, v.Default))
+			}
+		}
+		fmt.Fprintf(stderr, "loomgate: %s is not a flag; the sidecar is configured by LOOMGATE_* variables%s (loomgate -h lists them)\n", cmd, hint)
+		return 2
+	}
+	fmt.Fprintf(stderr, "loomgate: unknown command %q%s; the commands are %s (loomgate -h for more)\n", cmd, closest(cmd, commands), strings.Join(commands, ", "))
 	return 2
+}
+
+// commands are loomgate's commands, for messages.
+var commands = []string{"proxy", "advise", "version", "demo", "bench", "stub"}
+
+// closest suggests the command nearest a misspelt one.
+func closest(cmd string, names []string) string {
+	best, bestDist := "", 3
+	for _, n := range names {
+		if d := editDistance(cmd, n); d < bestDist {
+			best, bestDist = n, d
+		}
+	}
+	if best == "" {
+		return ""
+	}
+	return " (did you mean " + best + "?)"
+}
+
+func editDistance(a, b string) int {
+	prev := make([]int, len(b)+1)
+	cur := make([]int, len(b)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		cur[0] = i
+		for j := 1; j <= len(b); j++ {
+			cost := 1
+			if a[i-1] == b[j-1] {
+				cost = 0
+			}
+			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+		}
+		prev, cur = cur, prev
+	}
+	return prev[len(b)]
 }
 
 func isHelp(arg string) bool {
@@ -100,11 +150,14 @@ measures what it does to every request.
 
 Commands:
   loomgate [proxy]   run the sidecar, configured from LOOMGATE_* variables
-  loomgate stub      an experiment upstream (loomgate stub -h)
-  loomgate bench     load against any URL, closed or open loop, and scenarios (loomgate bench -h)
-  loomgate demo      stub, sidecar in each mode and bench in one process
   loomgate advise    ask a running sidecar for its advice (loomgate advise -h)
   loomgate version   version, Go version, commit
+
+The lab's commands, run from a checkout of the source (they build and run
+./cmd/loomlab, which this binary does not carry):
+  loomgate demo      stub, sidecar in each mode (processes of their own) and load; prints the table, writes a report
+  loomgate bench     load against any URL, closed or open loop, and scenarios (loomgate bench -h)
+  loomgate stub      an experiment upstream (loomgate stub -h)
 
 Configuration (environment):
 `)

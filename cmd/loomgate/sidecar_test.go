@@ -361,7 +361,7 @@ func TestAccessLogJSON(t *testing.T) {
 		t.Fatal(err)
 	}
 	var lines syncBuffer
-	s, err := newSidecar(cfg, slog.New(slog.NewTextHandler(io.Discard, nil)), &lines)
+	s, err := sidecar.New(cfg, sidecar.Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), AccessLog: &lines, Version: version})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -16,7 +16,7 @@ import (
 // built binary: under go test this executable is the test's), and bench.
 func TestDemoEndToEnd(t *testing.T) {
 	saved := scenarioLauncher
-	scenarioLauncher = processes{exe: loomgateBinary(t)}
+	scenarioLauncher = processes{exe: labBinary(t)}
 	t.Cleanup(func() { scenarioLauncher = saved })
 	out := t.TempDir()
 	var stdout, stderr bytes.Buffer

@@ -24,7 +24,7 @@ func TestOverheadScenario(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	res, err := overhead.Run(ctx, overhead.Config{
-		Binary: loomgateBinary(t), HAProxy: haproxy, Nginx: nginx, Wrk: wrk,
+		Binary: labBinary(t), HAProxy: haproxy, Nginx: nginx, Wrk: wrk,
 		Duration: time.Second, CPUConcurrency: 4, CPURate: 300, Rounds: 2, LatencyLevels: []int{4}, LatencyDelay: 20 * time.Millisecond,
 		Held: 40, HoldDelay: 300 * time.Millisecond, FixedWorkers: 10,
 	})

@@ -1,4 +1,4 @@
-package main
+package sidecar
 
 import (
 	"context"
@@ -7,13 +7,14 @@ import (
 	"io"
 	"log/slog"
 	"net"
-
-	"github.com/loomgate/loomgate/sidecar"
 )
 
-// runProxy is `loomgate proxy`: parse, listen, serve, drain on ctx's end.
-func runProxy(ctx context.Context, environ []string, stdout, stderr io.Writer) int {
-	cfg, err := sidecar.ParseEnv(environ)
+// Main is `loomgate proxy`: read the configuration from environ, listen,
+// serve, and drain when ctx ends. It logs to stderr, writes the access log
+// to stdout, and returns the process's exit status: 0 after a complete
+// drain, 2 for a bad configuration, 1 for anything else.
+func Main(ctx context.Context, environ []string, stdout, stderr io.Writer, version string) int {
+	cfg, err := ParseEnv(environ)
 	if err != nil {
 		fmt.Fprintf(stderr, "loomgate: %v\n", err)
 		return 2
@@ -22,10 +23,10 @@ func runProxy(ctx context.Context, environ []string, stdout, stderr io.Writer) i
 	// A container's limit is the runtime's too, unless GOMEMLIMIT says
 	// otherwise: the collector then works harder near the limit instead of
 	// letting garbage grow into it and the kernel's OOM killer.
-	if n := sidecar.SetRuntimeMemoryLimit(sidecar.ReadMemoryLimit("", nil), nil); n > 0 {
-		log.Info("Go runtime memory limit from the cgroup; set GOMEMLIMIT to choose", "limit", sidecar.Size(n).String())
+	if n := SetRuntimeMemoryLimit(ReadMemoryLimit("", nil), nil); n > 0 {
+		log.Info("Go runtime memory limit from the cgroup; set GOMEMLIMIT to choose", "limit", Size(n).String())
 	}
-	s, err := newSidecar(cfg, log, stdout)
+	s, err := New(cfg, Options{Logger: log, AccessLog: stdout, Version: version})
 	if err != nil {
 		log.Error("cannot start", "err", err)
 		return 1
@@ -50,7 +51,7 @@ func runProxy(ctx context.Context, environ []string, stdout, stderr io.Writer) i
 		log.Info("draining", "timeout", cfg.DrainTimeout.String())
 	}()
 	switch err := s.Run(ctx, ln, adminLn); {
-	case errors.Is(err, sidecar.ErrDrainTimeout):
+	case errors.Is(err, ErrDrainTimeout):
 		return 1
 	case err != nil:
 		log.Error("stopped", "err", err)
@@ -58,10 +59,4 @@ func runProxy(ctx context.Context, environ []string, stdout, stderr io.Writer) i
 	}
 	log.Info("drained")
 	return 0
-}
-
-// newSidecar builds the sidecar of cfg, logging to log and writing access
-// log lines, when enabled, to accessLog.
-func newSidecar(cfg sidecar.Config, log *slog.Logger, accessLog io.Writer) (*sidecar.Sidecar, error) {
-	return sidecar.New(cfg, sidecar.Options{Logger: log, AccessLog: accessLog, Version: version})
 }

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"io"
 	"log/slog"
 	"net"
 	"os"
@@ -122,7 +121,7 @@ func (inProcess) Launch(ctx context.Context, arm bench.Arm) (bench.Target, func(
 		stopStub()
 		return bench.Target{}, nil, fmt.Errorf("arm %q: %w", arm.Label, err)
 	}
-	s, err := newSidecar(cfg, slog.New(slog.DiscardHandler), io.Discard)
+	s, err := sidecar.New(cfg, sidecar.Options{Logger: slog.New(slog.DiscardHandler), Version: version})
 	if err != nil {
 		stopStub()
 		return bench.Target{}, nil, fmt.Errorf("arm %q: %w", arm.Label, err)
