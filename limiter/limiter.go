@@ -276,6 +276,7 @@ type Limiter struct {
 	waiting       int
 	timer         *time.Timer // fires at the head's deadline; nil until first needed
 	armed         bool        // timer is set to fire
+	timerAt       time.Time   // when it fires, while armed
 	// free holds waiters for reuse, linked by next. A Limiter's own list
 	// rather than a sync.Pool: a waiter's channel may only be used where
 	// it was made (a synctest bubble is one such place).
@@ -472,22 +473,37 @@ func (l *Limiter) push(w *waiter) {
 		l.head = w
 	}
 	l.tail = w
+	// Judged before this waiter counts: it had to queue, so an overload
+	// that holds goes on for another interval.
+	l.noteOverload(w.enqueued)
 	if l.waiting == 0 {
 		l.emptySince = w.enqueued
 	}
 	l.waiting++
-	if l.overloaded(w.enqueued) {
-		l.overloadUntil = w.enqueued.Add(l.interval)
-	}
 	peak(&l.queuedPeak, l.queued.Add(1))
-	if !l.armed {
-		l.armed = true
-		d := l.nextCheck(w.enqueued).Sub(w.enqueued)
-		if l.timer == nil {
-			l.timer = time.AfterFunc(d, l.expire)
-		} else {
-			l.timer.Reset(d)
-		}
+	// With FIFO the timer, once armed, is never late: it was set for an
+	// older waiter's deadline. With codel the wait in force can shrink
+	// (overload begins), so a check due sooner than the timer re-arms it.
+	if at := l.nextCheck(w.enqueued); !l.armed || at.Before(l.timerAt) {
+		l.arm(w.enqueued, at)
+	}
+}
+
+// arm sets the timer to fire at at. The caller holds l.mu.
+func (l *Limiter) arm(now, at time.Time) {
+	l.armed, l.timerAt = true, at
+	if l.timer == nil {
+		l.timer = time.AfterFunc(at.Sub(now), l.expire)
+	} else {
+		l.timer.Reset(at.Sub(now))
+	}
+}
+
+// noteOverload extends codel's overload by an interval from now if it
+// holds now. The caller holds l.mu.
+func (l *Limiter) noteOverload(now time.Time) {
+	if l.overloaded(now) {
+		l.overloadUntil = now.Add(l.interval)
 	}
 }
 
@@ -569,7 +585,10 @@ func (l *Limiter) expire() {
 	defer l.mu.Unlock()
 	now := time.Now()
 	// The wait in force is read once: rejecting the head may empty the
-	// queue, and must not make the rest's wait longer mid-loop.
+	// queue, and must not make the rest's wait longer mid-loop. A queue
+	// found standing here starts the overload, which then outlasts the
+	// instants the queue empties.
+	l.noteOverload(now)
 	wait := l.timeout(now)
 	for l.head != nil && !l.head.enqueued.Add(wait).After(now) {
 		l.decide(l.head, l.errTimeout)
@@ -578,7 +597,7 @@ func (l *Limiter) expire() {
 		l.armed = false
 		return
 	}
-	l.timer.Reset(l.nextCheck(now).Sub(now))
+	l.arm(now, l.nextCheck(now))
 }
 
 // Release returns the permit and bytes of one admitted request. The permit
