@@ -76,6 +76,10 @@ type Config struct {
 	SampleInterval time.Duration
 }
 
+// DryRunDecisions are the values of loomgate_dry_run_requests_total's
+// would label.
+var DryRunDecisions = []string{"admitted", "queued", "rejected_queue_full", "rejected_queue_timeout", "rejected_bulkhead", "rejected_memory"}
+
 // Connections are the traffic listener's figures.
 type Connections struct {
 	// Open is the client connections open now.
@@ -112,6 +116,8 @@ type Metrics struct {
 	cfg          Config
 	peaks        *peaks
 	limitChanges map[string]prometheus.Counter
+	dryRun       map[string]prometheus.Counter
+	dryRunWait   prometheus.Histogram
 }
 
 // FieldError is a problem with one field of Config.
@@ -226,6 +232,16 @@ func New(cfg Config) (*Metrics, error) {
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 	}
+	dryRun := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "loomgate_dry_run_requests_total",
+		Help: "In a dry run, what the configured policy would have done with each request; 0 without a dry run.",
+	}, []string{"would"})
+	m.dryRun = make(map[string]prometheus.Counter, len(DryRunDecisions))
+	for _, d := range DryRunDecisions {
+		m.dryRun[d] = dryRun.WithLabelValues(d)
+	}
+	m.dryRunWait = histogram("loomgate_dry_run_queue_wait_seconds", "In a dry run, how long each request would have waited for admission or rejection.")
+	cs = append(cs, dryRun, m.dryRunWait)
 	if len(cfg.LimitChangeReasons) > 0 {
 		changes := prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "loomgate_limit_changes_total",
@@ -243,6 +259,15 @@ func New(cfg Config) (*Metrics, error) {
 		}
 	}
 	return m, nil
+}
+
+// DryRunDecision counts what the policy would have done with one request
+// (one of DryRunDecisions) and how long it would have waited.
+func (m *Metrics) DryRunDecision(would string, wait time.Duration) {
+	if c, ok := m.dryRun[would]; ok {
+		c.Inc()
+		m.dryRunWait.Observe(wait.Seconds())
+	}
 }
 
 // LimitChanged counts one change of the adaptive limit; reasons outside

@@ -59,6 +59,8 @@ type exchange struct {
 	asked, admitted             bool
 	bytes                       int64
 	outcome                     Outcome
+	// ticket is the request's place in a dry run's shadow, nil without.
+	ticket *limiter.Ticket
 	// handedOff is set once fasthttp owns the exchange.
 	handedOff bool
 
@@ -428,6 +430,10 @@ func (e *exchange) finish(now time.Time) {
 		o.Queue = e.rejectedAt.Sub(e.start)
 	}
 	o.Method, o.Target = e.method, e.target
+	if e.ticket != nil {
+		e.ticket.Leave(o.Service)
+		e.ticket = nil
+	}
 	e.p.observe(o)
 
 	// Only a bug leaves a connection here (a panic between the round trip

@@ -107,6 +107,11 @@ type Config struct {
 	// the proxy buffers is charged when its headers arrive, if the
 	// Admitter has a TryReserve(bytes int64) bool method.
 	Reserve func(contentLength int) int64
+	// Shadow, when set, is a dry run: every request also arrives at the
+	// shadow, which decides what its policy would have done, while the
+	// Admitter (then one that holds nothing back) admits it for real. If
+	// nil, no dry run.
+	Shadow *limiter.Shadow
 	// Logger receives the process log. If nil, slog.Default().
 	Logger *slog.Logger
 }
@@ -124,6 +129,7 @@ type Proxy struct {
 	retryAfter   func(Kind) time.Duration
 	reserve      func(int) int64
 	reserver     reserver // nil: response bodies are buffered uncharged
+	shadow       *limiter.Shadow
 	log          *slog.Logger
 
 	client *fasthttp.HostClient
@@ -243,6 +249,7 @@ func New(cfg Config) (*Proxy, error) {
 		reserve:      cfg.Reserve,
 		log:          cfg.Logger,
 		host:         host,
+		shadow:       cfg.Shadow,
 
 		maxClientConns: cfg.MaxClientConns,
 	}
@@ -451,6 +458,9 @@ func (p *Proxy) handle(ctx *fasthttp.RequestCtx) {
 			length = 0
 		}
 		e.bytes = p.reserve(max(length, -1))
+	}
+	if p.shadow != nil {
+		e.ticket = p.shadow.Arrive(e.bytes)
 	}
 	e.asked = true
 	err := p.admit.TryAcquire(e.bytes)

@@ -56,7 +56,9 @@ type LiveDoc struct {
 // modes' settings, so that what a flip of the mode would bring is in view.
 // Inactive names the variables of the other mode.
 type SettingsDoc struct {
-	Mode                string   `json:"mode"`
+	Mode string `json:"mode"`
+	// DryRun is set when the mode only counts what it would do.
+	DryRun              bool     `json:"dry_run"`
 	Inactive            []string `json:"inactive"`
 	Workers             int      `json:"workers"`
 	QueueSize           int      `json:"queue_size"`
@@ -178,6 +180,7 @@ func (s *Sidecar) advice(snap advice.Snapshot) AdviceDoc {
 		Live:    LiveDoc{InFlight: st.InFlight, Queued: st.Queued, InFlightBytes: st.Bytes},
 		Settings: SettingsDoc{
 			Mode:     s.cfg.Mode.String(),
+			DryRun:   s.cfg.DryRun,
 			Inactive: InactiveVariables(s.cfg.Mode),
 			Workers:  s.cfg.Workers, QueueSize: s.cfg.QueueSize, QueueTimeoutSeconds: s.cfg.QueueTimeout.Seconds(),
 			Bulkhead: s.cfg.Bulkhead, BulkheadWaitSeconds: s.cfg.BulkheadWait.Seconds(),

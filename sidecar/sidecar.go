@@ -58,8 +58,11 @@ type Sidecar struct {
 	advisor  *advice.Advisor
 	// adaptive moves the limit in adaptive mode; nil in the others.
 	adaptive *adaptive.Controller
-	admin    *http.Server
-	ready    atomic.Bool
+	// shadow runs the configured policy in a dry run; nil without one.
+	// limiter then admits everyone.
+	shadow *limiter.Shadow
+	admin  *http.Server
+	ready  atomic.Bool
 }
 
 // New validates cfg and builds the parts; nothing listens yet.
@@ -101,6 +104,14 @@ func New(cfg Config, opts Options) (*Sidecar, error) {
 	if err != nil {
 		return nil, err
 	}
+	if cfg.DryRun {
+		// The configured policy decides in the shadow; what admits for
+		// real holds nothing back, and only counts in flight and bytes.
+		s.shadow = limiter.NewShadow(lim, s.dryRunDecision)
+		if lim, err = limiter.New(limiter.Config{Mode: limiter.Unbounded}); err != nil {
+			return nil, err
+		}
+	}
 	s.limiter = lim
 	stats := lim.Stats()
 	routes, err := advice.ParseRoutes(cfg.Routes)
@@ -139,7 +150,12 @@ func New(cfg Config, opts Options) (*Sidecar, error) {
 		Version:          s.version,
 		State: func() metrics.State {
 			st := lim.Stats()
-			return metrics.State{InFlight: st.InFlight, Queued: st.Queued, Bytes: st.Bytes, Limit: int64(st.Limit)}
+			limit := st.Limit
+			if s.shadow != nil {
+				// A dry run's limit is the policy's, which it shadows.
+				limit = s.shadow.Limiter().Stats().Limit
+			}
+			return metrics.State{InFlight: st.InFlight, Queued: st.Queued, Bytes: st.Bytes, Limit: int64(limit)}
 		},
 		TakePeaks:          lim.TakePeaks,
 		Advice:             s.gauges,
@@ -155,10 +171,14 @@ func New(cfg Config, opts Options) (*Sidecar, error) {
 		return nil, err
 	}
 	if cfg.Mode == limiter.Adaptive {
+		policy := lim
+		if s.shadow != nil {
+			policy = s.shadow.Limiter()
+		}
 		s.adaptive, err = adaptive.New(adaptive.Config{
-			SetLimit: lim.SetLimit,
+			SetLimit: policy.SetLimit,
 			State: func() adaptive.State {
-				st := lim.Stats()
+				st := policy.Stats()
 				return adaptive.State{InFlight: st.InFlight, Queued: st.Queued}
 			},
 			Estimate: func() adaptive.Estimate {
@@ -195,6 +215,7 @@ func New(cfg Config, opts Options) (*Sidecar, error) {
 		// memory bulkhead.
 		Reserve:    proxy.RequestBytes,
 		RetryAfter: s.retryAfter,
+		Shadow:     s.shadow,
 		Logger:     s.log,
 	})
 	if err != nil {
@@ -261,6 +282,9 @@ func (s *Sidecar) Run(ctx context.Context, ln, adminLn net.Listener) error {
 	err := g.Wait()
 	if err == nil {
 		err = drainErr
+	}
+	if s.shadow != nil {
+		s.shadow.Close()
 	}
 	return err
 }
@@ -354,6 +378,24 @@ func (o *observer) log(out *proxy.Outcome) {
 
 func millis(d time.Duration) float64 {
 	return float64(d.Microseconds()) / 1000
+}
+
+// dryRunDecision counts one of the shadow's decisions.
+func (s *Sidecar) dryRunDecision(d limiter.Decision) {
+	would := "admitted"
+	switch {
+	case d.Would == limiter.WouldQueue:
+		would = "queued"
+	case errors.Is(d.Err, limiter.ErrQueueFull):
+		would = "rejected_queue_full"
+	case errors.Is(d.Err, limiter.ErrQueueTimeout):
+		would = "rejected_queue_timeout"
+	case errors.Is(d.Err, limiter.ErrBulkheadFull):
+		would = "rejected_bulkhead"
+	case errors.Is(d.Err, limiter.ErrMemoryFull):
+		would = "rejected_memory"
+	}
+	s.metrics.DryRunDecision(would, d.Wait)
 }
 
 // limitChangeReasons are the label values of loomgate_limit_changes_total.
