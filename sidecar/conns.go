@@ -72,8 +72,11 @@ func connsBound(files, pool int) (bound int, ok bool) {
 }
 
 // upstreamPool is the most upstream connections cfg's admission can use
-// at once, 0 when unbounded.
+// at once, 0 when unbounded (as in a dry run, which holds nothing back).
 func upstreamPool(cfg Config) int {
+	if cfg.DryRun {
+		return 0
+	}
 	switch cfg.Mode {
 	case limiter.Fixed:
 		return cfg.Workers

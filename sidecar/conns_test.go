@@ -22,6 +22,8 @@ func TestConnsBound(t *testing.T) {
 		// Adaptive: bounded by ADAPTIVE_MAX when set, else as pass-through.
 		{20000, Config{Mode: limiter.Adaptive, AdaptiveMax: 1000}, 18936, true},
 		{20000, Config{Mode: limiter.Adaptive}, 9968, true},
+		// A dry run admits everyone: as pass-through.
+		{20000, Config{Mode: limiter.Fixed, Workers: 200, DryRun: true}, 9968, true},
 		// Too few descriptors for 200 workers: half and half, and said.
 		{256, Config{Mode: limiter.Fixed, Workers: 200}, 96, false},
 		{256, Config{Mode: limiter.Fixed, Workers: 20}, 172, true},
