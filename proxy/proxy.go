@@ -107,6 +107,15 @@ type Config struct {
 	// the proxy buffers is charged when its headers arrive, if the
 	// Admitter has a TryReserve(bytes int64) bool method.
 	Reserve func(contentLength int) int64
+	// MaxUpgraded bounds the upgraded connections (WebSocket) open at
+	// once; a handshake beyond it is answered like a rejection, counted
+	// RejectedUpgraded. If zero, unbounded. See upgrade.go.
+	MaxUpgraded int
+	// UpgradedIdleTimeout closes an upgraded connection that carried no
+	// byte either way for this long. If zero, never.
+	UpgradedIdleTimeout time.Duration
+	// UpgradedClosed, if set, is told of each upgraded connection's end.
+	UpgradedClosed func(Upgraded)
 	// Logger receives the process log. If nil, slog.Default().
 	Logger *slog.Logger
 }
@@ -132,6 +141,7 @@ type Proxy struct {
 
 	exchanges  sync.Pool
 	departures departures
+	upgrades   upgrades
 
 	maxClientConns int
 	// acceptErrors counts failed accepts that were retried.
@@ -221,6 +231,12 @@ func (cfg Config) Validate() error {
 	if cfg.MaxClientConns < 0 {
 		bad("MaxClientConns", fmt.Sprintf("is %d; want 0 (no bound) or more", cfg.MaxClientConns))
 	}
+	if cfg.MaxUpgraded < 0 {
+		bad("MaxUpgraded", fmt.Sprintf("is %d; want 0 (no bound) or more", cfg.MaxUpgraded))
+	}
+	if cfg.UpgradedIdleTimeout < 0 {
+		bad("UpgradedIdleTimeout", fmt.Sprintf("is %v; want 0 (none) or more", cfg.UpgradedIdleTimeout))
+	}
 	return errors.Join(problems...)
 }
 
@@ -247,6 +263,9 @@ func New(cfg Config) (*Proxy, error) {
 		maxClientConns: cfg.MaxClientConns,
 	}
 	p.reserver, _ = cfg.Admitter.(reserver)
+	p.upgrades.max = int64(cfg.MaxUpgraded)
+	p.upgrades.idle = cfg.UpgradedIdleTimeout
+	p.upgrades.closed = cfg.UpgradedClosed
 	if p.timeout == 0 {
 		p.timeout = 60 * time.Second
 	}
@@ -370,16 +389,34 @@ func (p *Proxy) Shutdown(ctx context.Context) error {
 		return ctx.Err()
 	}
 	// Serve has returned, so fasthttp knows the listener and counts every
-	// connection it accepted: its shutdown waits for them.
-	return p.server.ShutdownWithContext(ctx)
+	// connection it accepted: its shutdown waits for them. Upgraded
+	// connections are no longer fasthttp's: they are drained beside it.
+	drained := make(chan struct{})
+	go func() {
+		defer close(drained)
+		p.upgrades.drain(ctx)
+	}()
+	err := p.server.ShutdownWithContext(ctx)
+	<-drained
+	return err
 }
 
 // connState hears of every client connection's end, once, from fasthttp.
-func (p *Proxy) connState(_ net.Conn, st fasthttp.ConnState) {
-	if st == fasthttp.StateClosed || st == fasthttp.StateHijacked {
-		if ln := p.ln.Load(); ln != nil {
-			ln.connClosed()
+// A hijacked connection is not closed yet: whoever took it reports its
+// end by connDone.
+func (p *Proxy) connState(c net.Conn, st fasthttp.ConnState) {
+	if st == fasthttp.StateClosed {
+		if p.upgrades.npending.Load() > 0 {
+			p.upgrades.abandoned(c)
 		}
+		p.connDone()
+	}
+}
+
+// connDone gives back a closed client connection's place.
+func (p *Proxy) connDone() {
+	if ln := p.ln.Load(); ln != nil {
+		ln.connClosed()
 	}
 }
 
@@ -452,6 +489,12 @@ func (p *Proxy) handle(ctx *fasthttp.RequestCtx) {
 		}
 		e.bytes = p.reserve(max(length, -1))
 	}
+	upgrade := isUpgrade(&req.Header)
+	if upgrade && !p.upgrades.reserve() {
+		e.rejectedAt = e.start
+		e.respond(ctx, fasthttp.StatusServiceUnavailable, RejectedUpgraded, msgUpgradedFull)
+		return
+	}
 	e.asked = true
 	err := p.admit.TryAcquire(e.bytes)
 	// Admitted at once, the request did not queue: its admission is its
@@ -462,10 +505,17 @@ func (p *Proxy) handle(ctx *fasthttp.RequestCtx) {
 		e.admittedAt = time.Now()
 	}
 	if err != nil {
+		if upgrade {
+			p.upgrades.unreserve()
+		}
 		e.rejected(ctx, err)
 		return
 	}
 	e.admitted = true
+	if upgrade {
+		e.upgrade(ctx)
+		return
+	}
 	e.forward(ctx)
 }
 
