@@ -142,6 +142,7 @@ type Proxy struct {
 	exchanges  sync.Pool
 	departures departures
 	upgrades   upgrades
+	h2         *h2 // HTTP/2 with prior knowledge
 
 	maxClientConns int
 	// acceptErrors counts failed accepts that were retried.
@@ -335,6 +336,7 @@ func New(cfg Config) (*Proxy, error) {
 		ConnState:    p.connState,
 	}
 	p.exchanges.New = func() any { return &exchange{p: p} }
+	p.h2 = newH2(p, cfg.Upstream)
 	return p, nil
 }
 
@@ -358,7 +360,7 @@ func (p *Proxy) Serve(ln net.Listener) error {
 	p.served = make(chan struct{})
 	p.mu.Unlock()
 	defer close(p.served)
-	err := p.server.Serve(l)
+	err := p.server.Serve(newSniffer(l, p.h2.serve, p.server.ReadTimeout))
 	p.mu.Lock()
 	stopping := p.stopping
 	p.mu.Unlock()
@@ -391,13 +393,18 @@ func (p *Proxy) Shutdown(ctx context.Context) error {
 	// Serve has returned, so fasthttp knows the listener and counts every
 	// connection it accepted: its shutdown waits for them. Upgraded
 	// connections are no longer fasthttp's: they are drained beside it.
-	drained := make(chan struct{})
+	// So are HTTP/2 connections, which get a GOAWAY and finish their
+	// streams.
+	drained := make(chan error, 1)
 	go func() {
-		defer close(drained)
 		p.upgrades.drain(ctx)
+		drained <- nil
 	}()
+	go func() { drained <- p.h2.shutdown(ctx) }()
 	err := p.server.ShutdownWithContext(ctx)
-	<-drained
+	for range 2 {
+		err = cmp.Or(err, <-drained)
+	}
 	return err
 }
 
