@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httputil"
+	"net/netip"
 	"net/url"
 	"strconv"
 	"strings"
@@ -213,8 +214,8 @@ func (h *h2) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	st := &stream{start: time.Now(), grpc: isGRPC(r.Header.Get("Content-Type"))}
 	o := &st.outcome
 	o.Kind = OK
-	if addr, err := net.ResolveTCPAddr("tcp", r.RemoteAddr); err == nil {
-		o.Remote = addr
+	if ap, err := netip.ParseAddrPort(r.RemoteAddr); err == nil {
+		o.Remote = net.TCPAddrFromAddrPort(ap)
 	}
 	ctx, cancel := context.WithCancel(r.Context())
 	defer cancel()
@@ -249,6 +250,15 @@ func (h *h2) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 	}()
 
+	if r.ContentLength > p.maxBody {
+		h.answer(w, st, BadRequest, http.StatusRequestEntityTooLarge, msgBodyTooLarge)
+		return
+	}
+	if r.Body != nil && r.Body != http.NoBody {
+		// A body of unknown length is cut at the limit: the upstream sees
+		// the stream reset, the client a 413.
+		r.Body = http.MaxBytesReader(w, r.Body, p.maxBody)
+	}
 	if p.reserve != nil {
 		st.bytes = p.reserve(int(max(r.ContentLength, -1)))
 	}
@@ -298,7 +308,10 @@ func (h *h2) headersArrived(resp *http.Response) error {
 func (h *h2) failed(w http.ResponseWriter, r *http.Request, err error) {
 	st := streamOf(r.Context())
 	st.headersAt = time.Now()
+	var tooLarge *http.MaxBytesError
 	switch {
+	case errors.As(err, &tooLarge):
+		h.answer(w, st, BadRequest, http.StatusRequestEntityTooLarge, msgBodyTooLarge)
 	case st.timedOut.Load():
 		h.answer(w, st, UpstreamTimeout, http.StatusGatewayTimeout, msgUpstreamTimeout)
 	case !st.deadline.IsZero() && !time.Now().Before(st.deadline):

@@ -355,3 +355,25 @@ func TestCurlPriorKnowledge(t *testing.T) {
 		t.Errorf("curl got:\n%s", out)
 	}
 }
+
+// TestH2CBodyLimit: a body over MaxBodyBytes is 413, declared or not.
+func TestH2CBodyLimit(t *testing.T) {
+	up := h2cUpstream(t, func(w http.ResponseWriter, r *http.Request) { io.Copy(io.Discard, r.Body) })
+	tp := startProxy(t, up, limiter.Config{Mode: limiter.Unbounded}, func(c *Config) { c.MaxBodyBytes = 1000 })
+	c := h2cClient()
+	for _, declared := range []bool{true, false} {
+		var body io.Reader = strings.NewReader(strings.Repeat("x", 5000))
+		if !declared {
+			body = io.MultiReader(body) // length unknown
+		}
+		resp, err := c.Post("http://"+tp.addr+"/up", "text/plain", body)
+		if err != nil {
+			t.Fatalf("declared %v: %v", declared, err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != 413 || resp.Header.Get("Loomgate-Outcome") != "bad_request" {
+			t.Errorf("declared %v: %d %v; want 413 bad_request", declared, resp.StatusCode, resp.Header)
+		}
+	}
+	tp.waitIdle(t)
+}
