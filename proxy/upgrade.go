@@ -240,6 +240,12 @@ func (u *upgrades) drain(ctx context.Context) {
 	select {
 	case <-done:
 	case <-t.C:
+		u.mu.Lock()
+		for t := range u.tunnels {
+			t.client.Close()
+			t.up.Close()
+		}
+		u.mu.Unlock()
 	}
 }
 
@@ -279,6 +285,9 @@ func (t *tunnel) end() {
 		now := time.Now()
 		_ = t.client.SetReadDeadline(now)
 		_ = t.up.SetReadDeadline(now)
+		// A side that does not read must not hold the stop either.
+		_ = t.client.SetWriteDeadline(now.Add(closeGrace))
+		_ = t.up.SetWriteDeadline(now.Add(closeGrace))
 	})
 }
 
