@@ -20,7 +20,7 @@ import (
 )
 
 // HTTP/2 with prior knowledge (h2c, gRPC's way on cleartext) arrives on the
-// traffic listener like HTTP/1.1; the sniffer (sniff.go) tells it by its
+// traffic listener like HTTP/1.1; the sniffer (internal/sniff) tells it by its
 // preface and hands the connection to a net/http server that speaks
 // unencrypted HTTP/2. fasthttp has no HTTP/2, and its HTTP/1.1 path is
 // left as it was.

@@ -18,6 +18,7 @@ import (
 
 	"github.com/valyala/fasthttp"
 
+	"github.com/loomgate/loomgate/internal/sniff"
 	"github.com/loomgate/loomgate/limiter"
 )
 
@@ -360,7 +361,10 @@ func (p *Proxy) Serve(ln net.Listener) error {
 	p.served = make(chan struct{})
 	p.mu.Unlock()
 	defer close(p.served)
-	err := p.server.Serve(newSniffer(l, p.h2.serve, p.server.ReadTimeout))
+	// HTTP/2 connections go to p.h2; fasthttp gets the rest unwrapped. A
+	// connection that sends nothing in the header timeout is closed
+	// without an answer, as fasthttp would.
+	err := p.server.Serve(sniff.New(l, p.h2.serve, p.server.ReadTimeout, l.connClosed))
 	p.mu.Lock()
 	stopping := p.stopping
 	p.mu.Unlock()
