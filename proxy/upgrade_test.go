@@ -275,3 +275,17 @@ func TestUpgradeQueues(t *testing.T) {
 		time.Sleep(5 * time.Millisecond)
 	}
 }
+
+// TestUpgradeToH2CIsPlain: an HTTP/1.1 upgrade to h2c goes as a plain
+// request, without Upgrade: a tunnel would let HTTP/2 streams past
+// admission.
+func TestUpgradeToH2CIsPlain(t *testing.T) {
+	up := newUpstream(t, func(w http.ResponseWriter, r *http.Request) {
+		w.Write([]byte("upgrade=" + r.Header.Get("Upgrade")))
+	})
+	tp := startProxy(t, up.URL, limiter.Config{Mode: limiter.Unbounded}, nil)
+	resp, body := dial(t, tp.addr).roundTrip(t, "GET / HTTP/1.1\r\nHost: x\r\nConnection: Upgrade, HTTP2-Settings\r\nUpgrade: h2c\r\nHTTP2-Settings: AAMAAABkAAQCAAAAAAIAAAAA\r\n\r\n")
+	if resp.StatusCode != 200 || body != "upgrade=" {
+		t.Errorf("got %d %q; want the plain answer, no Upgrade upstream", resp.StatusCode, body)
+	}
+}
