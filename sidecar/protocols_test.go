@@ -23,9 +23,24 @@ import (
 // sidecar, are measured, and the upgraded connections' limit holds; on
 // the drain (what SIGTERM does) the WebSocket gets a close frame after
 // DRAIN_TIMEOUT and a new gRPC call is not admitted.
-func TestProtocolsThroughSidecar(t *testing.T) {
+// slowHealth is the health service, whose Check waits for the duration
+// its service names ("300ms").
+type slowHealth struct{ *health.Server }
+
+func (h slowHealth) Check(ctx context.Context, req *healthpb.HealthCheckRequest) (*healthpb.HealthCheckResponse, error) {
+	if d, err := time.ParseDuration(req.Service); err == nil {
+		time.Sleep(d)
+		req = &healthpb.HealthCheckRequest{}
+	}
+	return h.Server.Check(ctx, req)
+}
+
+// protocolsUpstream serves gRPC (slowHealth) and a WebSocket echo on one
+// h2c and HTTP/1.1 port, and returns its address.
+func protocolsUpstream(t *testing.T) string {
+	t.Helper()
 	gs := grpc.NewServer()
-	healthpb.RegisterHealthServer(gs, health.NewServer())
+	healthpb.RegisterHealthServer(gs, slowHealth{health.NewServer()})
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -53,8 +68,12 @@ func TestProtocolsThroughSidecar(t *testing.T) {
 	})}
 	go up.Serve(ln)
 	t.Cleanup(func() { up.Close() })
+	return ln.Addr().String()
+}
 
-	cfg := testConfig(t, "LOOMGATE_UPSTREAM=http://"+ln.Addr().String(), "LOOMGATE_MODE=fixed", "LOOMGATE_WORKERS=2",
+func TestProtocolsThroughSidecar(t *testing.T) {
+	upAddr := protocolsUpstream(t)
+	cfg := testConfig(t, "LOOMGATE_UPSTREAM=http://"+upAddr, "LOOMGATE_MODE=fixed", "LOOMGATE_WORKERS=2",
 		"LOOMGATE_MAX_UPGRADED=1", "LOOMGATE_DRAIN_TIMEOUT=300ms")
 	s, err := New(cfg, Options{Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
