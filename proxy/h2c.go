@@ -361,7 +361,9 @@ const (
 // grpcCode is the gRPC status of an answer of kind k.
 func grpcCode(k Kind) int {
 	switch {
-	case k.Rejection():
+	case k.Rejection(), k == BadRequest:
+		// The only bad request answered here is a body over the limit,
+		// which gRPC's own servers call RESOURCE_EXHAUSTED too.
 		return grpcResourceExhausted
 	case k == UpstreamTimeout:
 		return grpcDeadlineExceeded
