@@ -3,6 +3,7 @@ package proxy
 import (
 	"context"
 	"errors"
+	"net"
 	"net/http"
 	"strings"
 	"sync"
@@ -288,4 +289,28 @@ func TestUpgradeToH2CIsPlain(t *testing.T) {
 	if resp.StatusCode != 200 || body != "upgrade=" {
 		t.Errorf("got %d %q; want the plain answer, no Upgrade upstream", resp.StatusCode, body)
 	}
+}
+
+// TestUpgradeUpstreamDown: a handshake whose upstream is unreachable is
+// 502 upstream_error, and its reserved place comes back.
+func TestUpgradeUpstreamDown(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	tp := startProxy(t, "http://"+addr, limiter.Config{Mode: limiter.Unbounded}, func(c *Config) { c.MaxUpgraded = 1 })
+	for range 2 {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		_, resp, err := websocket.Dial(ctx, "ws://"+tp.addr+"/ws", nil)
+		cancel()
+		if err == nil || resp == nil || resp.StatusCode != 502 || resp.Header.Get("Loomgate-Outcome") != "upstream_error" {
+			t.Fatalf("dial = %v, %v; want 502 upstream_error", resp, err)
+		}
+	}
+	if st := tp.proxy.UpgradedStats(); st.Open != 0 {
+		t.Errorf("open = %d; want 0", st.Open)
+	}
+	tp.waitIdle(t)
 }
