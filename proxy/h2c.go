@@ -43,6 +43,10 @@ import (
 // grpc-timeout bounds the whole of it, queue included, and goes upstream
 // as what remains of it.
 
+// maxStreams is the most streams a client may open at once on one HTTP/2
+// connection; Go's default is 250.
+const maxStreams = 10000
+
 // h2 serves the HTTP/2 connections of a Proxy.
 type h2 struct {
 	p    *Proxy
@@ -88,7 +92,12 @@ func newH2(p *Proxy, upstream string) *h2 {
 		Protocols:      protos,
 		MaxHeaderBytes: MaxHeaderBytes,
 		IdleTimeout:    90 * time.Second,
-		ErrorLog:       slog.NewLogLogger(p.log.Handler(), slog.LevelDebug),
+		// Streams beyond a connection's limit wait in the client, a queue
+		// nobody measures: gRPC clients put every call on one
+		// connection. The limit is set high so that they wait in the
+		// Admitter's queue instead, as HTTP/1.1 requests do.
+		HTTP2:    &http.HTTP2Config{MaxConcurrentStreams: maxStreams},
+		ErrorLog: slog.NewLogLogger(p.log.Handler(), slog.LevelDebug),
 	}
 	return h
 }

@@ -377,3 +377,33 @@ func TestH2CBodyLimit(t *testing.T) {
 	}
 	tp.waitIdle(t)
 }
+
+// TestGRPCManyCallsOneConnection: more calls than Go's default stream
+// limit (250) on one connection all reach admission, and wait in its
+// queue, not in the client.
+func TestGRPCManyCallsOneConnection(t *testing.T) {
+	slow := &slowHealth{}
+	tp := startProxy(t, grpcUpstream(t, slow), limiter.Config{Mode: limiter.Fixed, Workers: 10, QueueSize: 1000, QueueTimeout: 10 * time.Second}, nil)
+	c := grpcClient(t, tp.addr)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	const calls = 400
+	errs := make(chan error, calls)
+	for range calls {
+		go func() {
+			_, err := c.Check(ctx, &healthpb.HealthCheckRequest{Service: "200ms"})
+			errs <- err
+		}()
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for tp.limiter.Stats().Queued < calls-10-20 {
+		if time.Now().After(deadline) {
+			t.Fatalf("queued %d of %d calls; want nearly all past the 10 workers", tp.limiter.Stats().Queued, calls)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	cancel()
+	for range calls {
+		<-errs
+	}
+}
