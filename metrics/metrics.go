@@ -68,6 +68,13 @@ type Config struct {
 	// If nil, they read 0.
 	Connections func() Connections
 
+	// MaxUpgraded is the bound on upgraded connections (WebSocket), 0 when
+	// there is none.
+	MaxUpgraded int
+	// Upgraded reads the upgraded connections' figures at each scrape. If
+	// nil, they read 0.
+	Upgraded func() Upgraded
+
 	// Advice supplies the advice's numbers, read at each scrape. If nil,
 	// the advice gauges read unknown.
 	Advice func() Advice
@@ -87,6 +94,14 @@ type Connections struct {
 	// AcceptErrors counts accepts that failed and were retried, most
 	// often for want of file descriptors.
 	AcceptErrors uint64
+}
+
+// Upgraded are the upgraded connections' figures.
+type Upgraded struct {
+	// Open is the upgraded connections open now.
+	Open int64
+	// FromClient and ToClient are the bytes relayed each way so far.
+	FromClient, ToClient uint64
 }
 
 // Sample is one finished request.
@@ -112,6 +127,7 @@ type Metrics struct {
 	queueWait       prometheus.Histogram
 	service         prometheus.Histogram
 	total           prometheus.Histogram
+	upgradedLife    prometheus.Histogram
 
 	cfg          Config
 	peaks        *peaks
@@ -169,6 +185,9 @@ func New(cfg Config) (*Metrics, error) {
 	if cfg.Connections == nil {
 		cfg.Connections = func() Connections { return Connections{} }
 	}
+	if cfg.Upgraded == nil {
+		cfg.Upgraded = func() Upgraded { return Upgraded{} }
+	}
 	m := &Metrics{
 		requests: make(map[string]prometheus.Counter, len(cfg.Outcomes)),
 		cfg:      cfg,
@@ -202,6 +221,13 @@ func New(cfg Config) (*Metrics, error) {
 	m.queueWait = histogram("loomgate_queue_wait_seconds", "Time from the request being read to its admission or rejection.")
 	m.service = histogram("loomgate_service_seconds", "Time from admission to the upstream's last response byte.")
 	m.total = histogram("loomgate_request_seconds", "Time from the request being read to its response being written.")
+	m.upgradedLife = histogram("loomgate_upgraded_seconds", "Life of upgraded connections (WebSocket), from the 101 to the close.")
+	upgradedBytes := func(direction string, f func(Upgraded) uint64) prometheus.Collector {
+		return prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "loomgate_upgraded_bytes_total", Help: "Bytes relayed on upgraded connections, by direction.",
+			ConstLabels: prometheus.Labels{"direction": direction},
+		}, func() float64 { return float64(f(cfg.Upgraded())) })
+	}
 
 	gauge := func(name, help string, f func(State) int64) prometheus.Collector {
 		return prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name, Help: help},
@@ -225,6 +251,12 @@ func New(cfg Config) (*Metrics, error) {
 		constant("loomgate_client_connections_limit", "Most client connections open at once (LOOMGATE_MAX_CONNS), 0 when unbounded; beyond it new connections wait to be accepted.", float64(cfg.MaxClientConns), nil),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "loomgate_accept_errors_total", Help: "Accepts on the traffic listener that failed and were retried, most often for want of file descriptors."},
 			func() float64 { return float64(cfg.Connections().AcceptErrors) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "loomgate_upgraded_connections", Help: "Upgraded connections (WebSocket) open; their handshakes are counted in loomgate_requests_total."},
+			func() float64 { return float64(cfg.Upgraded().Open) }),
+		constant("loomgate_upgraded_connections_limit", "Most upgraded connections open at once (LOOMGATE_MAX_UPGRADED), 0 when unbounded.", float64(cfg.MaxUpgraded), nil),
+		m.upgradedLife,
+		upgradedBytes("from_client", func(u Upgraded) uint64 { return u.FromClient }),
+		upgradedBytes("to_client", func(u Upgraded) uint64 { return u.ToClient }),
 		constant("loomgate_mode_info", "The admission mode in force.", 1, prometheus.Labels{"mode": cfg.Mode}),
 		constant("loomgate_build_info", "The running build.", 1, prometheus.Labels{"version": cfg.Version, "goversion": runtime.Version()}),
 		newPeakCollector(m),
@@ -276,6 +308,11 @@ func (m *Metrics) LimitChanged(reason string) {
 	if c, ok := m.limitChanges[reason]; ok {
 		c.Inc()
 	}
+}
+
+// RecordUpgraded adds the life of one upgraded connection that closed.
+func (m *Metrics) RecordUpgraded(life time.Duration) {
+	m.upgradedLife.Observe(life.Seconds())
 }
 
 // Record adds one finished request. It does not allocate.

@@ -18,4 +18,13 @@
 // Every request ends with exactly one Outcome, delivered to the Observer
 // after the response has been handed to the client connection. An admitted
 // request holds its permit until then, on every path.
+//
+// Two other protocols share the listener and the Admitter. An Upgrade
+// request (WebSocket) is admitted and forwarded on a connection of its
+// own; at the upstream's 101 its permit is released, its Outcome
+// reported, and the connection relayed both ways, bounded by
+// Config.MaxUpgraded (upgrade.go). A connection that opens with the HTTP/2
+// preface goes to net/http's h2c server, where each stream is admitted
+// and reported like a request; a gRPC call holds its permit until the
+// upstream's response headers (h2c.go).
 package proxy

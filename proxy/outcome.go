@@ -17,6 +17,7 @@ const (
 	RejectedQueueTimeout             // fixed mode, waited QueueTimeout: 503
 	RejectedBulkhead                 // unbounded mode, bulkhead full: 503
 	RejectedMemory                   // in-flight memory budget full: 503
+	RejectedUpgraded                 // MaxUpgraded upgraded connections open: 503
 	ClientClosed                     // the client left before its response was written
 	ClientTimeout                    // the client stalled while sending its request: 408
 	BadRequest                       // malformed or too large: 400, 413, 431
@@ -27,6 +28,7 @@ const (
 var kindNames = [numKinds]string{
 	"ok", "upstream_error", "upstream_timeout",
 	"rejected_queue_full", "rejected_queue_timeout", "rejected_bulkhead", "rejected_memory",
+	"rejected_upgraded",
 	"client_closed", "client_timeout", "bad_request", "internal_error",
 }
 
@@ -41,7 +43,7 @@ var kindValues = func() (v [numKinds][]byte) {
 // Rejection reports whether k is admission's refusal, answered with
 // RejectStatus and Retry-After.
 func (k Kind) Rejection() bool {
-	return k >= RejectedQueueFull && k <= RejectedMemory
+	return k >= RejectedQueueFull && k <= RejectedUpgraded
 }
 
 // String returns the kind as the metrics label and access log write it.

@@ -18,6 +18,7 @@ import (
 
 	"github.com/valyala/fasthttp"
 
+	"github.com/loomgate/loomgate/internal/sniff"
 	"github.com/loomgate/loomgate/limiter"
 )
 
@@ -112,6 +113,15 @@ type Config struct {
 	// Admitter (then one that holds nothing back) admits it for real. If
 	// nil, no dry run.
 	Shadow *limiter.Shadow
+	// MaxUpgraded bounds the upgraded connections (WebSocket) open at
+	// once; a handshake beyond it is answered like a rejection, counted
+	// RejectedUpgraded. If zero, unbounded. See upgrade.go.
+	MaxUpgraded int
+	// UpgradedIdleTimeout closes an upgraded connection that carried no
+	// byte either way for this long. If zero, never.
+	UpgradedIdleTimeout time.Duration
+	// UpgradedClosed, if set, is told of each upgraded connection's end.
+	UpgradedClosed func(Upgraded)
 	// Logger receives the process log. If nil, slog.Default().
 	Logger *slog.Logger
 }
@@ -138,6 +148,8 @@ type Proxy struct {
 
 	exchanges  sync.Pool
 	departures departures
+	upgrades   upgrades
+	h2         *h2 // HTTP/2 with prior knowledge
 
 	maxClientConns int
 	// acceptErrors counts failed accepts that were retried.
@@ -227,6 +239,12 @@ func (cfg Config) Validate() error {
 	if cfg.MaxClientConns < 0 {
 		bad("MaxClientConns", fmt.Sprintf("is %d; want 0 (no bound) or more", cfg.MaxClientConns))
 	}
+	if cfg.MaxUpgraded < 0 {
+		bad("MaxUpgraded", fmt.Sprintf("is %d; want 0 (no bound) or more", cfg.MaxUpgraded))
+	}
+	if cfg.UpgradedIdleTimeout < 0 {
+		bad("UpgradedIdleTimeout", fmt.Sprintf("is %v; want 0 (none) or more", cfg.UpgradedIdleTimeout))
+	}
 	return errors.Join(problems...)
 }
 
@@ -254,6 +272,9 @@ func New(cfg Config) (*Proxy, error) {
 		maxClientConns: cfg.MaxClientConns,
 	}
 	p.reserver, _ = cfg.Admitter.(reserver)
+	p.upgrades.max = int64(cfg.MaxUpgraded)
+	p.upgrades.idle = cfg.UpgradedIdleTimeout
+	p.upgrades.closed = cfg.UpgradedClosed
 	if p.timeout == 0 {
 		p.timeout = 60 * time.Second
 	}
@@ -323,6 +344,7 @@ func New(cfg Config) (*Proxy, error) {
 		ConnState:    p.connState,
 	}
 	p.exchanges.New = func() any { return &exchange{p: p} }
+	p.h2 = newH2(p, cfg.Upstream)
 	return p, nil
 }
 
@@ -346,7 +368,10 @@ func (p *Proxy) Serve(ln net.Listener) error {
 	p.served = make(chan struct{})
 	p.mu.Unlock()
 	defer close(p.served)
-	err := p.server.Serve(l)
+	// HTTP/2 connections go to p.h2; fasthttp gets the rest unwrapped. A
+	// connection that sends nothing in the header timeout is closed
+	// without an answer, as fasthttp would.
+	err := p.server.Serve(sniff.New(l, p.h2.serve, p.server.ReadTimeout, l.connClosed))
 	p.mu.Lock()
 	stopping := p.stopping
 	p.mu.Unlock()
@@ -377,16 +402,39 @@ func (p *Proxy) Shutdown(ctx context.Context) error {
 		return ctx.Err()
 	}
 	// Serve has returned, so fasthttp knows the listener and counts every
-	// connection it accepted: its shutdown waits for them.
-	return p.server.ShutdownWithContext(ctx)
+	// connection it accepted: its shutdown waits for them. Upgraded
+	// connections are no longer fasthttp's: they are drained beside it.
+	// So are HTTP/2 connections, which get a GOAWAY and finish their
+	// streams.
+	drained := make(chan error, 1)
+	go func() {
+		p.upgrades.drain(ctx)
+		drained <- nil
+	}()
+	go func() { drained <- p.h2.shutdown(ctx) }()
+	err := p.server.ShutdownWithContext(ctx)
+	for range 2 {
+		err = cmp.Or(err, <-drained)
+	}
+	return err
 }
 
 // connState hears of every client connection's end, once, from fasthttp.
-func (p *Proxy) connState(_ net.Conn, st fasthttp.ConnState) {
-	if st == fasthttp.StateClosed || st == fasthttp.StateHijacked {
-		if ln := p.ln.Load(); ln != nil {
-			ln.connClosed()
+// A hijacked connection is not closed yet: whoever took it reports its
+// end by connDone.
+func (p *Proxy) connState(c net.Conn, st fasthttp.ConnState) {
+	if st == fasthttp.StateClosed {
+		if p.upgrades.npending.Load() > 0 {
+			p.upgrades.abandoned(c)
 		}
+		p.connDone()
+	}
+}
+
+// connDone gives back a closed client connection's place.
+func (p *Proxy) connDone() {
+	if ln := p.ln.Load(); ln != nil {
+		ln.connClosed()
 	}
 }
 
@@ -459,6 +507,12 @@ func (p *Proxy) handle(ctx *fasthttp.RequestCtx) {
 		}
 		e.bytes = p.reserve(max(length, -1))
 	}
+	upgrade := isUpgrade(&req.Header)
+	if upgrade && !p.upgrades.reserve() {
+		e.rejectedAt = e.start
+		e.respond(ctx, fasthttp.StatusServiceUnavailable, RejectedUpgraded, msgUpgradedFull)
+		return
+	}
 	if p.shadow != nil {
 		e.ticket = p.shadow.Arrive(e.bytes)
 	}
@@ -472,10 +526,17 @@ func (p *Proxy) handle(ctx *fasthttp.RequestCtx) {
 		e.admittedAt = time.Now()
 	}
 	if err != nil {
+		if upgrade {
+			p.upgrades.unreserve()
+		}
 		e.rejected(ctx, err)
 		return
 	}
 	e.admitted = true
+	if upgrade {
+		e.upgrade(ctx)
+		return
+	}
 	e.forward(ctx)
 }
 

@@ -166,6 +166,11 @@ func New(cfg Config, opts Options) (*Sidecar, error) {
 			// s.proxy is set below, before anything scrapes.
 			return metrics.Connections{Open: s.proxy.ClientConns(), AcceptErrors: s.proxy.AcceptErrors()}
 		},
+		MaxUpgraded: cfg.MaxUpgraded,
+		Upgraded: func() metrics.Upgraded {
+			u := s.proxy.UpgradedStats()
+			return metrics.Upgraded{Open: u.Open, FromClient: u.FromClient, ToClient: u.ToClient}
+		},
 	})
 	if err != nil {
 		return nil, err
@@ -216,7 +221,12 @@ func New(cfg Config, opts Options) (*Sidecar, error) {
 		Reserve:    proxy.RequestBytes,
 		RetryAfter: s.retryAfter,
 		Shadow:     s.shadow,
-		Logger:     s.log,
+		// An upgraded connection holds no permit after its 101; it is
+		// bounded and timed on its own.
+		MaxUpgraded:         cfg.MaxUpgraded,
+		UpgradedIdleTimeout: cfg.UpgradedIdleTimeout,
+		UpgradedClosed:      func(u proxy.Upgraded) { s.metrics.RecordUpgraded(u.Life) },
+		Logger:              s.log,
 	})
 	if err != nil {
 		return nil, err

@@ -16,6 +16,11 @@
 //	                  capacity of 1, like blocking inside synchronized on an old JVM
 //	/mixed            15 ms, 180 ms and 5 ms in sequence: the shape of an order
 //	                  service (look-up, downstream call, write)
+//	/ws?ms=N&iters=M  WebSocket echo: each message answered after a pool
+//	                  worker (with Config.Pool), N ms and M rounds of CPU
+//	HTTP/2 (h2c)      gRPC on the same port: loomgate.stub.v1.Stub's Wait and
+//	                  CPU take a StringValue query ("ms=200", "iters=1000")
+//	                  and answer what /wait and /cpu do; and grpc.health.v1
 //	/metrics          Prometheus text format: process and Go runtime collectors,
 //	                  loomgate_stub_in_flight, loomgate_stub_requests_total{path}
 //	                  and the occupancy of the hidden pools

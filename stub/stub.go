@@ -14,6 +14,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/valyala/fasthttp"
 	"golang.org/x/sync/semaphore"
+
+	"github.com/loomgate/loomgate/internal/sniff"
 )
 
 // ErrConfig is returned, wrapped with the field at fault, by New for a Config
@@ -69,6 +71,7 @@ const (
 	routeMem
 	routePinned
 	routeMixed
+	routeWS
 	routeMetrics
 	numRoutes
 )
@@ -83,6 +86,7 @@ var routeLabels = [numRoutes]string{
 	routeMem:    "/mem",
 	routePinned: "/pinned",
 	routeMixed:  "/mixed",
+	routeWS:     "/ws",
 }
 
 func routeOf(path []byte) route {
@@ -101,6 +105,8 @@ func routeOf(path []byte) route {
 		return routePinned
 	case "/mixed":
 		return routeMixed
+	case "/ws":
+		return routeWS
 	case "/metrics":
 		return routeMetrics
 	}
@@ -146,6 +152,8 @@ type Server struct {
 	requests [numRoutes]prometheus.Counter
 	reg      *prometheus.Registry
 	metrics  fasthttp.RequestHandler
+	// protocols serves /ws and gRPC; nil for a forwarding stub.
+	protocols *protocols
 
 	dbSize, poolSize int
 }
@@ -195,6 +203,8 @@ func New(cfg Config) (*Server, error) {
 	handler := s.handle
 	if cfg.Forward != "" {
 		handler = forwarder(cfg.Forward)
+	} else {
+		s.protocols = s.newProtocols()
 	}
 	s.srv = &fasthttp.Server{
 		Handler:     handler,
@@ -220,6 +230,11 @@ func (s *Server) Serve(ln net.Listener) error {
 	}
 	s.ln = l
 	s.mu.Unlock()
+	if s.protocols != nil {
+		// HTTP/2 connections (gRPC) go to the gRPC server, the rest to
+		// fasthttp as they came.
+		return s.srv.Serve(sniff.New(l, s.protocols.serveH2, 0, nil))
+	}
 	return s.srv.Serve(l)
 }
 
@@ -234,6 +249,9 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	s.mu.Unlock()
 	if ln != nil {
 		ln.Close()
+	}
+	if s.protocols != nil {
+		defer s.protocols.shutdown(ctx)
 	}
 	err := s.srv.ShutdownWithContext(ctx)
 	s.cancel()
@@ -270,9 +288,15 @@ func (s *Server) handle(ctx *fasthttp.RequestCtx) {
 	case routeMetrics:
 		s.metrics(ctx)
 		return
+	case routeWS:
+		if s.protocols != nil {
+			s.requests[routeWS].Inc()
+			s.protocols.ws(ctx)
+			return
+		}
 	case routeOther:
 		s.requests[routeOther].Inc()
-		ctx.Error("not found: the stub serves /wait?ms=N, /cpu?iters=N, /db?ms=N, /mem?kb=N&ms=M, /pinned?ms=N, /mixed and /metrics\n", fasthttp.StatusNotFound)
+		ctx.Error("not found: the stub serves /wait?ms=N, /cpu?iters=N, /db?ms=N, /mem?kb=N&ms=M, /pinned?ms=N, /mixed, /ws (WebSocket echo), gRPC and /metrics\n", fasthttp.StatusNotFound)
 		return
 	}
 	s.inFlight.Add(1)

@@ -369,7 +369,7 @@ func TestMetrics(t *testing.T) {
 		}
 	}
 	want := map[string]float64{
-		"/wait": 3, "/cpu": 1, "/db": 0, "/mem": 0, "/pinned": 0, "/mixed": 0, "other": 1,
+		"/wait": 3, "/cpu": 1, "/db": 0, "/mem": 0, "/pinned": 0, "/mixed": 0, "/ws": 0, "other": 1,
 	}
 	for path, n := range want {
 		if got, ok := byPath[path]; !ok || got != n {

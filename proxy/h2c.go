@@ -1,0 +1,499 @@
+package proxy
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httputil"
+	"net/netip"
+	"net/url"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/loomgate/loomgate/limiter"
+)
+
+// HTTP/2 with prior knowledge (h2c, gRPC's way on cleartext) arrives on the
+// traffic listener like HTTP/1.1; the sniffer (internal/sniff) tells it by its
+// preface and hands the connection to a net/http server that speaks
+// unencrypted HTTP/2. fasthttp has no HTTP/2, and its HTTP/1.1 path is
+// left as it was.
+//
+// Each stream is a request: it meets the same Admitter (queue, bulkhead,
+// memory), ends in one Outcome, and goes to the upstream over h2c
+// (net/http's Transport, through httputil.ReverseProxy: trailers, TE and
+// flushing as HTTP/2 needs them).
+//
+// How a stream counts. A plain HTTP/2 request holds its permit until its
+// response's last byte, as an HTTP/1.1 request does, and UpstreamTimeout
+// bounds it. A gRPC call (content-type application/grpc) holds its permit
+// until the upstream's response headers, which a gRPC server sends with
+// its first message: for a unary call that is its answer, for a streaming
+// call the start of the stream. The rest of a stream holds no permit, as
+// an upgraded connection after its 101: a watch that lasts an hour must
+// not hold a worker for an hour, nor count an hour of service time in the
+// histograms and the advice, which see admission to the response headers.
+// UpstreamTimeout bounds the wait for the headers; the call's own
+// grpc-timeout bounds the whole of it, queue included, and goes upstream
+// as what remains of it.
+
+// maxStreams is the most streams a client may open at once on one HTTP/2
+// connection; Go's default is 250.
+const maxStreams = 10000
+
+// h2 serves the HTTP/2 connections of a Proxy.
+type h2 struct {
+	p    *Proxy
+	srv  *http.Server
+	ln   *connQueue
+	rp   *httputil.ReverseProxy
+	tr   *http.Transport
+	once sync.Once
+}
+
+func newH2(p *Proxy, upstream string) *h2 {
+	h := &h2{p: p, ln: newConnQueue()}
+	target, _ := url.Parse(upstream)
+	target.Path, target.RawPath = "", ""
+	h.tr = &http.Transport{
+		DialContext:           (&net.Dialer{Timeout: p.timeout}).DialContext,
+		ResponseHeaderTimeout: 0, // bounded by the stream's context
+		DisableCompression:    true,
+		IdleConnTimeout:       90 * time.Second,
+		Protocols:             new(http.Protocols),
+	}
+	h.tr.Protocols.SetUnencryptedHTTP2(true)
+	h.rp = &httputil.ReverseProxy{
+		Rewrite: func(pr *httputil.ProxyRequest) {
+			pr.SetURL(target)
+			pr.Out.Host = pr.In.Host // forwarded as it came
+			pr.Out.Header["X-Forwarded-For"] = pr.In.Header["X-Forwarded-For"]
+			pr.SetXForwarded()
+			if st := streamOf(pr.Out.Context()); st != nil && !st.deadline.IsZero() {
+				pr.Out.Header.Set("Grpc-Timeout", grpcTimeout(time.Until(st.deadline)))
+			}
+		},
+		Transport:      h.tr,
+		FlushInterval:  -1,
+		ModifyResponse: h.headersArrived,
+		ErrorHandler:   h.failed,
+		ErrorLog:       slog.NewLogLogger(p.log.Handler(), slog.LevelDebug),
+	}
+	protos := new(http.Protocols)
+	protos.SetUnencryptedHTTP2(true)
+	h.srv = &http.Server{
+		Handler:        h,
+		Protocols:      protos,
+		MaxHeaderBytes: MaxHeaderBytes,
+		IdleTimeout:    90 * time.Second,
+		// Streams beyond a connection's limit wait in the client, a queue
+		// nobody measures: gRPC clients put every call on one
+		// connection. The limit is set high so that they wait in the
+		// Admitter's queue instead, as HTTP/1.1 requests do.
+		HTTP2:    &http.HTTP2Config{MaxConcurrentStreams: maxStreams},
+		ErrorLog: slog.NewLogLogger(p.log.Handler(), slog.LevelDebug),
+	}
+	return h
+}
+
+// serve serves a connection that opened with the HTTP/2 preface, until it
+// closes. It is no request: nothing is admitted or reported for it.
+func (h *h2) serve(c net.Conn) {
+	h.once.Do(func() { go h.srv.Serve(h.ln) })
+	hc := &h2Conn{Conn: c, done: make(chan struct{})}
+	defer h.p.connDone()
+	if !h.ln.push(hc) {
+		c.Close()
+		return
+	}
+	<-hc.done
+}
+
+// shutdown ends the HTTP/2 side: a GOAWAY to each connection, streams in
+// flight finish until ctx ends, then every connection is closed.
+func (h *h2) shutdown(ctx context.Context) error {
+	h.ln.Close()
+	err := h.srv.Shutdown(ctx)
+	if err != nil {
+		h.srv.Close()
+	}
+	h.tr.CloseIdleConnections()
+	return err
+}
+
+// h2Conn is a connection of the HTTP/2 server's, which tells when it
+// closes.
+type h2Conn struct {
+	net.Conn
+	once sync.Once
+	done chan struct{}
+}
+
+func (c *h2Conn) Close() error {
+	c.once.Do(func() { close(c.done) })
+	return c.Conn.Close()
+}
+
+// connQueue is a listener whose connections are handed to it.
+type connQueue struct {
+	ch     chan net.Conn
+	mu     sync.Mutex
+	closed chan struct{}
+	shut   bool
+}
+
+func newConnQueue() *connQueue {
+	return &connQueue{ch: make(chan net.Conn), closed: make(chan struct{})}
+}
+
+func (q *connQueue) push(c net.Conn) bool {
+	select {
+	case q.ch <- c:
+		return true
+	case <-q.closed:
+		return false
+	}
+}
+
+func (q *connQueue) Accept() (net.Conn, error) {
+	select {
+	case c := <-q.ch:
+		return c, nil
+	case <-q.closed:
+		return nil, net.ErrClosed
+	}
+}
+
+func (q *connQueue) Close() error {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if !q.shut {
+		q.shut = true
+		close(q.closed)
+	}
+	return nil
+}
+
+func (q *connQueue) Addr() net.Addr { return &net.TCPAddr{} }
+
+// stream is one HTTP/2 request's state.
+type stream struct {
+	grpc       bool
+	start      time.Time
+	admittedAt time.Time
+	headersAt  time.Time
+	// deadline is the gRPC call's, from grpc-timeout; zero without one.
+	deadline time.Time
+	bytes    int64
+	// held is set while the stream holds its permit; release clears it.
+	held     atomic.Bool
+	timedOut atomic.Bool
+	timer    *time.Timer
+	outcome  Outcome
+	answered bool // the proxy wrote its own answer
+}
+
+type streamKey struct{}
+
+func streamOf(ctx context.Context) *stream {
+	st, _ := ctx.Value(streamKey{}).(*stream)
+	return st
+}
+
+// release gives the permit back, once.
+func (h *h2) release(st *stream) {
+	if st.held.CompareAndSwap(true, false) {
+		h.p.admit.Release(st.bytes)
+	}
+}
+
+func isGRPC(contentType string) bool {
+	return strings.HasPrefix(contentType, "application/grpc")
+}
+
+// ServeHTTP serves one HTTP/2 stream.
+func (h *h2) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	p := h.p
+	st := &stream{start: time.Now(), grpc: isGRPC(r.Header.Get("Content-Type"))}
+	o := &st.outcome
+	o.Kind = OK
+	if ap, err := netip.ParseAddrPort(r.RemoteAddr); err == nil {
+		o.Remote = net.TCPAddrFromAddrPort(ap)
+	}
+	ctx, cancel := context.WithCancel(r.Context())
+	defer cancel()
+	if st.grpc {
+		if d, ok := parseGRPCTimeout(r.Header.Get("Grpc-Timeout")); ok {
+			st.deadline = st.start.Add(d)
+			var c2 context.CancelFunc
+			ctx, c2 = context.WithDeadline(ctx, st.deadline)
+			defer c2()
+		}
+	}
+	defer func() {
+		h.release(st)
+		if st.timer != nil {
+			st.timer.Stop()
+		}
+		rec := recover()
+		if rec != nil {
+			// ReverseProxy's way to abort a response already under way.
+			switch {
+			case st.timedOut.Load():
+				o.Kind = UpstreamTimeout
+			case r.Context().Err() != nil:
+				o.Kind, o.Status = ClientClosed, StatusClientClosed
+			default:
+				o.Kind = UpstreamError
+			}
+		}
+		h.finish(st, r)
+		if rec != nil {
+			panic(rec)
+		}
+	}()
+
+	if r.ContentLength > p.maxBody {
+		h.answer(w, st, BadRequest, http.StatusRequestEntityTooLarge, msgBodyTooLarge)
+		return
+	}
+	if r.Body != nil && r.Body != http.NoBody {
+		// A body of unknown length is cut at the limit: the upstream sees
+		// the stream reset, the client a 413.
+		r.Body = http.MaxBytesReader(w, r.Body, p.maxBody)
+	}
+	if p.reserve != nil {
+		st.bytes = p.reserve(int(max(r.ContentLength, -1)))
+	}
+	o.Admission = true
+	err := p.admit.TryAcquire(st.bytes)
+	st.admittedAt = st.start
+	if err == limiter.ErrMustWait {
+		err = p.admit.Acquire(ctx, st.bytes)
+		st.admittedAt = time.Now()
+	}
+	if err != nil {
+		h.rejected(w, r, st, err)
+		return
+	}
+	st.held.Store(true)
+	o.Admitted = true
+	// UpstreamTimeout bounds what the permit is held for: the whole
+	// exchange, or a gRPC call's wait for its headers.
+	st.timer = time.AfterFunc(p.timeout-time.Since(st.admittedAt), func() {
+		st.timedOut.Store(true)
+		cancel()
+	})
+	h.rp.ServeHTTP(w, r.WithContext(context.WithValue(ctx, streamKey{}, st)))
+}
+
+// headersArrived is the upstream's response headers: the Server-Timing
+// header, and for gRPC the permit's end.
+func (h *h2) headersArrived(resp *http.Response) error {
+	st := streamOf(resp.Request.Context())
+	if st == nil {
+		return nil
+	}
+	st.headersAt = time.Now()
+	st.outcome.UpstreamStatus = resp.StatusCode
+	st.outcome.Status = resp.StatusCode
+	if st.grpc {
+		st.timer.Stop()
+		h.release(st)
+	}
+	if h.p.timing {
+		resp.Header.Add("Server-Timing", serverTiming(st.admittedAt.Sub(st.start), st.headersAt.Sub(st.admittedAt)))
+	}
+	return nil
+}
+
+// failed answers a stream whose upstream did not deliver response headers.
+func (h *h2) failed(w http.ResponseWriter, r *http.Request, err error) {
+	st := streamOf(r.Context())
+	st.headersAt = time.Now()
+	var tooLarge *http.MaxBytesError
+	switch {
+	case errors.As(err, &tooLarge):
+		h.answer(w, st, BadRequest, http.StatusRequestEntityTooLarge, msgBodyTooLarge)
+	case st.timedOut.Load():
+		h.answer(w, st, UpstreamTimeout, http.StatusGatewayTimeout, msgUpstreamTimeout)
+	case !st.deadline.IsZero() && !time.Now().Before(st.deadline):
+		h.answer(w, st, UpstreamTimeout, http.StatusGatewayTimeout, msgUpstreamTimeout)
+	case errors.Is(err, context.Canceled):
+		st.outcome.Kind, st.outcome.Status = ClientClosed, StatusClientClosed
+	default:
+		h.p.log.Debug("upstream failed", "err", err, "protocol", "h2c")
+		h.answer(w, st, UpstreamError, http.StatusBadGateway, msgUpstreamError)
+	}
+}
+
+// rejected answers a stream the Admitter did not admit.
+func (h *h2) rejected(w http.ResponseWriter, r *http.Request, st *stream, err error) {
+	now := time.Now()
+	st.outcome.Queue = now.Sub(st.start)
+	switch {
+	case errors.Is(err, limiter.ErrQueueFull):
+		h.answer(w, st, RejectedQueueFull, 0, msgQueueFull)
+	case errors.Is(err, limiter.ErrQueueTimeout):
+		h.answer(w, st, RejectedQueueTimeout, 0, msgQueueTimeout)
+	case errors.Is(err, limiter.ErrBulkheadFull):
+		h.answer(w, st, RejectedBulkhead, 0, msgBulkheadFull)
+	case errors.Is(err, limiter.ErrMemoryFull):
+		h.answer(w, st, RejectedMemory, 0, msgMemoryFull)
+	case r.Context().Err() == nil && errors.Is(err, context.DeadlineExceeded):
+		// The call's own deadline passed in the queue.
+		h.answer(w, st, ClientClosed, 0, msgClientClosed)
+		st.outcome.Status = StatusClientClosed
+	case errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded):
+		st.outcome.Kind, st.outcome.Status = ClientClosed, StatusClientClosed
+	default:
+		h.p.log.Error("admitter failed", "err", err)
+		h.answer(w, st, InternalError, http.StatusInternalServerError, msgInternal)
+	}
+}
+
+// gRPC status codes loomgate answers with (google.golang.org/grpc/codes).
+const (
+	grpcInternal          = 13
+	grpcUnavailable       = 14
+	grpcResourceExhausted = 8
+	grpcDeadlineExceeded  = 4
+	grpcCancelled         = 1
+)
+
+// grpcCode is the gRPC status of an answer of kind k.
+func grpcCode(k Kind) int {
+	switch {
+	case k.Rejection(), k == BadRequest:
+		// The only bad request answered here is a body over the limit,
+		// which gRPC's own servers call RESOURCE_EXHAUSTED too.
+		return grpcResourceExhausted
+	case k == UpstreamTimeout:
+		return grpcDeadlineExceeded
+	case k == UpstreamError:
+		return grpcUnavailable
+	case k == ClientClosed:
+		return grpcCancelled
+	}
+	return grpcInternal
+}
+
+// answer writes the proxy's own answer: for gRPC a trailers-only response
+// with grpc-status (a gRPC client ignores the HTTP status), otherwise the
+// plain-text answer HTTP/1.1 gets. Both carry Loomgate-Outcome, and a
+// rejection Retry-After.
+func (h *h2) answer(w http.ResponseWriter, st *stream, kind Kind, status int, msg string) {
+	p := h.p
+	o := &st.outcome
+	o.Kind = kind
+	st.answered = true
+	hdr := w.Header()
+	for k := range hdr {
+		delete(hdr, k) // nothing of the upstream's
+	}
+	hdr.Set(string(headerOutcome), kind.String())
+	if kind.Rejection() {
+		status = p.rejectStatus
+		secs := int64(1)
+		if p.retryAfter != nil {
+			secs = max(int64((p.retryAfter(kind)+time.Second-1)/time.Second), 1)
+		}
+		hdr.Set(string(headerRetryAfter), strconv.FormatInt(secs, 10))
+	}
+	if p.timing {
+		var service time.Duration
+		queue := o.Queue
+		if !st.admittedAt.IsZero() && o.Admitted {
+			queue = st.admittedAt.Sub(st.start)
+			service = time.Since(st.admittedAt)
+		}
+		hdr.Set("Server-Timing", serverTiming(queue, service))
+	}
+	if st.grpc {
+		hdr.Set("Content-Type", "application/grpc")
+		hdr.Set("Grpc-Status", strconv.Itoa(grpcCode(kind)))
+		hdr.Set("Grpc-Message", strings.TrimSuffix(msg, "\n"))
+		o.Status = http.StatusOK
+		w.WriteHeader(http.StatusOK)
+		return
+	}
+	hdr.Set("Content-Type", textPlain)
+	o.Status = status
+	w.WriteHeader(status)
+	_, _ = io.WriteString(w, msg)
+}
+
+// finish completes a stream's Outcome and reports it.
+func (h *h2) finish(st *stream, r *http.Request) {
+	now := time.Now()
+	o := &st.outcome
+	o.Total = now.Sub(st.start)
+	o.Bytes = st.bytes
+	if o.Admitted {
+		o.Queue = st.admittedAt.Sub(st.start)
+		end := now
+		if st.grpc && !st.headersAt.IsZero() {
+			end = st.headersAt
+		}
+		o.Service = end.Sub(st.admittedAt)
+	}
+	if o.Kind == OK && r.Context().Err() != nil && st.headersAt.IsZero() {
+		o.Kind, o.Status = ClientClosed, StatusClientClosed
+	}
+	o.Method, o.Target = []byte(r.Method), []byte(r.RequestURI)
+	h.p.observe(o)
+}
+
+// serverTiming is addServerTiming's header value.
+func serverTiming(queue, upstream time.Duration) string {
+	b := append([]byte("queue;dur="), nil...)
+	b = appendMillis(b, queue)
+	b = append(b, ", upstream;dur="...)
+	b = appendMillis(b, upstream)
+	return string(b)
+}
+
+// parseGRPCTimeout reads grpc-timeout: at most 8 digits and a unit.
+func parseGRPCTimeout(v string) (time.Duration, bool) {
+	if len(v) < 2 || len(v) > 9 {
+		return 0, false
+	}
+	n, err := strconv.ParseInt(v[:len(v)-1], 10, 64)
+	if err != nil || n < 0 {
+		return 0, false
+	}
+	unit := map[byte]time.Duration{
+		'H': time.Hour, 'M': time.Minute, 'S': time.Second,
+		'm': time.Millisecond, 'u': time.Microsecond, 'n': time.Nanosecond,
+	}[v[len(v)-1]]
+	if unit == 0 {
+		return 0, false
+	}
+	if n > int64(1<<63-1)/int64(unit) {
+		return 1<<63 - 1, true
+	}
+	return time.Duration(n) * unit, true
+}
+
+// grpcTimeout writes d as grpc-timeout, in the finest unit that fits in
+// 8 digits.
+func grpcTimeout(d time.Duration) string {
+	if d <= 0 {
+		return "1n"
+	}
+	for _, u := range []struct {
+		d time.Duration
+		c string
+	}{{time.Nanosecond, "n"}, {time.Microsecond, "u"}, {time.Millisecond, "m"}, {time.Second, "S"}, {time.Minute, "M"}} {
+		if v := (d + u.d - 1) / u.d; v < 1e8 {
+			return strconv.FormatInt(int64(v), 10) + u.c
+		}
+	}
+	return strconv.FormatInt(int64(min(d/time.Hour, 1e8-1)), 10) + "H"
+}

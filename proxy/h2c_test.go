@@ -1,0 +1,409 @@
+package proxy
+
+import (
+	"context"
+	"io"
+	"net"
+	"net/http"
+	"os/exec"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+
+	"github.com/loomgate/loomgate/limiter"
+)
+
+// slowHealth is a health service whose Check sleeps for the duration named
+// by its service ("300ms"), records the deadline it saw, and sets a
+// header and a trailer.
+type slowHealth struct {
+	healthpb.UnimplementedHealthServer
+	mu        sync.Mutex
+	deadlines []time.Duration // the time left at arrival, 0 without a deadline
+}
+
+func (s *slowHealth) Check(ctx context.Context, req *healthpb.HealthCheckRequest) (*healthpb.HealthCheckResponse, error) {
+	var left time.Duration
+	if d, ok := ctx.Deadline(); ok {
+		left = time.Until(d)
+	}
+	s.mu.Lock()
+	s.deadlines = append(s.deadlines, left)
+	s.mu.Unlock()
+	if d, err := time.ParseDuration(req.Service); err == nil {
+		select {
+		case <-time.After(d):
+		case <-ctx.Done():
+			return nil, status.FromContextError(ctx.Err()).Err()
+		}
+	}
+	grpc.SetHeader(ctx, metadata.Pairs("x-header", "h"))
+	grpc.SetTrailer(ctx, metadata.Pairs("x-trailer", "t"))
+	return &healthpb.HealthCheckResponse{Status: healthpb.HealthCheckResponse_SERVING}, nil
+}
+
+// grpcUpstream runs a gRPC server on loopback (h2c) with the standard
+// health service, or slow's when it is given.
+func grpcUpstream(t *testing.T, svc healthpb.HealthServer) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := grpc.NewServer()
+	healthpb.RegisterHealthServer(srv, svc)
+	go srv.Serve(ln)
+	t.Cleanup(srv.Stop)
+	return "http://" + ln.Addr().String()
+}
+
+func grpcClient(t *testing.T, addr string) healthpb.HealthClient {
+	t.Helper()
+	cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cc.Close() })
+	return healthpb.NewHealthClient(cc)
+}
+
+// TestGRPCThroughProxy: in both modes, the standard health service's
+// unary Check and server-streaming Watch pass through, each call one
+// Outcome; a Watch holds its permit only until its first message.
+func TestGRPCThroughProxy(t *testing.T) {
+	for _, lcfg := range []limiter.Config{
+		{Mode: limiter.Fixed, Workers: 1, QueueSize: 10, QueueTimeout: time.Second},
+		{Mode: limiter.Unbounded},
+	} {
+		t.Run(lcfg.Mode.String(), func(t *testing.T) {
+			hs := health.NewServer()
+			tp := startProxy(t, grpcUpstream(t, hs), lcfg, nil)
+			c := grpcClient(t, tp.addr)
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			var hdr metadata.MD
+			resp, err := c.Check(ctx, &healthpb.HealthCheckRequest{}, grpc.Header(&hdr))
+			if err != nil || resp.Status != healthpb.HealthCheckResponse_SERVING {
+				t.Fatalf("Check = %v, %v", resp, err)
+			}
+			if st := hdr.Get("server-timing"); len(st) == 0 || !strings.HasPrefix(st[0], "queue;dur=") {
+				t.Errorf("headers %v; want Server-Timing", hdr)
+			}
+			if o := tp.rec.wait(t, 1)[0]; o.Kind != OK || o.Status != 200 || !o.Admitted || string(o.Target) != "/grpc.health.v1.Health/Check" {
+				t.Errorf("Check outcome = %+v", o)
+			}
+
+			w, err := c.Watch(ctx, &healthpb.HealthCheckRequest{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if m, err := w.Recv(); err != nil || m.Status != healthpb.HealthCheckResponse_SERVING {
+				t.Fatalf("Watch first = %v, %v", m, err)
+			}
+			tp.waitIdle(t) // the stream goes on without its permit
+			// With a fixed pool of one, a call beside the stream is served.
+			if _, err := c.Check(ctx, &healthpb.HealthCheckRequest{}); err != nil {
+				t.Fatalf("Check beside the stream = %v", err)
+			}
+			hs.SetServingStatus("", healthpb.HealthCheckResponse_NOT_SERVING)
+			if m, err := w.Recv(); err != nil || m.Status != healthpb.HealthCheckResponse_NOT_SERVING {
+				t.Fatalf("Watch second = %v, %v", m, err)
+			}
+			time.Sleep(50 * time.Millisecond)
+			cancel()
+			outs := tp.rec.wait(t, 3)
+			for _, o := range outs {
+				if string(o.Target) == "/grpc.health.v1.Health/Watch" && o.Service > o.Total-40*time.Millisecond {
+					t.Errorf("Watch outcome %+v: service time should end at the first message", o)
+				}
+			}
+		})
+	}
+}
+
+// TestGRPCAdmission: queued calls wait and keep their deadline, which goes
+// upstream as what is left of it; a full queue is RESOURCE_EXHAUSTED to the
+// client, with Loomgate-Outcome; trailers arrive intact.
+func TestGRPCAdmission(t *testing.T) {
+	slow := &slowHealth{}
+	tp := startProxy(t, grpcUpstream(t, slow), limiter.Config{Mode: limiter.Fixed, Workers: 1, QueueSize: 1, QueueTimeout: 5 * time.Second}, nil)
+	c := grpcClient(t, tp.addr)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+
+	first := make(chan error, 1)
+	go func() {
+		_, err := c.Check(ctx, &healthpb.HealthCheckRequest{Service: "400ms"})
+		first <- err
+	}()
+	for tp.limiter.Stats().InFlight == 0 {
+		time.Sleep(time.Millisecond)
+	}
+	queued := make(chan error, 1)
+	var trailer metadata.MD
+	go func() {
+		qctx, qcancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer qcancel()
+		_, err := c.Check(qctx, &healthpb.HealthCheckRequest{Service: "0s"}, grpc.Trailer(&trailer))
+		queued <- err
+	}()
+	for tp.limiter.Stats().Queued == 0 {
+		time.Sleep(time.Millisecond)
+	}
+	// Worker busy, queue full: the third is refused as a gRPC status.
+	var md metadata.MD
+	_, err := c.Check(ctx, &healthpb.HealthCheckRequest{Service: "0s"}, grpc.Trailer(&md))
+	if status.Code(err) != codes.ResourceExhausted {
+		t.Errorf("third call = %v; want RESOURCE_EXHAUSTED", err)
+	}
+	if got := md.Get("loomgate-outcome"); len(got) != 1 || got[0] != "rejected_queue_full" {
+		t.Errorf("rejection metadata %v; want loomgate-outcome rejected_queue_full", md)
+	}
+	if err := <-first; err != nil {
+		t.Errorf("first call = %v", err)
+	}
+	if err := <-queued; err != nil {
+		t.Errorf("queued call = %v", err)
+	}
+	if got := trailer.Get("x-trailer"); len(got) != 1 || got[0] != "t" {
+		t.Errorf("trailer %v; want x-trailer t", trailer)
+	}
+	slow.mu.Lock()
+	left := slow.deadlines[1]
+	slow.mu.Unlock()
+	if left <= 0 || left > 1700*time.Millisecond {
+		t.Errorf("queued call's deadline upstream = %v; want its 2s less the ~400ms queued", left)
+	}
+	var queuedOutcome Outcome
+	for _, o := range tp.rec.wait(t, 3) {
+		if o.Kind == OK && o.Queue > queuedOutcome.Queue {
+			queuedOutcome = o
+		}
+	}
+	if queuedOutcome.Queue < 300*time.Millisecond {
+		t.Errorf("longest queue wait %v; want most of 400ms", queuedOutcome.Queue)
+	}
+	tp.waitIdle(t)
+}
+
+// TestGRPCDeadlineInQueue: a call whose deadline passes in the queue ends
+// there, never reaching the upstream.
+func TestGRPCDeadlineInQueue(t *testing.T) {
+	slow := &slowHealth{}
+	tp := startProxy(t, grpcUpstream(t, slow), limiter.Config{Mode: limiter.Fixed, Workers: 1, QueueSize: 10, QueueTimeout: 5 * time.Second}, nil)
+	c := grpcClient(t, tp.addr)
+	go c.Check(context.Background(), &healthpb.HealthCheckRequest{Service: "500ms"})
+	for tp.limiter.Stats().InFlight == 0 {
+		time.Sleep(time.Millisecond)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	_, err := c.Check(ctx, &healthpb.HealthCheckRequest{Service: "0s"})
+	if status.Code(err) != codes.DeadlineExceeded {
+		t.Errorf("call = %v; want DEADLINE_EXCEEDED", err)
+	}
+	outs := tp.rec.wait(t, 2)
+	if outs[0].Kind != ClientClosed || outs[0].Admitted {
+		t.Errorf("outcome = %+v; want client_closed, not admitted", outs[0])
+	}
+	slow.mu.Lock()
+	defer slow.mu.Unlock()
+	if len(slow.deadlines) != 1 {
+		t.Errorf("upstream saw %d calls; want 1", len(slow.deadlines))
+	}
+}
+
+// TestGRPCUpstreamDown: no upstream is UNAVAILABLE, counted upstream_error.
+func TestGRPCUpstreamDown(t *testing.T) {
+	ln, _ := net.Listen("tcp", "127.0.0.1:0")
+	addr := ln.Addr().String()
+	ln.Close()
+	tp := startProxy(t, "http://"+addr, limiter.Config{Mode: limiter.Unbounded}, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_, err := grpcClient(t, tp.addr).Check(ctx, &healthpb.HealthCheckRequest{})
+	if status.Code(err) != codes.Unavailable {
+		t.Errorf("call = %v; want UNAVAILABLE", err)
+	}
+	if o := tp.rec.wait(t, 1)[0]; o.Kind != UpstreamError {
+		t.Errorf("outcome = %+v", o)
+	}
+}
+
+// h2cUpstream is an HTTP server on loopback that speaks HTTP/1.1 and h2c.
+func h2cUpstream(t *testing.T, handler http.HandlerFunc) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	protos := new(http.Protocols)
+	protos.SetHTTP1(true)
+	protos.SetUnencryptedHTTP2(true)
+	srv := &http.Server{Handler: handler, Protocols: protos}
+	go srv.Serve(ln)
+	t.Cleanup(func() { srv.Close() })
+	return "http://" + ln.Addr().String()
+}
+
+// h2cClient speaks HTTP/2 with prior knowledge.
+func h2cClient() *http.Client {
+	tr := &http.Transport{Protocols: new(http.Protocols)}
+	tr.Protocols.SetUnencryptedHTTP2(true)
+	return &http.Client{Transport: tr, Timeout: 5 * time.Second}
+}
+
+// TestH2CThroughProxy: plain HTTP/2 requests are forwarded as HTTP/2, with
+// Server-Timing and the Host as sent; rejections are HTTP/1.1's, and
+// HTTP/1.1 on the same listener is unchanged.
+func TestH2CThroughProxy(t *testing.T) {
+	release := make(chan struct{})
+	up := h2cUpstream(t, func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/hold" {
+			<-release
+		}
+		w.Header().Set("Trailer", "X-Sum")
+		io.WriteString(w, r.Proto+" "+r.Host)
+		w.Header().Set("X-Sum", "42")
+	})
+	tp := startProxy(t, up, limiter.Config{Mode: limiter.Fixed, Workers: 1, QueueSize: 0}, nil)
+	c := h2cClient()
+	resp, err := c.Get("http://" + tp.addr + "/a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.ProtoMajor != 2 || string(body) != "HTTP/2.0 "+tp.addr || resp.Trailer.Get("X-Sum") != "42" ||
+		!strings.HasPrefix(resp.Header.Get("Server-Timing"), "queue;dur=") {
+		t.Errorf("response %s %q trailer %v headers %v", resp.Proto, body, resp.Trailer, resp.Header)
+	}
+	go c.Get("http://" + tp.addr + "/hold")
+	for tp.limiter.Stats().InFlight == 0 {
+		time.Sleep(time.Millisecond)
+	}
+	resp, err = c.Get("http://" + tp.addr + "/b")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 503 || resp.Header.Get("Loomgate-Outcome") != "rejected_queue_full" || resp.Header.Get("Retry-After") != "1" {
+		t.Errorf("rejection = %d %v", resp.StatusCode, resp.Header)
+	}
+	close(release)
+	tp.waitIdle(t)
+	if r, b := doGet(t, tp.addr, "/c"); r.StatusCode != 200 || b != "HTTP/1.1 test.local" {
+		t.Errorf("HTTP/1.1 beside = %d %q", r.StatusCode, b)
+	}
+	tp.waitIdle(t)
+}
+
+// TestH2CDrain: on Shutdown a call in flight finishes, and a new one on
+// the same connection is not admitted.
+func TestH2CDrain(t *testing.T) {
+	slow := &slowHealth{}
+	tp := startProxy(t, grpcUpstream(t, slow), limiter.Config{Mode: limiter.Unbounded}, nil)
+	c := grpcClient(t, tp.addr)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if _, err := c.Check(ctx, &healthpb.HealthCheckRequest{}); err != nil {
+		t.Fatal(err)
+	}
+	inFlight := make(chan error, 1)
+	go func() {
+		_, err := c.Check(ctx, &healthpb.HealthCheckRequest{Service: "300ms"})
+		inFlight <- err
+	}()
+	for tp.limiter.Stats().InFlight == 0 {
+		time.Sleep(time.Millisecond)
+	}
+	shut := make(chan error, 1)
+	go func() { shut <- tp.proxy.Shutdown(ctx) }()
+	if err := <-inFlight; err != nil {
+		t.Errorf("call in flight = %v; want it to finish", err)
+	}
+	if err := <-shut; err != nil {
+		t.Errorf("Shutdown = %v", err)
+	}
+	if _, err := c.Check(ctx, &healthpb.HealthCheckRequest{}, grpc.WaitForReady(false)); status.Code(err) != codes.Unavailable {
+		t.Errorf("call after the drain = %v; want UNAVAILABLE", err)
+	}
+}
+
+// TestCurlPriorKnowledge: curl's own HTTP/2 with prior knowledge.
+func TestCurlPriorKnowledge(t *testing.T) {
+	curl, err := exec.LookPath("curl")
+	if err != nil {
+		t.Skip("curl not installed (Debian package curl)")
+	}
+	up := h2cUpstream(t, func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, r.Proto) })
+	tp := startProxy(t, up, limiter.Config{Mode: limiter.Unbounded}, nil)
+	out, err := exec.Command(curl, "-sS", "-i", "--http2-prior-knowledge", "http://"+tp.addr+"/x").CombinedOutput()
+	if err != nil {
+		t.Fatalf("curl: %v\n%s", err, out)
+	}
+	if s := string(out); !strings.HasPrefix(s, "HTTP/2 200") || !strings.Contains(strings.ToLower(s), "server-timing: queue;dur=") || !strings.HasSuffix(s, "HTTP/2.0") {
+		t.Errorf("curl got:\n%s", out)
+	}
+}
+
+// TestH2CBodyLimit: a body over MaxBodyBytes is 413, declared or not.
+func TestH2CBodyLimit(t *testing.T) {
+	up := h2cUpstream(t, func(w http.ResponseWriter, r *http.Request) { io.Copy(io.Discard, r.Body) })
+	tp := startProxy(t, up, limiter.Config{Mode: limiter.Unbounded}, func(c *Config) { c.MaxBodyBytes = 1000 })
+	c := h2cClient()
+	for _, declared := range []bool{true, false} {
+		var body io.Reader = strings.NewReader(strings.Repeat("x", 5000))
+		if !declared {
+			body = io.MultiReader(body) // length unknown
+		}
+		resp, err := c.Post("http://"+tp.addr+"/up", "text/plain", body)
+		if err != nil {
+			t.Fatalf("declared %v: %v", declared, err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != 413 || resp.Header.Get("Loomgate-Outcome") != "bad_request" {
+			t.Errorf("declared %v: %d %v; want 413 bad_request", declared, resp.StatusCode, resp.Header)
+		}
+	}
+	tp.waitIdle(t)
+}
+
+// TestGRPCManyCallsOneConnection: more calls than Go's default stream
+// limit (250) on one connection all reach admission, and wait in its
+// queue, not in the client.
+func TestGRPCManyCallsOneConnection(t *testing.T) {
+	slow := &slowHealth{}
+	tp := startProxy(t, grpcUpstream(t, slow), limiter.Config{Mode: limiter.Fixed, Workers: 10, QueueSize: 1000, QueueTimeout: 10 * time.Second}, nil)
+	c := grpcClient(t, tp.addr)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	const calls = 400
+	errs := make(chan error, calls)
+	for range calls {
+		go func() {
+			_, err := c.Check(ctx, &healthpb.HealthCheckRequest{Service: "200ms"})
+			errs <- err
+		}()
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for tp.limiter.Stats().Queued < calls-10-20 {
+		if time.Now().After(deadline) {
+			t.Fatalf("queued %d of %d calls; want nearly all past the 10 workers", tp.limiter.Stats().Queued, calls)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	cancel()
+	for range calls {
+		<-errs
+	}
+}
