@@ -35,12 +35,18 @@ type point struct {
 	span  time.Duration
 	load  float64 // requests in flight at the upstream, time-averaged
 	class [classes]classPoint
+	// mixed: the load changed within the bucket by LoadRise or more; its
+	// calm part, not the bucket, is a candidate for the baseline.
+	mixed bool
 }
 
 type classPoint struct {
 	n                   int64
 	mean, p25, p50, p99 time.Duration
 	x                   float64 // answers per second
+	// unresolved: in a calm part, the class answered but its quantiles
+	// could not be read.
+	unresolved bool
 }
 
 // Estimate is what the estimate concludes about the upstream.
@@ -80,8 +86,9 @@ type routeEstimate struct {
 }
 
 // estimate judges the upstream from History's points and the last minute's
-// (from the live buckets, those with n ≥ liveFrom).
-func estimate(points []point, liveFrom int64) (Estimate, [classes]routeEstimate) {
+// (from the live buckets, those with n ≥ liveFrom), with the calm parts of
+// the mixed buckets for the baseline.
+func estimate(points, calm []point, liveFrom int64) (Estimate, [classes]routeEstimate) {
 	e := Estimate{Capacity: math.NaN(), CapacityLow: math.NaN(), CapacityHigh: math.NaN()}
 	var routes [classes]routeEstimate
 	if len(points) == 0 {
@@ -89,29 +96,47 @@ func estimate(points []point, liveFrom int64) (Estimate, [classes]routeEstimate)
 		return e, routes
 	}
 	lo, hi := math.Inf(1), 0.0
-	for _, p := range points {
+	for _, p := range slices.Concat(points, calm) {
 		if p.load > 0 {
 			lo, hi = min(lo, p.load), max(hi, p.load)
 		}
 	}
 	e.LoadVaried = hi > 0 && hi >= LoadRise*lo
 
-	// Each class's baseline: its least loaded buckets. The quartile, not
-	// the minimum, of service time: a median several times the minimum is
+	// Each class's baseline: its least loaded buckets, or a bucket's calm
+	// seconds where the load changed within it. The quartile, not the
+	// minimum, of service time: a median several times the minimum is
 	// normal, and a minimum only falls as requests accumulate.
+	unread := false
 	for c := range routes {
 		var mine []point
+		unresolved := math.Inf(1) // the least load of a calm part not read
 		for _, p := range points {
-			if p.class[c].n >= minClassRequests {
+			if !p.mixed && p.class[c].n >= minClassRequests {
+				mine = append(mine, p)
+			}
+		}
+		for _, p := range calm {
+			switch {
+			case p.class[c].unresolved:
+				unresolved = min(unresolved, p.load)
+			case p.class[c].n >= minClassRequests:
 				mine = append(mine, p)
 			}
 		}
 		r := &routes[c]
 		r.capacity = math.NaN()
 		if len(mine) == 0 {
+			unread = unread || !math.IsInf(unresolved, 1)
 			continue
 		}
 		slices.SortStableFunc(mine, func(a, b point) int { return cmpFloat(a.load, b.load) })
+		// A calmer time than the baseline's that could not be read: the
+		// baseline would not be the route's unloaded time.
+		if LoadRise*unresolved <= mine[0].load {
+			unread = true
+			continue
+		}
 		// The least loaded quarter, and of it only the buckets near the
 		// least load: with few buckets a quarter would reach into load
 		// that already stretched the service time.
@@ -205,22 +230,29 @@ func estimate(points []point, liveFrom int64) (Estimate, [classes]routeEstimate)
 	// the load rose, the early answers keep the quartile and the median
 	// down while the average held counts the late arrivals, which queued
 	// and make the tail.
-	for _, p := range points {
-		calm := true
+	// Only buckets in which some class had a baseline to compare with, and
+	// the calm parts of mixed ones.
+	for _, p := range slices.Concat(points, calm) {
+		quiet, judged := true, false
 		for c := range routes {
 			r, cp := &routes[c], p.class[c]
-			if cp.n >= minClassRequests && r.baselineP25 > 0 &&
-				(float64(cp.p25) >= Unstretched*float64(r.baselineP25) || float64(cp.p50) >= Unstretched*float64(r.baselineP50) ||
-					float64(cp.p99) >= Unstretched*float64(r.baselineP99)) {
-				calm = false
+			if cp.n < minClassRequests || cp.unresolved || r.baselineP25 == 0 {
+				continue
+			}
+			judged = true
+			if float64(cp.p25) >= Unstretched*float64(r.baselineP25) || float64(cp.p50) >= Unstretched*float64(r.baselineP50) ||
+				float64(cp.p99) >= Unstretched*float64(r.baselineP99) {
+				quiet = false
 			}
 		}
-		if calm {
+		if quiet && judged {
 			e.LowerBound = max(e.LowerBound, p.load)
 		}
 	}
 	switch {
 	case !math.IsNaN(e.Capacity):
+	case unread && active == 0:
+		e.Unknown = "unknown: the load changed within a bucket too fast to read its calm seconds"
 	case !e.LoadVaried:
 		e.Unknown = "unknown: not enough variation in load"
 	case saturated > 0 && !e.Saturated:

@@ -163,7 +163,8 @@ func (w *window) figures(now time.Time, names []string) Figures {
 		f.QueueShare = float64(queueSum) / float64(total)
 	}
 
-	e, routes := estimate(w.historyPoints(now), from)
+	points, calm := w.historyPoints(now)
+	e, routes := estimate(points, calm, from)
 	f.Estimate = e
 	var busy []float64
 	for c := range class {
@@ -284,10 +285,11 @@ func shareClients(routes []RouteDemand, weights []float64, n int) {
 	}
 }
 
-// historyPoints reads History's buckets for the estimate. The caller holds w.mu.
-func (w *window) historyPoints(now time.Time) []point {
+// historyPoints reads History's buckets for the estimate, and the calm
+// parts of those in which the load changed (see calmPart), with the number
+// of their bucket. The caller holds w.mu.
+func (w *window) historyPoints(now time.Time) (ps, calm []point) {
 	cur := w.bucketNumber(now)
-	var ps []point
 	for n := max(cur-historyBuckets+1, 0); n <= cur; n++ {
 		b := &w.buckets[n%historyBuckets]
 		if b.n != n || b.completed == 0 {
@@ -321,9 +323,21 @@ func (w *window) historyPoints(now time.Time) []point {
 		} else {
 			p.load = busy.Seconds() / span.Seconds()
 		}
+		cp := point{n: n}
+		if l.n == n {
+			p.mixed, cp.load = calmPart(b, l, &cp.class)
+		} else if p.mixed, cp.load = b.mixed, b.calmLoad; p.mixed {
+			for c, k := range b.calm {
+				us := func(v uint32) time.Duration { return time.Duration(v) * time.Microsecond }
+				cp.class[c] = classPoint{n: int64(k.n), unresolved: k.unresolved, mean: us(k.mean), p25: us(k.p25), p50: us(k.p50), p99: us(k.p99)}
+			}
+		}
+		if p.mixed {
+			calm = append(calm, cp)
+		}
 		ps = append(ps, p)
 	}
-	return ps
+	return ps, calm
 }
 
 // meanService is the window's mean service time at now, without the rest
