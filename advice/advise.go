@@ -127,6 +127,10 @@ func Advise(s Settings, f Figures) Recommendation {
 				f.InFlight, capacityText(e)),
 			stretchReason(f),
 			"More admission will not help: it only lengthens the queue inside the upstream.")
+		if len(e.Shared) > 1 {
+			r.Reasons = append(r.Reasons, fmt.Sprintf("%s wait for the same bottleneck: their service times stretch together as the total load rises, whatever each one's own load, so one cap in loomgate protects them all.",
+				strings.Join(quoted(e.Shared), ", ")))
+		}
 		if e.LowerBound > e.Capacity {
 			r.Reasons = append(r.Reasons, fmt.Sprintf("It was seen to serve %.0f at once without its service time growing, so the cap is no lower.", e.LowerBound))
 		}

@@ -24,6 +24,11 @@ const (
 	// must come with to be the load's doing: a service time that grew with
 	// no more load is a slower dependency, not saturation.
 	LoadRise = 1.5
+	// Delayed is the growth of a class's first quartile from which, with
+	// the load risen, the class waits for a bottleneck that a stretched
+	// class shares: above the noise of a quartile over a minute, below the
+	// stretch of a long service time behind a short wait.
+	Delayed = 1.1
 	// baselineShare is the part of a class's buckets, the least loaded,
 	// that make its baseline.
 	baselineShare = 0.25
@@ -53,7 +58,12 @@ type classPoint struct {
 type Estimate struct {
 	// Saturated is set when the upstream queues inside for every route:
 	// their service times grew with the load while throughput stopped.
+	// They share its bottleneck, whatever each one's own load.
 	Saturated bool
+	// Shared names the routes that share the upstream's bottleneck when it
+	// is Saturated and more than one route had answers: their service
+	// times stretch together as the total load rises.
+	Shared []string
 	// RouteLocal names the routes that queue inside when others do not:
 	// a bottleneck behind them only, not the upstream's.
 	RouteLocal []string
@@ -162,18 +172,45 @@ func estimate(points, calm []point, liveFrom int64) (Estimate, [classes]routeEst
 		return cp.n >= minClassRequests && r.baselineP25 > 0 &&
 			float64(cp.p25) >= Stretched*float64(r.baselineP25) && p.load >= LoadRise*r.baseLoad
 	}
-	var liveAnswers, liveStretched [classes]int64
+	// A bottleneck that several routes share delays each by about the same
+	// wait, whatever its own load: a long service time stretches less for
+	// it than a short one, and may not reach Stretched. So a class queues
+	// in a bucket when it is stretched, or when, with the load risen, it
+	// was Delayed, by at least half the delay of a class that is stretched
+	// there. A bottleneck behind one route delays that
+	// route alone: the others stay as they were.
+	delay := func(p point, c int) time.Duration { return p.class[c].p25 - routes[c].baselineP25 }
+	most := make([]time.Duration, len(points)) // the longest delay of a stretched class, by point
+	for i, p := range points {
+		for c := range routes {
+			if stretched(p, c) {
+				most[i] = max(most[i], delay(p, c))
+			}
+		}
+	}
+	queues := func(i int, c int) bool {
+		p, r := points[i], &routes[c]
+		if stretched(p, c) {
+			return true
+		}
+		cp := p.class[c]
+		return most[i] > 0 && cp.n >= minClassRequests && r.baselineP25 > 0 && p.load >= LoadRise*r.baseLoad &&
+			float64(cp.p25) >= Delayed*float64(r.baselineP25) && 2*delay(p, c) >= most[i]
+	}
+	// What the last minute says, by time rather than by answers: a calm
+	// spell's many quick answers must not outvote the seconds since.
+	var liveSpan, liveQueued [classes]time.Duration
 	var liveP25 [classes][]time.Duration
-	for _, p := range points {
+	for i, p := range points {
 		if p.n < liveFrom {
 			continue
 		}
 		for c := range routes {
-			if n := p.class[c].n; n >= minClassRequests {
-				liveAnswers[c] += n
+			if p.class[c].n >= minClassRequests {
+				liveSpan[c] += p.span
 				liveP25[c] = append(liveP25[c], p.class[c].p25)
-				if stretched(p, c) {
-					liveStretched[c] += n
+				if queues(i, c) {
+					liveQueued[c] += p.span
 				}
 			}
 		}
@@ -181,13 +218,13 @@ func estimate(points, calm []point, liveFrom int64) (Estimate, [classes]routeEst
 	active, saturated := 0, 0
 	for c := range routes {
 		r := &routes[c]
-		if liveAnswers[c] == 0 || r.baselineP25 == 0 {
+		if liveSpan[c] == 0 || r.baselineP25 == 0 {
 			continue
 		}
 		active++
 		r.stretch = float64(median(liveP25[c])) / float64(r.baselineP25)
-		// Most of the minute's answers came from stretched buckets.
-		r.saturated = 2*liveStretched[c] > liveAnswers[c]
+		// Most of the minute's time it queued.
+		r.saturated = 2*liveQueued[c] > liveSpan[c]
 		r.slower = !r.saturated && r.stretch >= Stretched
 		if r.saturated {
 			saturated++
@@ -211,8 +248,8 @@ func estimate(points, calm []point, liveFrom int64) (Estimate, [classes]routeEst
 		}
 	}
 	var served []float64
-	for _, p := range points {
-		if !allStretched(p, stretched) {
+	for i, p := range points {
+		if !allQueue(p, i, queues) {
 			continue
 		}
 		w := 0.0
@@ -263,15 +300,15 @@ func estimate(points, calm []point, liveFrom int64) (Estimate, [classes]routeEst
 	return e, routes
 }
 
-// allStretched reports whether every class with enough answers in p is
-// stretched, and at least one has.
-func allStretched(p point, stretched func(point, int) bool) bool {
+// allQueue reports whether every class with enough answers in p, point i,
+// queues, and at least one has.
+func allQueue(p point, i int, queues func(int, int) bool) bool {
 	any := false
 	for c := range p.class {
 		if p.class[c].n < minClassRequests {
 			continue
 		}
-		if !stretched(p, c) {
+		if !queues(i, c) {
 			return false
 		}
 		any = true

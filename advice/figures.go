@@ -2,6 +2,7 @@ package advice
 
 import (
 	"math"
+	"slices"
 	"time"
 )
 
@@ -189,7 +190,10 @@ func (w *window) figures(now time.Time, names []string) Figures {
 			rf.Throughput = float64(rf.Requests) / d.Seconds()
 			rf.InFlight = class[c].service.Seconds() / d.Seconds()
 		}
-		if rf.Saturated && !e.Saturated {
+		switch {
+		case rf.Saturated && e.Saturated:
+			f.Estimate.Shared = append(f.Estimate.Shared, name)
+		case rf.Saturated:
 			f.Estimate.RouteLocal = append(f.Estimate.RouteLocal, name)
 		}
 		f.Routes = append(f.Routes, rf)
@@ -242,6 +246,10 @@ func (w *window) figures(now time.Time, names []string) Figures {
 	if nowSamples > 0 {
 		f.Demand = float64(nowSum) / float64(nowSamples)
 	}
+	if len(f.Estimate.Shared) < 2 {
+		f.Estimate.Shared = nil
+	}
+	slices.Sort(f.Estimate.Shared)
 	shareClients(f.demand, busy, int(math.Round(f.Demand)))
 	if w.memoryRead {
 		f.UpstreamMemoryBytes = w.memory

@@ -129,8 +129,8 @@ func (s synth) run(a *Advisor, inFlight, queued *atomic.Int64) {
 		}
 		// Sleep to the event, a millisecond at a time at most: Record
 		// reads the clock, and a millisecond is nothing to a bucket.
-		if e.at-now >= time.Millisecond {
-			time.Sleep(start.Add(e.at).Sub(time.Now()))
+		if ahead := e.at - time.Since(start); ahead >= time.Millisecond {
+			time.Sleep(ahead)
 		}
 		now = e.at
 		switch e.kind {

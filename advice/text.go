@@ -30,6 +30,8 @@ func (s Snapshot) Text() string {
 		e := f.Estimate
 		verdict := "not saturated"
 		switch {
+		case e.Saturated && len(e.Shared) > 1:
+			verdict = "saturated, shared by " + strings.Join(quoted(e.Shared), ", ")
 		case e.Saturated:
 			verdict = "saturated"
 		case len(e.RouteLocal) > 0:

@@ -69,17 +69,20 @@ type FiguresDoc struct {
 	Demand float64 `json:"demand"`
 	// UpstreamCapacity and its range are null when unknown; then
 	// CapacityUnknown says why.
-	UpstreamCapacity     *float64   `json:"upstream_capacity"`
-	CapacityLow          *float64   `json:"upstream_capacity_low"`
-	CapacityHigh         *float64   `json:"upstream_capacity_high"`
-	CapacityLowerBound   float64    `json:"upstream_capacity_lower_bound"`
-	CapacityUnknown      string     `json:"upstream_capacity_unknown,omitempty"`
-	UpstreamSaturated    bool       `json:"upstream_saturated"`
-	SaturatedRoutesAlone []string   `json:"saturated_routes_alone"`
-	LoadVaried           bool       `json:"load_varied"`
-	UpstreamMemoryBytes  float64    `json:"upstream_memory_bytes"`
-	BytesPerRequest      float64    `json:"bytes_per_request"`
-	Routes               []RouteDoc `json:"routes"`
+	UpstreamCapacity     *float64 `json:"upstream_capacity"`
+	CapacityLow          *float64 `json:"upstream_capacity_low"`
+	CapacityHigh         *float64 `json:"upstream_capacity_high"`
+	CapacityLowerBound   float64  `json:"upstream_capacity_lower_bound"`
+	CapacityUnknown      string   `json:"upstream_capacity_unknown,omitempty"`
+	UpstreamSaturated    bool     `json:"upstream_saturated"`
+	SaturatedRoutesAlone []string `json:"saturated_routes_alone"`
+	// SharedRoutes are the routes whose service times stretch together
+	// when the upstream is saturated: they wait for one bottleneck.
+	SharedRoutes        []string   `json:"shared_routes"`
+	LoadVaried          bool       `json:"load_varied"`
+	UpstreamMemoryBytes float64    `json:"upstream_memory_bytes"`
+	BytesPerRequest     float64    `json:"bytes_per_request"`
+	Routes              []RouteDoc `json:"routes"`
 }
 
 // RouteDoc is one route class's figures.
@@ -188,6 +191,7 @@ func (s *Sidecar) advice(snap advice.Snapshot) AdviceDoc {
 			CapacityUnknown:      e.Unknown,
 			UpstreamSaturated:    e.Saturated,
 			SaturatedRoutesAlone: append([]string{}, e.RouteLocal...),
+			SharedRoutes:         append([]string{}, e.Shared...),
 			LoadVaried:           e.LoadVaried,
 			UpstreamMemoryBytes:  f.UpstreamMemoryBytes,
 			BytesPerRequest:      f.BytesPerRequest,
