@@ -76,6 +76,11 @@ type Estimate struct {
 	// once without its service time growing: whatever the capacity, it is
 	// no less. No recommendation caps below it.
 	LowerBound float64
+	// Seen is the most requests the upstream was seen to serve at once
+	// while no route queued inside: at least LowerBound. Where the capacity
+	// is unknown, what the upstream does beyond Seen is unknown too, and no
+	// prediction or recommendation goes there on faith.
+	Seen float64
 	// LoadVaried is set when History holds loads at least LoadRise apart:
 	// without that, saturation cannot be told from a slow minute.
 	LoadVaried bool
@@ -284,6 +289,19 @@ func estimate(points, calm []point, liveFrom int64) (Estimate, [classes]routeEst
 		}
 		if quiet && judged {
 			e.LowerBound = max(e.LowerBound, p.load)
+		}
+	}
+	e.Seen = e.LowerBound
+	for i, p := range points {
+		judged, queued := false, false
+		for c := range routes {
+			if p.class[c].n >= minClassRequests && routes[c].baselineP25 > 0 {
+				judged = true
+				queued = queued || queues(i, c)
+			}
+		}
+		if judged && !queued {
+			e.Seen = max(e.Seen, p.load)
 		}
 	}
 	switch {

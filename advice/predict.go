@@ -38,6 +38,11 @@ type Prediction struct {
 	// InFlight is requests at the upstream, time-averaged; Queued those in
 	// loomgate's queue.
 	InFlight, Queued float64
+	// Beyond is set when the setting would put more requests at the
+	// upstream than it was seen to serve at once (Demand.Seen), the
+	// capacity being unknown: the figures assume it serves no more, a
+	// floor for throughput and a ceiling for latency, not a forecast.
+	Beyond bool
 	// InFlightBytes is what loomgate reserves for them (its
 	// loomgate_in_flight_bytes); UpstreamBytes what the upstream holds
 	// for its in-flight requests, 0 unless its memory per request is known.
@@ -54,6 +59,11 @@ type Demand struct {
 	// Capacity is the upstream's, shared by every route: its hidden
 	// pool, cores or lock, which queues what exceeds it. 0 or NaN: none.
 	Capacity float64
+	// Seen is the most the upstream was seen serving at once. Where the
+	// Capacity is unknown and no route has one of its own, the simulation
+	// serves no more than Seen at once: beyond it nothing was measured,
+	// and a throughput never seen is no prediction. 0: no such bound.
+	Seen float64
 	// OverheadBytes is what loomgate reserves per request it holds, and
 	// BytesPerRequest the upstream's memory per request in flight (0 when
 	// unknown).
@@ -70,6 +80,20 @@ type RouteDemand struct {
 	// Capacity is a bottleneck behind this route alone (its pool), 0 or
 	// NaN for none.
 	Capacity float64
+}
+
+// seenBound is the concurrency the simulation caps the upstream at for
+// want of a capacity, 0 for none: Seen, when no capacity is known at all.
+func (d Demand) seenBound() int {
+	if isKnown(d.Capacity) && d.Capacity > 0 || !isKnown(d.Seen) || d.Seen <= 0 {
+		return 0
+	}
+	for _, r := range d.Routes {
+		if isKnown(r.Capacity) && r.Capacity > 0 {
+			return 0
+		}
+	}
+	return max(1, int(math.Round(d.Seen)))
 }
 
 // clients is the demand's total.
@@ -98,7 +122,15 @@ func Predict(s Setting, d Demand) Prediction {
 	}
 	sim := newSimulation(s, d)
 	sim.run()
-	return sim.prediction()
+	p = sim.prediction()
+	if bound := d.seenBound(); bound > 0 {
+		most := d.clients()
+		if s.Limit > 0 {
+			most = min(most, s.Limit)
+		}
+		p.Beyond = most > bound
+	}
+	return p
 }
 
 type request struct {
@@ -176,6 +208,9 @@ func newSimulation(s Setting, d Demand) *simulation {
 	if isKnown(d.Capacity) && d.Capacity > 0 {
 		sim.shared = true
 		sim.pools = []pool{{cap: capOf(d.Capacity)}}
+	} else if cap := d.seenBound(); cap > 0 {
+		sim.shared = true
+		sim.pools = []pool{{cap: cap}}
 	} else {
 		for _, r := range d.Routes {
 			sim.pools = append(sim.pools, pool{cap: capOf(r.Capacity)})

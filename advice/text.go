@@ -41,6 +41,9 @@ func (s Snapshot) Text() string {
 		if e.LowerBound > 0 {
 			fmt.Fprintf(&b, ", at least %.0f", e.LowerBound)
 		}
+		if !isKnown(e.Capacity) && e.Seen > 0 {
+			fmt.Fprintf(&b, "; never seen serving more than %.0f at once", e.Seen)
+		}
 		b.WriteString(".")
 	}
 	if f.UpstreamMemoryBytes > 0 {
@@ -71,8 +74,12 @@ func (s Snapshot) Text() string {
 	if len(r.Predictions) > 0 {
 		fmt.Fprintf(&b, "\nWhat each setting would do for %.0f clients:\n", math.Round(f.Demand))
 		for _, p := range r.Predictions {
-			fmt.Fprintf(&b, "- %s (%s): %.0f rps, latency p50 %s p99 %s, queue wait %s, %.0f rejected/s, %.0f in flight\n",
+			fmt.Fprintf(&b, "- %s (%s): %.0f rps, latency p50 %s p99 %s, queue wait %s, %.0f rejected/s, %.0f in flight",
 				p.Name, p.Setting.Describe(), p.Throughput, ms(p.P50), ms(p.P99), ms(p.MeanQueue), p.Rejected, p.InFlight)
+			if p.Beyond {
+				fmt.Fprintf(&b, " (if the upstream serves no more than the %.0f seen at once; beyond that it is unknown)", f.Estimate.Seen)
+			}
+			b.WriteString("\n")
 		}
 	}
 	return b.String()

@@ -69,10 +69,14 @@ type FiguresDoc struct {
 	Demand float64 `json:"demand"`
 	// UpstreamCapacity and its range are null when unknown; then
 	// CapacityUnknown says why.
-	UpstreamCapacity     *float64 `json:"upstream_capacity"`
-	CapacityLow          *float64 `json:"upstream_capacity_low"`
-	CapacityHigh         *float64 `json:"upstream_capacity_high"`
-	CapacityLowerBound   float64  `json:"upstream_capacity_lower_bound"`
+	UpstreamCapacity   *float64 `json:"upstream_capacity"`
+	CapacityLow        *float64 `json:"upstream_capacity_low"`
+	CapacityHigh       *float64 `json:"upstream_capacity_high"`
+	CapacityLowerBound float64  `json:"upstream_capacity_lower_bound"`
+	// SeenConcurrency is the most the upstream was seen serving at once
+	// while no route queued inside; beyond it, with the capacity unknown,
+	// nothing is known.
+	SeenConcurrency      float64  `json:"upstream_seen_concurrency"`
 	CapacityUnknown      string   `json:"upstream_capacity_unknown,omitempty"`
 	UpstreamSaturated    bool     `json:"upstream_saturated"`
 	SaturatedRoutesAlone []string `json:"saturated_routes_alone"`
@@ -120,6 +124,10 @@ type PredictionDoc struct {
 	Queued           float64 `json:"queued"`
 	InFlightBytes    float64 `json:"in_flight_bytes"`
 	UpstreamMemBytes float64 `json:"upstream_in_flight_memory_bytes"`
+	// BeyondSeen is set when the setting would put more at the upstream
+	// than it was seen serving at once: the figures assume it serves no
+	// more.
+	BeyondSeen bool `json:"beyond_seen"`
 }
 
 type RecommendationDoc struct {
@@ -127,6 +135,7 @@ type RecommendationDoc struct {
 	Workers     int             `json:"workers"`
 	QueueSize   int             `json:"queue_size"`
 	Bulkhead    int             `json:"bulkhead"`
+	Probe       int             `json:"probe"`
 	Summary     string          `json:"summary"`
 	Reasons     []string        `json:"reasons"`
 	Predictions []PredictionDoc `json:"predictions"`
@@ -188,6 +197,7 @@ func (s *Sidecar) advice(snap advice.Snapshot) AdviceDoc {
 			CapacityLow:          known(e.CapacityLow),
 			CapacityHigh:         known(e.CapacityHigh),
 			CapacityLowerBound:   e.LowerBound,
+			SeenConcurrency:      e.Seen,
 			CapacityUnknown:      e.Unknown,
 			UpstreamSaturated:    e.Saturated,
 			SaturatedRoutesAlone: append([]string{}, e.RouteLocal...),
@@ -198,7 +208,7 @@ func (s *Sidecar) advice(snap advice.Snapshot) AdviceDoc {
 			Routes:               []RouteDoc{},
 		},
 		Recommendation: RecommendationDoc{
-			Mode: r.Mode, Workers: r.Workers, QueueSize: r.QueueSize, Bulkhead: r.Bulkhead,
+			Mode: r.Mode, Workers: r.Workers, QueueSize: r.QueueSize, Bulkhead: r.Bulkhead, Probe: r.Probe,
 			Summary: r.Summary, Reasons: append([]string{}, r.Reasons...), Predictions: []PredictionDoc{},
 		},
 		History: make([]BucketDoc, 0, len(snap.History)),
@@ -221,6 +231,7 @@ func (s *Sidecar) advice(snap advice.Snapshot) AdviceDoc {
 			Name: p.Name, Setting: p.Setting.Describe(), Mode: mode, Limit: p.Limit, QueueSize: p.QueueSize, WaitSeconds: p.Wait.Seconds(),
 			Throughput: p.Throughput, P50Seconds: p.P50.Seconds(), P99Seconds: p.P99.Seconds(), MeanQueueSeconds: p.MeanQueue.Seconds(),
 			Rejected: p.Rejected, InFlight: p.InFlight, Queued: p.Queued, InFlightBytes: p.InFlightBytes, UpstreamMemBytes: p.UpstreamBytes,
+			BeyondSeen: p.Beyond,
 		})
 	}
 	for _, b := range snap.History {
