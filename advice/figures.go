@@ -221,15 +221,25 @@ func (w *window) figures(now time.Time, names []string) Figures {
 			rd.Service = append(rd.Service, weighted{d: seconds(scale * (lower + upper) / 2), w: float64(n)})
 		}
 		f.demand = append(f.demand, rd)
-		// The route's part of the load now: its answers' service time in
-		// the last two buckets.
-		var recent time.Duration
+		// The route's part of the clients now: its answers' time in the
+		// last two buckets, service and loomgate's queue, which every
+		// route waits in alike (FIFO). Service time alone would give a
+		// cheap route's clients to the expensive one.
+		var recent, queueSum time.Duration
+		var answers, arrived int64
 		for n := max(cur-1, from); n <= cur; n++ {
 			if b := &w.buckets[n%historyBuckets]; b.n == n {
 				recent += b.class[c].service
+				answers += b.class[c].n
+				queueSum += b.queueSum
+				arrived += b.arrivals
 			}
 		}
-		busy = append(busy, recent.Seconds())
+		wait := 0.0
+		if arrived > 0 {
+			wait = queueSum.Seconds() / float64(arrived)
+		}
+		busy = append(busy, recent.Seconds()+float64(answers)*wait)
 	}
 	// The clients outstanding now, in flight plus queued over the last two
 	// buckets (the minute's average would mix in load that has changed),

@@ -1,6 +1,7 @@
 package advice
 
 import (
+	"math"
 	"strings"
 	"testing"
 	"time"
@@ -81,6 +82,11 @@ func TestAdviceStandsOnceFollowed(t *testing.T) {
 				if strings.Contains(r.Summary, "switch to LOOMGATE_MODE=unbounded") || strings.Contains(r.Summary, "set it to 0") {
 					t.Errorf("the advice would admit everything: %s", r.Summary)
 				}
+			}
+			// What the setting in force would do is what it did.
+			if p := r.Predictions[0]; math.Abs(p.Throughput-f.Throughput) > 0.15*f.Throughput ||
+				math.Abs(float64(p.P50-f.LatencyP50)) > 0.25*float64(f.LatencyP50) {
+				t.Errorf("prediction in force: %.0f rps, p50 %s; measured %.0f rps, p50 %s", p.Throughput, p.P50, f.Throughput, f.LatencyP50)
 			}
 			for _, p := range r.Predictions {
 				if p.Throughput > 1.15*f.Throughput {
