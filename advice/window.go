@@ -338,8 +338,10 @@ func (w *window) record(now time.Time, class int, s *Sample) {
 	if !s.Admission {
 		return // a bad request never met admission; it tells nothing here
 	}
-	// The indexes are computed before the lock, to keep it short.
+	// The indexes and the bucket's position are computed before the lock,
+	// to keep it short: every request takes it.
 	qi, si, ti := bucketIndex(s.Queue), bucketIndex(s.Service), bucketIndex(s.Queue+s.Service)
+	n, sec := w.position(now)
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.first.IsZero() {
@@ -348,7 +350,6 @@ func (w *window) record(now time.Time, class int, s *Sample) {
 			w.first = w.epoch
 		}
 	}
-	n, sec := w.position(now)
 	b, l := w.current(n)
 	if b == nil {
 		return
