@@ -248,7 +248,11 @@ func Advise(s Settings, f Figures) Recommendation {
 
 	// A capacity seen in History, at another load, still holds; an
 	// upstream that never queued has none to model (NaN).
+	if f.DemandWhy != "" && f.Requests >= MinRequests {
+		r.Reasons = append(r.Reasons, f.DemandWhy+demandConsequence(f, e))
+	}
 	d := Demand{
+		Open:            f.DemandOpen,
 		Routes:          f.demand,
 		Capacity:        e.Capacity,
 		Seen:            e.Seen,
@@ -267,6 +271,17 @@ func Advise(s Settings, f Figures) Recommendation {
 		r.Predictions = append(r.Predictions, Predict(a, d))
 	}
 	return r
+}
+
+// demandConsequence says what the demand model means for the predictions.
+func demandConsequence(f Figures, e Estimate) string {
+	switch {
+	case !f.DemandOpen:
+		return " The predictions hold those clients: each sends its next request when its answer arrives."
+	case e.Saturated:
+		return " The predictions send requests at that rate: above what a setting serves, its queue fills by the difference each second until QUEUE_SIZE or QUEUE_TIMEOUT rejects them, so a long queue only delays the rejections; LOOMGATE_BULKHEAD fails them fast instead."
+	}
+	return " The predictions send requests at that rate: above what a setting serves, its queue fills by the difference each second until QUEUE_SIZE or QUEUE_TIMEOUT rejects them."
 }
 
 // stretchReason says how the routes' service times compare with their

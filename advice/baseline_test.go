@@ -20,13 +20,13 @@ func TestBaselineNotFromMixedBucket(t *testing.T) {
 		// too, never a wrong number.
 		known bool
 	}{
-		{"4 s at 10 clients, then 12 s at 200", []synthPhase{{4 * time.Second, []int{10}}, {12 * time.Second, []int{200}}}, true},
-		{"2 s at 10 clients, then 30 s at 200", []synthPhase{{2 * time.Second, []int{10}}, {30 * time.Second, []int{200}}}, true},
-		{"1 s at 10 clients, then 30 s at 200", []synthPhase{{time.Second, []int{10}}, {30 * time.Second, []int{200}}}, false},
-		{"7 s at 10 clients, then 20 s at 200", []synthPhase{{7 * time.Second, []int{10}}, {20 * time.Second, []int{200}}}, true},
+		{"4 s at 10 clients, then 12 s at 200", []synthPhase{{4 * time.Second, []int{10}, nil}, {12 * time.Second, []int{200}, nil}}, true},
+		{"2 s at 10 clients, then 30 s at 200", []synthPhase{{2 * time.Second, []int{10}, nil}, {30 * time.Second, []int{200}, nil}}, true},
+		{"1 s at 10 clients, then 30 s at 200", []synthPhase{{time.Second, []int{10}, nil}, {30 * time.Second, []int{200}, nil}}, false},
+		{"7 s at 10 clients, then 20 s at 200", []synthPhase{{7 * time.Second, []int{10}, nil}, {20 * time.Second, []int{200}, nil}}, true},
 		// The mixed bucket has left the live window: its calm part is
 		// kept without its histogram.
-		{"4 s at 10 clients, then 90 s at 200", []synthPhase{{4 * time.Second, []int{10}}, {90 * time.Second, []int{200}}}, true},
+		{"4 s at 10 clients, then 90 s at 200", []synthPhase{{4 * time.Second, []int{10}, nil}, {90 * time.Second, []int{200}, nil}}, true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -58,7 +58,7 @@ func TestBaselineMixedBucketHealthy(t *testing.T) {
 	for _, calm := range []time.Duration{time.Second, 2 * time.Second, 4 * time.Second} {
 		snap := synth{
 			routes: []synthRoute{{path: "/wait", lo: 20 * ms, hi: 400 * ms, pool: -1}},
-			phases: []synthPhase{{calm, []int{10}}, {30 * time.Second, []int{200}}},
+			phases: []synthPhase{{calm, []int{10}, nil}, {30 * time.Second, []int{200}, nil}},
 		}.play(t)
 		e := snap.Figures.Estimate
 		if e.Saturated || !math.IsNaN(e.Capacity) {

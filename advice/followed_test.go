@@ -33,21 +33,21 @@ func TestAdviceStandsOnceFollowed(t *testing.T) {
 		workers int
 	}{
 		{name: "pool of 50, 10 then 200 clients", first: synth{routes: pool50, pools: []int{50},
-			phases: []synthPhase{{20 * time.Second, []int{10}}, {60 * time.Second, []int{200}}}}},
+			phases: []synthPhase{{20 * time.Second, []int{10}, nil}, {60 * time.Second, []int{200}, nil}}}},
 		{name: "pool of 50, applied under rising load", first: synth{routes: pool50, pools: []int{50},
-			phases: []synthPhase{{20 * time.Second, []int{10}}, {60 * time.Second, []int{200}}}},
-			applied: []synthPhase{{20 * time.Second, []int{10}}, {20 * time.Second, []int{50}}, {40 * time.Second, []int{200}}}},
+			phases: []synthPhase{{20 * time.Second, []int{10}, nil}, {60 * time.Second, []int{200}, nil}}},
+			applied: []synthPhase{{20 * time.Second, []int{10}, nil}, {20 * time.Second, []int{50}, nil}, {40 * time.Second, []int{200}, nil}}},
 		{name: "a servlet pool of 50 behind two pages", first: synth{routes: tomcat, pools: []int{50},
-			phases: []synthPhase{{60 * time.Second, []int{20, 20}}, {40 * time.Second, []int{100, 20}}}}},
+			phases: []synthPhase{{60 * time.Second, []int{20, 20}, nil}, {40 * time.Second, []int{100, 20}, nil}}}},
 		{name: "a servlet pool of 50 behind two pages, WORKERS=51", workers: 51, first: synth{routes: tomcat, pools: []int{50},
-			phases: []synthPhase{{60 * time.Second, []int{20, 20}}, {40 * time.Second, []int{100, 20}}}}},
+			phases: []synthPhase{{60 * time.Second, []int{20, 20}, nil}, {40 * time.Second, []int{100, 20}, nil}}}},
 		{name: "20 ms and 200 ms behind one pool of 30", first: synth{routes: twoCosts, pools: []int{30},
-			phases: []synthPhase{{30 * time.Second, []int{10, 10}}, {60 * time.Second, []int{60, 60}}}}},
+			phases: []synthPhase{{30 * time.Second, []int{10, 10}, nil}, {60 * time.Second, []int{60, 60}, nil}}}},
 		{name: "healthy, 10 then 100 clients", first: synth{routes: []synthRoute{{path: "/wait", lo: 20 * ms, hi: 400 * ms, pool: -1}},
-			phases: []synthPhase{{20 * time.Second, []int{10}}, {60 * time.Second, []int{100}}}}},
+			phases: []synthPhase{{20 * time.Second, []int{10}, nil}, {60 * time.Second, []int{100}, nil}}}},
 		{name: "a pool of 10 behind /db only", first: synth{
 			routes: []synthRoute{{path: "/db", lo: 190 * ms, hi: 210 * ms, pool: 0}, {path: "/wait", lo: 95 * ms, hi: 105 * ms, pool: -1}},
-			pools:  []int{10}, phases: []synthPhase{{30 * time.Second, []int{5, 10}}, {60 * time.Second, []int{50, 10}}}}},
+			pools:  []int{10}, phases: []synthPhase{{30 * time.Second, []int{5, 10}, nil}, {60 * time.Second, []int{50, 10}, nil}}}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -60,7 +60,7 @@ func TestAdviceStandsOnceFollowed(t *testing.T) {
 			applied.phases = tt.applied
 			if applied.phases == nil {
 				last := tt.first.phases[len(tt.first.phases)-1]
-				applied.phases = []synthPhase{{60 * time.Second, last.clients}}
+				applied.phases = []synthPhase{{60 * time.Second, last.clients, last.rates}}
 			}
 			if workers > 0 {
 				applied.settings = Settings{Fixed: true, Workers: workers, QueueSize: 10000, QueueTimeout: 30 * time.Second}

@@ -38,6 +38,15 @@ type Prediction struct {
 	// InFlight is requests at the upstream, time-averaged; Queued those in
 	// loomgate's queue.
 	InFlight, Queued float64
+	// Open is set when the prediction is for open demand: then the figures
+	// are those of the first Span from an empty queue, QueueGrowth is
+	// how many more requests wait each second (loomgate's queue and the
+	// upstream's), and FullAfter when the queue's bound or timeout first
+	// rejected, 0 if it did not within the minute.
+	Open        bool
+	Span        time.Duration
+	QueueGrowth float64
+	FullAfter   time.Duration
 	// Beyond is set when the setting would put more requests at the
 	// upstream than it was seen to serve at once (Demand.Seen), the
 	// capacity being unknown: the figures assume it serves no more, a
@@ -59,6 +68,11 @@ type Demand struct {
 	// Capacity is the upstream's, shared by every route: its hidden
 	// pool, cores or lock, which queues what exceeds it. 0 or NaN: none.
 	Capacity float64
+	// Open is set when requests arrive at each route's Rate whatever the
+	// latency, rather than from Clients that wait for their answers. An
+	// open stream above what a setting serves fills its queue at the
+	// difference until the queue's bound or timeout rejects it.
+	Open bool
 	// Seen is the most the upstream was seen serving at once. Where the
 	// Capacity is unknown and no route has one of its own, the simulation
 	// serves no more than Seen at once: beyond it nothing was measured,
@@ -80,6 +94,8 @@ type RouteDemand struct {
 	// Capacity is a bottleneck behind this route alone (its pool), 0 or
 	// NaN for none.
 	Capacity float64
+	// Rate is its requests a second when the demand is Open.
+	Rate float64
 }
 
 // seenBound is the concurrency the simulation caps the upstream at for
@@ -94,6 +110,24 @@ func (d Demand) seenBound() int {
 		}
 	}
 	return max(1, int(math.Round(d.Seen)))
+}
+
+// rate is the open demand's total, requests a second.
+func (d Demand) rate() float64 {
+	x := 0.0
+	for _, r := range d.Routes {
+		if len(r.Service) > 0 {
+			x += r.Rate
+		}
+	}
+	return x
+}
+
+// openHorizon is how long a prediction of open demand simulates, from
+// empty: a minute, as the figures cover, or less above 500 requests a
+// second, so that a prediction costs no more than 30 000 requests.
+func openHorizon(rate float64) float64 {
+	return min(Window.Seconds(), 3*predictCompletions/rate)
 }
 
 // clients is the demand's total.
@@ -117,7 +151,7 @@ const predictCompletions = 10000
 // same figures give the same prediction.
 func Predict(s Setting, d Demand) Prediction {
 	p := Prediction{Setting: s}
-	if d.clients() <= 0 {
+	if !d.Open && d.clients() <= 0 || d.Open && d.rate() <= 0 {
 		return p
 	}
 	sim := newSimulation(s, d)
@@ -125,6 +159,9 @@ func Predict(s Setting, d Demand) Prediction {
 	p = sim.prediction()
 	if bound := d.seenBound(); bound > 0 {
 		most := d.clients()
+		if d.Open {
+			most = int(math.Ceil(p.InFlight))
+		}
 		if s.Limit > 0 {
 			most = min(most, s.Limit)
 		}
@@ -166,6 +203,13 @@ type simulation struct {
 	// route has none).
 	pools  []pool
 	shared bool
+
+	// open: arrivals at each route's Rate until horizon, measured from
+	// the start; firstReject is when the first was refused, -1 before.
+	open             bool
+	horizon          float64
+	firstReject      float64
+	waitingAtHorizon int
 
 	// Measured after the warm-up.
 	warm, done                     int
@@ -216,6 +260,34 @@ func newSimulation(s Setting, d Demand) *simulation {
 			sim.pools = append(sim.pools, pool{cap: capOf(r.Capacity)})
 		}
 	}
+	sim.firstReject = -1
+	if d.Open {
+		sim.open, sim.horizon = true, openHorizon(d.rate())
+		for route, r := range d.Routes {
+			if len(r.Service) > 0 && r.Rate > 0 {
+				sim.arrivals.push(event{at: sim.rng.ExpFloat64() / r.Rate, req: request{client: -1, route: route}})
+			}
+		}
+		if clients == 0 {
+			// The mean service for rejections, weighted by rate.
+			total := 0.0
+			for _, r := range d.Routes {
+				if len(r.Service) > 0 && r.Rate > 0 {
+					m, w := 0.0, 0.0
+					for _, x := range r.Service {
+						m += x.d.Seconds() * x.w
+						w += x.w
+					}
+					sim.mean += m / w * r.Rate
+					total += r.Rate
+				}
+			}
+			if total > 0 {
+				sim.mean /= total
+			}
+		}
+		return sim
+	}
 	sim.warm = predictCompletions / 5
 	n, c := d.clients(), 0
 	for route, r := range d.Routes {
@@ -257,7 +329,7 @@ func (sim *simulation) advance(t float64) {
 }
 
 func (sim *simulation) run() {
-	for sim.done < sim.warm+predictCompletions {
+	for sim.open || sim.done < sim.warm+predictCompletions {
 		next, kind := math.Inf(1), 0
 		if len(sim.arrivals) > 0 {
 			next, kind = sim.arrivals[0].at, 1
@@ -270,6 +342,14 @@ func (sim *simulation) run() {
 				next, kind = dl, 3
 			}
 		}
+		if sim.open && next > sim.horizon {
+			sim.advance(sim.horizon)
+			sim.waitingAtHorizon = len(sim.admitQ)
+			for _, p := range sim.pools {
+				sim.waitingAtHorizon += len(p.queue)
+			}
+			return
+		}
 		if kind == 0 {
 			return
 		}
@@ -278,6 +358,9 @@ func (sim *simulation) run() {
 		case 1:
 			e := sim.arrivals.pop()
 			sim.arrive(request{client: e.req.client, route: e.req.route, arrived: sim.now})
+			if sim.open {
+				sim.arrivals.push(event{at: sim.now + sim.rng.ExpFloat64()/sim.d.Routes[e.req.route].Rate, req: e.req})
+			}
 		case 2:
 			e := sim.completions.pop()
 			sim.complete(e.req)
@@ -320,7 +403,7 @@ func (sim *simulation) complete(r request) {
 	p := sim.pool(r)
 	p.busy--
 	sim.admitted--
-	if sim.done == sim.warm {
+	if sim.done == sim.warm && !sim.open {
 		sim.start = sim.now
 	}
 	if sim.done >= sim.warm {
@@ -338,12 +421,21 @@ func (sim *simulation) complete(r request) {
 		sim.admitQ = sim.admitQ[1:]
 		sim.admit(next)
 	}
-	sim.arrivals.push(event{at: sim.now, req: request{client: r.client, route: r.route}})
+	if !sim.open {
+		sim.arrivals.push(event{at: sim.now, req: request{client: r.client, route: r.route}})
+	}
 }
 
 func (sim *simulation) reject(r request) {
 	if sim.done >= sim.warm {
 		sim.rejected++
+	}
+	if sim.open {
+		// An open stream's next request comes at its own rate.
+		if sim.firstReject < 0 {
+			sim.firstReject = sim.now
+		}
+		return
 	}
 	sim.arrivals.push(event{at: sim.now + sim.mean, req: request{client: r.client, route: r.route}})
 }
@@ -364,6 +456,13 @@ func (sim *simulation) prediction() Prediction {
 	p.Queued = sim.areaQueued / elapsed
 	p.InFlightBytes = (p.InFlight + p.Queued) * sim.d.OverheadBytes
 	p.UpstreamBytes = p.InFlight * sim.d.BytesPerRequest
+	if sim.open {
+		p.Open, p.Span = true, secs(sim.horizon)
+		p.QueueGrowth = float64(sim.waitingAtHorizon) / elapsed
+		if sim.firstReject >= 0 {
+			p.FullAfter = secs(sim.firstReject)
+		}
+	}
 	return p
 }
 

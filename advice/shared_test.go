@@ -30,7 +30,7 @@ func TestSharedBottleneck(t *testing.T) {
 			s: synth{
 				routes: []synthRoute{{path: "/a", lo: 19 * ms, hi: 21 * ms}, {path: "/b", lo: 190 * ms, hi: 210 * ms}},
 				pools:  []int{30},
-				phases: []synthPhase{{30 * time.Second, []int{10, 10}}, {60 * time.Second, []int{60, 60}}},
+				phases: []synthPhase{{30 * time.Second, []int{10, 10}, nil}, {60 * time.Second, []int{60, 60}, nil}},
 			},
 			saturated: true, capacity: 30, shared: []string{"GET /a", "GET /b"},
 		},
@@ -41,7 +41,7 @@ func TestSharedBottleneck(t *testing.T) {
 			s: synth{
 				routes: []synthRoute{{path: "/a", lo: 19 * ms, hi: 21 * ms}, {path: "/b", lo: 190 * ms, hi: 210 * ms}},
 				pools:  []int{30},
-				phases: []synthPhase{{120 * time.Second, []int{10, 10}}, {40 * time.Second, []int{60, 60}}},
+				phases: []synthPhase{{120 * time.Second, []int{10, 10}, nil}, {40 * time.Second, []int{60, 60}, nil}},
 			},
 			saturated: true, capacity: 30, shared: []string{"GET /a", "GET /b"},
 		},
@@ -55,7 +55,7 @@ func TestSharedBottleneck(t *testing.T) {
 					{path: "/trivial.jsp", lo: 150 * time.Microsecond, hi: 250 * time.Microsecond, think: 3 * ms},
 				},
 				pools:  []int{50},
-				phases: []synthPhase{{60 * time.Second, []int{20, 20}}, {40 * time.Second, []int{100, 20}}},
+				phases: []synthPhase{{60 * time.Second, []int{20, 20}, nil}, {40 * time.Second, []int{100, 20}, nil}},
 			},
 			saturated: true, capacity: 50, shared: []string{"GET /sleep.jsp", "GET /trivial.jsp"},
 		},
@@ -68,7 +68,7 @@ func TestSharedBottleneck(t *testing.T) {
 			s: synth{
 				routes: []synthRoute{{path: "/a", lo: 19 * ms, hi: 21 * ms}, {path: "/b", lo: 950 * ms, hi: 1050 * ms}},
 				pools:  []int{20},
-				phases: []synthPhase{{30 * time.Second, []int{5, 5}}, {60 * time.Second, []int{5, 28}}},
+				phases: []synthPhase{{30 * time.Second, []int{5, 5}, nil}, {60 * time.Second, []int{5, 28}, nil}},
 			},
 			saturated: true, capacity: 20, shared: []string{"GET /a", "GET /b"},
 		},
@@ -78,7 +78,7 @@ func TestSharedBottleneck(t *testing.T) {
 			s: synth{
 				routes: []synthRoute{{path: "/db", lo: 190 * ms, hi: 210 * ms, pool: 0}, {path: "/wait", lo: 95 * ms, hi: 105 * ms, pool: -1}},
 				pools:  []int{10},
-				phases: []synthPhase{{30 * time.Second, []int{5, 10}}, {60 * time.Second, []int{50, 10}}},
+				phases: []synthPhase{{30 * time.Second, []int{5, 10}, nil}, {60 * time.Second, []int{50, 10}, nil}},
 			},
 			saturated: false, capacity: math.NaN(), routeLocal: []string{"GET /db"},
 		},

@@ -20,10 +20,13 @@ type synthRoute struct {
 	think  time.Duration
 }
 
-// synthPhase is a span of time and the clients each route has in it.
+// synthPhase is a span of time and the clients each route has in it, or
+// with rates, the requests a second that arrive for each route whatever
+// the latency (open demand, Poisson arrivals).
 type synthPhase struct {
 	d       time.Duration
 	clients []int
+	rates   []float64
 }
 
 // synth is a closed loop of clients, loomgate's admission and an upstream
@@ -42,11 +45,13 @@ type synth struct {
 type synthReq struct {
 	route             int
 	arrived, admitted time.Duration
+	open              bool
+	phase             int
 }
 
 type synthEvent struct {
 	at   time.Duration
-	kind int // 0 arrival, 1 completion, 2 phase
+	kind int // 0 arrival, 1 completion, 2 phase, 3 open arrival
 	req  synthReq
 }
 
@@ -117,6 +122,13 @@ func (s synth) run(a *Advisor, inFlight, queued *atomic.Int64) {
 	arrive := func(q synthReq) {
 		q.arrived = now
 		if s.settings.Fixed && admitted >= s.settings.Workers {
+			if len(admitQ) >= s.settings.QueueSize {
+				a.Record(&Sample{Method: []byte("GET"), Target: []byte(s.routes[q.route].path), Admission: true})
+				if !q.open {
+					events.push(synthEvent{at: now + s.routes[q.route].think + s.routes[q.route].lo, kind: 0, req: synthReq{route: q.route}})
+				}
+				return
+			}
 			admitQ = append(admitQ, q)
 			return
 		}
@@ -136,6 +148,14 @@ func (s synth) run(a *Advisor, inFlight, queued *atomic.Int64) {
 		switch e.kind {
 		case 2:
 			want = s.phases[phase].clients
+			if want == nil {
+				want = make([]int, len(s.routes))
+			}
+			for r, rate := range s.phases[phase].rates {
+				if rate > 0 {
+					events.push(synthEvent{at: now + time.Duration(rng.ExpFloat64()/rate*float64(time.Second)), kind: 3, req: synthReq{route: r, open: true, phase: phase}})
+				}
+			}
 			phase++
 			for r := range s.routes {
 				for alive[r] < want[r] {
@@ -145,6 +165,14 @@ func (s synth) run(a *Advisor, inFlight, queued *atomic.Int64) {
 			}
 		case 0:
 			arrive(e.req)
+		case 3:
+			q := e.req
+			if q.phase != phase-1 {
+				break // the phase that sent them is over
+			}
+			arrive(q)
+			rate := s.phases[q.phase].rates[q.route]
+			events.push(synthEvent{at: now + time.Duration(rng.ExpFloat64()/rate*float64(time.Second)), kind: 3, req: q})
 		case 1:
 			q := e.req
 			admitted--
@@ -166,6 +194,9 @@ func (s synth) run(a *Advisor, inFlight, queued *atomic.Int64) {
 				send(next)
 			}
 			r := q.route
+			if q.open {
+				break
+			}
 			if alive[r] > want[r] {
 				alive[r]--
 			} else {

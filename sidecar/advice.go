@@ -67,6 +67,12 @@ type FiguresDoc struct {
 	// Demand is the clients outstanding now (in flight + queued, over the
 	// last 10 s), what the predictions are made for.
 	Demand float64 `json:"demand"`
+	// DemandModel is "closed" (clients that wait for their answers) or
+	// "open" (requests that arrive at OpenArrivalRate whatever the
+	// latency): the predictions' model, for DemandModelReason.
+	DemandModel       string  `json:"demand_model"`
+	DemandModelReason string  `json:"demand_model_reason"`
+	OpenArrivalRate   float64 `json:"open_arrival_rate_rps"`
 	// UpstreamCapacity and its range are null when unknown; then
 	// CapacityUnknown says why.
 	UpstreamCapacity   *float64 `json:"upstream_capacity"`
@@ -128,6 +134,10 @@ type PredictionDoc struct {
 	// than it was seen serving at once: the figures assume it serves no
 	// more.
 	BeyondSeen bool `json:"beyond_seen"`
+	// For open demand: how many more requests wait each second, and when
+	// the queue first rejected, 0 if not within the first minute.
+	QueueGrowth      float64 `json:"queue_growth_rps"`
+	FullAfterSeconds float64 `json:"queue_full_after_seconds"`
 }
 
 type RecommendationDoc struct {
@@ -193,6 +203,9 @@ func (s *Sidecar) advice(snap advice.Snapshot) AdviceDoc {
 			LatencyP99Seconds:    f.LatencyP99.Seconds(),
 			QueueShare:           f.QueueShare,
 			Demand:               f.Demand,
+			DemandModel:          demandModel(f.DemandOpen),
+			DemandModelReason:    f.DemandWhy,
+			OpenArrivalRate:      f.OpenRate,
 			UpstreamCapacity:     known(e.Capacity),
 			CapacityLow:          known(e.CapacityLow),
 			CapacityHigh:         known(e.CapacityHigh),
@@ -231,7 +244,7 @@ func (s *Sidecar) advice(snap advice.Snapshot) AdviceDoc {
 			Name: p.Name, Setting: p.Setting.Describe(), Mode: mode, Limit: p.Limit, QueueSize: p.QueueSize, WaitSeconds: p.Wait.Seconds(),
 			Throughput: p.Throughput, P50Seconds: p.P50.Seconds(), P99Seconds: p.P99.Seconds(), MeanQueueSeconds: p.MeanQueue.Seconds(),
 			Rejected: p.Rejected, InFlight: p.InFlight, Queued: p.Queued, InFlightBytes: p.InFlightBytes, UpstreamMemBytes: p.UpstreamBytes,
-			BeyondSeen: p.Beyond,
+			BeyondSeen: p.Beyond, QueueGrowth: p.QueueGrowth, FullAfterSeconds: p.FullAfter.Seconds(),
 		})
 	}
 	for _, b := range snap.History {
@@ -242,6 +255,13 @@ func (s *Sidecar) advice(snap advice.Snapshot) AdviceDoc {
 		})
 	}
 	return doc
+}
+
+func demandModel(open bool) string {
+	if open {
+		return "open"
+	}
+	return "closed"
 }
 
 // gauges turns the advice into the numbers metrics exports.
