@@ -182,8 +182,8 @@ func estimate(points, calm []point, liveFrom int64) (Estimate, [classes]routeEst
 	// it than a short one, and may not reach Stretched. So a class queues
 	// in a bucket when it is stretched, or when, with the load risen, it
 	// was Delayed, by at least half the delay of a class that is stretched
-	// there. A bottleneck behind one route delays that
-	// route alone: the others stay as they were.
+	// there. A bottleneck behind one route delays that route alone: the
+	// others stay as they were.
 	delay := func(p point, c int) time.Duration { return p.class[c].p25 - routes[c].baselineP25 }
 	most := make([]time.Duration, len(points)) // the longest delay of a stretched class, by point
 	for i, p := range points {
@@ -291,8 +291,14 @@ func estimate(points, calm []point, liveFrom int64) (Estimate, [classes]routeEst
 			e.LowerBound = max(e.LowerBound, p.load)
 		}
 	}
+	// Seen: the lower bound, or more where the quantiles moved without any
+	// route queueing. Not a mixed bucket, whose average load counts the
+	// start of an overload with the calm before it.
 	e.Seen = e.LowerBound
 	for i, p := range points {
+		if p.mixed {
+			continue
+		}
 		judged, queued := false, false
 		for c := range routes {
 			if p.class[c].n >= minClassRequests && routes[c].baselineP25 > 0 {
