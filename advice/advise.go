@@ -110,9 +110,12 @@ const (
 //     stretch or a bulkhead that fails fast if not;
 //   - only some routes queue inside: a global cap would throttle the
 //     healthy ones, so none; the bottleneck is behind those routes;
-//   - loomgate's own queue dominating an upstream that is not saturated:
-//     raise the limit to the demand (in flight + queued) with headroom, or
-//     admit everything;
+//   - a limit that holds clients back, and an upstream never seen serving
+//     what they demand: keep the limit, or step it up by ProbeStep and
+//     watch; the capacity is at least the limit, and no more is known;
+//   - loomgate's own queue dominating an upstream that is not saturated
+//     and was seen serving the demand: raise the limit to the demand (in
+//     flight + queued) with headroom, or admit everything;
 //   - otherwise the modes are equivalent: keep the simpler one, unbounded;
 //   - in every case, with a memory budget and the upstream's bytes per
 //     request known, the bulkhead that keeps in-flight memory under it
