@@ -160,13 +160,17 @@ func (w *window) bucketNumber(t time.Time) int64 {
 	return n
 }
 
-// position is the bucket that holds t and the second of it.
+// position is the bucket that holds t and the second of it. BucketWidth
+// is whole seconds, so the seconds since the epoch give both with one
+// division of the clock's nanoseconds: it runs for every request.
 func (w *window) position(t time.Time) (int64, int) {
 	d := t.Sub(w.epoch)
 	if d < 0 {
 		return 0, 0
 	}
-	return int64(d / BucketWidth), int((d % BucketWidth) / time.Second)
+	s := int64(d / time.Second)
+	n := s / int64(subBuckets)
+	return n, int(s - n*int64(subBuckets))
 }
 
 // current returns bucket n and its histograms, emptied if their slots last
