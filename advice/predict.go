@@ -42,7 +42,7 @@ type Prediction struct {
 	// are those of the first Span from an empty queue, QueueGrowth is
 	// how many more requests wait each second (loomgate's queue and the
 	// upstream's), and FullAfter when the queue's bound or timeout first
-	// rejected, 0 if it did not within the minute.
+	// rejected, 0 if it did not within the Span.
 	Open        bool
 	Span        time.Duration
 	QueueGrowth float64
@@ -143,7 +143,8 @@ func (d Demand) clients() int {
 // 10000 has 100 answers above it, and four predictions take milliseconds.
 const predictCompletions = 10000
 
-// Predict simulates s under d: a discrete-event simulation of the clients,
+// Predict simulates s under d: a discrete-event simulation of the clients
+// (or, for open demand, of arrivals at their rate from an empty queue),
 // loomgate's admission and the upstream's own capacity, with service times
 // drawn from the measured unloaded distribution. A simulation rather than
 // a formula: the formulas give means, and a p99 of widely spread service
@@ -252,9 +253,9 @@ func newSimulation(s Setting, d Demand) *simulation {
 	if isKnown(d.Capacity) && d.Capacity > 0 {
 		sim.shared = true
 		sim.pools = []pool{{cap: capOf(d.Capacity)}}
-	} else if cap := d.seenBound(); cap > 0 {
+	} else if bound := d.seenBound(); bound > 0 {
 		sim.shared = true
-		sim.pools = []pool{{cap: cap}}
+		sim.pools = []pool{{cap: bound}}
 	} else {
 		for _, r := range d.Routes {
 			sim.pools = append(sim.pools, pool{cap: capOf(r.Capacity)})
@@ -266,24 +267,6 @@ func newSimulation(s Setting, d Demand) *simulation {
 		for route, r := range d.Routes {
 			if len(r.Service) > 0 && r.Rate > 0 {
 				sim.arrivals.push(event{at: sim.rng.ExpFloat64() / r.Rate, req: request{client: -1, route: route}})
-			}
-		}
-		if clients == 0 {
-			// The mean service for rejections, weighted by rate.
-			total := 0.0
-			for _, r := range d.Routes {
-				if len(r.Service) > 0 && r.Rate > 0 {
-					m, w := 0.0, 0.0
-					for _, x := range r.Service {
-						m += x.d.Seconds() * x.w
-						w += x.w
-					}
-					sim.mean += m / w * r.Rate
-					total += r.Rate
-				}
-			}
-			if total > 0 {
-				sim.mean /= total
 			}
 		}
 		return sim
