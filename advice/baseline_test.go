@@ -70,3 +70,39 @@ func TestBaselineMixedBucketHealthy(t *testing.T) {
 		}
 	}
 }
+
+// Traffic in bursts, idle seconds between them: an idle second is no calm
+// part, and the buckets still make the baseline.
+func TestBaselineIdleSeconds(t *testing.T) {
+	ms := time.Millisecond
+	snap := synth{
+		routes: []synthRoute{{path: "/wait", lo: 290 * ms, hi: 310 * ms, pool: -1, think: 2700 * ms}},
+		phases: []synthPhase{{60 * time.Second, []int{30}, nil}},
+	}.play(t)
+	if len(snap.Figures.Routes) == 0 {
+		t.Fatalf("no route answered: %s", snap.Text())
+	}
+	for _, rt := range snap.Figures.Routes {
+		if rt.BaselineP25 == 0 {
+			t.Errorf("%s: no baseline from bursts with idle seconds between them", rt.Name)
+		}
+	}
+}
+
+// Bursts over a steady trickle: the seconds between them are calmer, but
+// the load did not change within the buckets, it fluctuated in each.
+func TestBaselineBursts(t *testing.T) {
+	ms := time.Millisecond
+	snap := synth{
+		routes: []synthRoute{
+			{path: "/wait", lo: 290 * ms, hi: 310 * ms, pool: -1, think: 2700 * ms},
+			{path: "/tick", lo: 95 * ms, hi: 105 * ms, pool: -1, think: 900 * ms},
+		},
+		phases: []synthPhase{{60 * time.Second, []int{30, 10}, nil}},
+	}.play(t)
+	for _, rt := range snap.Figures.Routes {
+		if rt.BaselineP25 == 0 {
+			t.Errorf("%s: no baseline from bursts over a trickle", rt.Name)
+		}
+	}
+}

@@ -247,10 +247,12 @@ func calmPart(b *bucket, l *live, calm *[classes]classPoint) (mixed bool, load f
 			for c := range s.class {
 				busy += s.class[c].service
 			}
-			if busy == 0 {
-				continue
-			}
 			loads[i] = busy.Seconds()
+		}
+		// An idle second is no calm part: traffic in bursts would make
+		// every bucket mixed, and none a baseline.
+		if loads[i] == 0 {
+			continue
 		}
 		has[i] = true
 		lo, hi = min(lo, loads[i]), max(hi, loads[i])
@@ -268,6 +270,22 @@ func calmPart(b *bucket, l *live, calm *[classes]classPoint) (mixed bool, load f
 		}
 	}
 	load /= float64(count)
+	// A change of load is a step: the calm seconds at one end of the
+	// bucket, the rest at the other. Calm seconds on both sides of busy
+	// ones are bursts in a load that fluctuates, and the bucket is whole.
+	changes, prev := 0, -1
+	for i := range loads {
+		if !has[i] {
+			continue
+		}
+		if prev >= 0 && calmSecs[i] != calmSecs[prev] {
+			changes++
+		}
+		prev = i
+	}
+	if changes != 1 {
+		return false, 0
+	}
 	for c := range calm {
 		var t classTotals
 		for i := range l.sec {
