@@ -388,11 +388,12 @@ func (w *window) record(now time.Time, class int, s *Sample) {
 	l.servHist[si]++
 	l.totalHist[ti]++
 	if s.Answered && class >= 0 && class < classes {
-		b.class[class].n++
-		b.class[class].service += s.Service
+		t, st := &b.class[class], &l.sec[sec].class[class]
+		t.n++
+		t.service += s.Service
+		st.n++
+		st.service += s.Service
 		l.classHist[class][si]++
-		l.sec[sec].class[class].n++
-		l.sec[sec].class[class].service += s.Service
 	}
 }
 
