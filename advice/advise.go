@@ -71,6 +71,10 @@ type Recommendation struct {
 	// Bulkhead is the LOOMGATE_BULKHEAD to set in unbounded mode, the
 	// fail-fast alternative; 0 when the advice names none.
 	Bulkhead int
+	// Probe is a bounded step above the limit in force, to try and watch,
+	// when the limit holds clients back and the upstream was never seen
+	// serving more: its behaviour beyond is unknown. 0 when there is none.
+	Probe int
 	// Reasons are the measured facts behind it, one sentence each.
 	Reasons []string
 	// Summary says what to do in one or two sentences.
@@ -89,6 +93,10 @@ const (
 	// Headroom is what a recommended limit adds above the measured demand,
 	// so that a busier minute than the one measured does not queue again.
 	Headroom = 1.1
+	// ProbeStep is the step up from a limit beyond which the upstream was
+	// never seen: small enough that a stretch it causes is brief and
+	// plain in the advice, large enough to show one.
+	ProbeStep = 1.25
 )
 
 // Advise turns the figures measured under the settings in force into a
@@ -102,9 +110,12 @@ const (
 //     stretch or a bulkhead that fails fast if not;
 //   - only some routes queue inside: a global cap would throttle the
 //     healthy ones, so none; the bottleneck is behind those routes;
-//   - loomgate's own queue dominating an upstream that is not saturated:
-//     raise the limit to the demand (in flight + queued) with headroom, or
-//     admit everything;
+//   - a limit that holds clients back, and an upstream never seen serving
+//     what they demand: keep the limit, or step it up by ProbeStep and
+//     watch; the capacity is at least the limit, and no more is known;
+//   - loomgate's own queue dominating an upstream that is not saturated
+//     and was seen serving the demand: raise the limit to the demand (in
+//     flight + queued) with headroom, or admit everything;
 //   - otherwise the modes are equivalent: keep the simpler one, unbounded;
 //   - in every case, with a memory budget and the upstream's bytes per
 //     request known, the bulkhead that keeps in-flight memory under it
@@ -127,6 +138,10 @@ func Advise(s Settings, f Figures) Recommendation {
 				f.InFlight, capacityText(e)),
 			stretchReason(f),
 			"More admission will not help: it only lengthens the queue inside the upstream.")
+		if len(e.Shared) > 1 {
+			r.Reasons = append(r.Reasons, fmt.Sprintf("%s wait for the same bottleneck: their service times stretch together as the total load rises, whatever each one's own load, so one cap in loomgate protects them all.",
+				strings.Join(quoted(e.Shared), ", ")))
+		}
 		if e.LowerBound > e.Capacity {
 			r.Reasons = append(r.Reasons, fmt.Sprintf("It was seen to serve %.0f at once without its service time growing, so the cap is no lower.", e.LowerBound))
 		}
@@ -144,9 +159,39 @@ func Advise(s Settings, f Figures) Recommendation {
 			"A limit in loomgate applies to every route: it would hold back the healthy ones to protect a bottleneck they do not use.")
 		r.Summary = fmt.Sprintf("A bottleneck behind %s only: set no global cap; give %s its own limit in the service (its pool, or a bulkhead in front of its dependency).",
 			strings.Join(quoted(e.RouteLocal), ", "), plural(len(e.RouteLocal), "that route", "those routes"))
+	case s.Limit() > 0 && f.Demand >= float64(s.Limit())+1 && f.Demand*Headroom > e.Seen &&
+		(memCap == 0 || memCap > s.Limit()):
+		// The limit holds clients back, and the upstream was never seen
+		// serving what they ask: the capacity is at least the limit, and
+		// no more is known. Raising to the demand, or admitting every
+		// request, would be a guess; a bounded step, watched, finds out.
+		probe := max(readableUp(float64(s.Limit())*ProbeStep), s.Limit()+1)
+		probe = min(probe, max(readableUp(f.Demand*Headroom), s.Limit()+1))
+		if memCap > 0 {
+			probe = min(probe, memCap)
+		}
+		r.Probe = probe
+		r.Reasons = append(r.Reasons,
+			fmt.Sprintf("Requests spend %.0f%% of their time in loomgate's queue (mean wait %s, service %s): clients keep %.0f requests outstanding, and the limit admits %d.",
+				100*f.QueueShare, ms(f.MeanQueue), ms(f.MeanService), f.Demand, s.Limit()),
+			notSaturated(f),
+			fmt.Sprintf("The upstream was never seen serving more than %.0f at once: its capacity is at least that, and what it does beyond is unknown. Raising the limit to the demand, or admitting every request, would be a guess.", e.Seen))
+		variable := "LOOMGATE_WORKERS"
+		if s.Fixed {
+			r.Workers = s.Workers
+		} else {
+			variable, r.Bulkhead = "LOOMGATE_BULKHEAD", s.Bulkhead
+		}
+		r.Summary = fmt.Sprintf("Keep %s=%d, or find out whether the upstream serves more: raise it to %d and watch this advice. If its service time stays as it is unloaded, step again; if it stretches, its capacity is found and the advice caps there.",
+			variable, s.Limit(), probe)
+		recommended = new(s.inForce())
+		recommended.Name = "recommended"
 	case f.QueueShare >= QueueDominates && s.Limit() > 0:
 		demand := f.Demand
 		advise := max(readableUp(demand*Headroom), s.Limit()+1)
+		// No further than the upstream was seen to serve: the branch
+		// above takes demand beyond it.
+		advise = min(advise, max(int(e.Seen), s.Limit()+1))
 		r.Reasons = append(r.Reasons,
 			fmt.Sprintf("Requests spend %.0f%% of their time in loomgate's queue (mean wait %s, service %s).",
 				100*f.QueueShare, ms(f.MeanQueue), ms(f.MeanService)),
@@ -206,9 +251,14 @@ func Advise(s Settings, f Figures) Recommendation {
 
 	// A capacity seen in History, at another load, still holds; an
 	// upstream that never queued has none to model (NaN).
+	if f.DemandWhy != "" && f.Requests >= MinRequests {
+		r.Reasons = append(r.Reasons, f.DemandWhy+demandConsequence(f, e))
+	}
 	d := Demand{
+		Open:            f.DemandOpen,
 		Routes:          f.demand,
 		Capacity:        e.Capacity,
+		Seen:            e.Seen,
 		OverheadBytes:   float64(s.OverheadBytes),
 		BytesPerRequest: f.BytesPerRequest,
 	}
@@ -224,6 +274,17 @@ func Advise(s Settings, f Figures) Recommendation {
 		r.Predictions = append(r.Predictions, Predict(a, d))
 	}
 	return r
+}
+
+// demandConsequence says what the demand model means for the predictions.
+func demandConsequence(f Figures, e Estimate) string {
+	switch {
+	case !f.DemandOpen:
+		return " The predictions hold those clients: each sends its next request when its answer arrives."
+	case e.Saturated:
+		return " The predictions send requests at that rate: above what a setting serves, its queue fills by the difference each second until QUEUE_SIZE or QUEUE_TIMEOUT rejects them, so a long queue only delays the rejections; LOOMGATE_BULKHEAD fails them fast instead."
+	}
+	return " The predictions send requests at that rate: above what a setting serves, its queue fills by the difference each second until QUEUE_SIZE or QUEUE_TIMEOUT rejects them."
 }
 
 // stretchReason says how the routes' service times compare with their

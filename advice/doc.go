@@ -9,9 +9,13 @@
 // queueing inside the upstream when its service time (the first quartile,
 // which neither a wide spread nor a mix of cheap and expensive requests
 // moves) has grown over its least loaded buckets' while the load grew with
-// it. Its capacity is what it served at once, in unloaded service times,
-// while it queued. Where the load never varied enough to tell, the
-// capacity is unknown, not a guess. Advise turns the figures into a
+// it. Routes that wait together as the total load rises share the
+// upstream's bottleneck; one that waits alone has its own. The baseline is
+// read by the second where the load changed within a bucket. The capacity
+// is what the upstream served at once, in unloaded service times, while
+// every route queued. Where the load never varied enough to tell, the
+// capacity is unknown, not a guess, and nothing is predicted or advised
+// beyond what the upstream was seen to serve. Advise turns the figures into a
 // Recommendation, and Predict simulates each alternative setting against
 // the measured demand and service times.
 //

@@ -24,6 +24,11 @@ const (
 	// must come with to be the load's doing: a service time that grew with
 	// no more load is a slower dependency, not saturation.
 	LoadRise = 1.5
+	// Delayed is the growth of a class's first quartile from which, with
+	// the load risen, the class waits for a bottleneck that a stretched
+	// class shares: above the noise of a quartile over a minute, below the
+	// stretch of a long service time behind a short wait.
+	Delayed = 1.1
 	// baselineShare is the part of a class's buckets, the least loaded,
 	// that make its baseline.
 	baselineShare = 0.25
@@ -35,19 +40,30 @@ type point struct {
 	span  time.Duration
 	load  float64 // requests in flight at the upstream, time-averaged
 	class [classes]classPoint
+	// mixed: the load changed within the bucket by LoadRise or more; its
+	// calm part, not the bucket, is a candidate for the baseline.
+	mixed bool
 }
 
 type classPoint struct {
 	n                   int64
 	mean, p25, p50, p99 time.Duration
 	x                   float64 // answers per second
+	// unresolved: in a calm part, the class answered but its quantiles
+	// could not be read.
+	unresolved bool
 }
 
 // Estimate is what the estimate concludes about the upstream.
 type Estimate struct {
 	// Saturated is set when the upstream queues inside for every route:
 	// their service times grew with the load while throughput stopped.
+	// They share its bottleneck, whatever each one's own load.
 	Saturated bool
+	// Shared names the routes that share the upstream's bottleneck when it
+	// is Saturated and more than one route had answers: their service
+	// times stretch together as the total load rises.
+	Shared []string
 	// RouteLocal names the routes that queue inside when others do not:
 	// a bottleneck behind them only, not the upstream's.
 	RouteLocal []string
@@ -60,6 +76,11 @@ type Estimate struct {
 	// once without its service time growing: whatever the capacity, it is
 	// no less. No recommendation caps below it.
 	LowerBound float64
+	// Seen is the most requests the upstream was seen to serve at once
+	// while no route queued inside: at least LowerBound. Where the capacity
+	// is unknown, what the upstream does beyond Seen is unknown too, and no
+	// prediction or recommendation goes there on faith.
+	Seen float64
 	// LoadVaried is set when History holds loads at least LoadRise apart:
 	// without that, saturation cannot be told from a slow minute.
 	LoadVaried bool
@@ -80,8 +101,9 @@ type routeEstimate struct {
 }
 
 // estimate judges the upstream from History's points and the last minute's
-// (from the live buckets, those with n ≥ liveFrom).
-func estimate(points []point, liveFrom int64) (Estimate, [classes]routeEstimate) {
+// (from the live buckets, those with n ≥ liveFrom), with the calm parts of
+// the mixed buckets for the baseline.
+func estimate(points, calm []point, liveFrom int64) (Estimate, [classes]routeEstimate) {
 	e := Estimate{Capacity: math.NaN(), CapacityLow: math.NaN(), CapacityHigh: math.NaN()}
 	var routes [classes]routeEstimate
 	if len(points) == 0 {
@@ -89,29 +111,47 @@ func estimate(points []point, liveFrom int64) (Estimate, [classes]routeEstimate)
 		return e, routes
 	}
 	lo, hi := math.Inf(1), 0.0
-	for _, p := range points {
+	for _, p := range slices.Concat(points, calm) {
 		if p.load > 0 {
 			lo, hi = min(lo, p.load), max(hi, p.load)
 		}
 	}
 	e.LoadVaried = hi > 0 && hi >= LoadRise*lo
 
-	// Each class's baseline: its least loaded buckets. The quartile, not
-	// the minimum, of service time: a median several times the minimum is
+	// Each class's baseline: its least loaded buckets, or a bucket's calm
+	// seconds where the load changed within it. The quartile, not the
+	// minimum, of service time: a median several times the minimum is
 	// normal, and a minimum only falls as requests accumulate.
+	unread := false
 	for c := range routes {
 		var mine []point
+		unresolved := math.Inf(1) // the least load of a calm part not read
 		for _, p := range points {
-			if p.class[c].n >= minClassRequests {
+			if !p.mixed && p.class[c].n >= minClassRequests {
+				mine = append(mine, p)
+			}
+		}
+		for _, p := range calm {
+			switch {
+			case p.class[c].unresolved:
+				unresolved = min(unresolved, p.load)
+			case p.class[c].n >= minClassRequests:
 				mine = append(mine, p)
 			}
 		}
 		r := &routes[c]
 		r.capacity = math.NaN()
 		if len(mine) == 0 {
+			unread = unread || !math.IsInf(unresolved, 1)
 			continue
 		}
 		slices.SortStableFunc(mine, func(a, b point) int { return cmpFloat(a.load, b.load) })
+		// A calmer time than the baseline's that could not be read: the
+		// baseline would not be the route's unloaded time.
+		if LoadRise*unresolved <= mine[0].load {
+			unread = true
+			continue
+		}
 		// The least loaded quarter, and of it only the buckets near the
 		// least load: with few buckets a quarter would reach into load
 		// that already stretched the service time.
@@ -137,18 +177,45 @@ func estimate(points []point, liveFrom int64) (Estimate, [classes]routeEstimate)
 		return cp.n >= minClassRequests && r.baselineP25 > 0 &&
 			float64(cp.p25) >= Stretched*float64(r.baselineP25) && p.load >= LoadRise*r.baseLoad
 	}
-	var liveAnswers, liveStretched [classes]int64
+	// A bottleneck that several routes share delays each by about the same
+	// wait, whatever its own load: a long service time stretches less for
+	// it than a short one, and may not reach Stretched. So a class queues
+	// in a bucket when it is stretched, or when, with the load risen, it
+	// was Delayed, by at least half the delay of a class that is stretched
+	// there. A bottleneck behind one route delays that route alone: the
+	// others stay as they were.
+	delay := func(p point, c int) time.Duration { return p.class[c].p25 - routes[c].baselineP25 }
+	most := make([]time.Duration, len(points)) // the longest delay of a stretched class, by point
+	for i, p := range points {
+		for c := range routes {
+			if stretched(p, c) {
+				most[i] = max(most[i], delay(p, c))
+			}
+		}
+	}
+	queues := func(i int, c int) bool {
+		p, r := points[i], &routes[c]
+		if stretched(p, c) {
+			return true
+		}
+		cp := p.class[c]
+		return most[i] > 0 && cp.n >= minClassRequests && r.baselineP25 > 0 && p.load >= LoadRise*r.baseLoad &&
+			float64(cp.p25) >= Delayed*float64(r.baselineP25) && 2*delay(p, c) >= most[i]
+	}
+	// What the last minute says, by time rather than by answers: a calm
+	// spell's many quick answers must not outvote the seconds since.
+	var liveSpan, liveQueued [classes]time.Duration
 	var liveP25 [classes][]time.Duration
-	for _, p := range points {
+	for i, p := range points {
 		if p.n < liveFrom {
 			continue
 		}
 		for c := range routes {
-			if n := p.class[c].n; n >= minClassRequests {
-				liveAnswers[c] += n
+			if p.class[c].n >= minClassRequests {
+				liveSpan[c] += p.span
 				liveP25[c] = append(liveP25[c], p.class[c].p25)
-				if stretched(p, c) {
-					liveStretched[c] += n
+				if queues(i, c) {
+					liveQueued[c] += p.span
 				}
 			}
 		}
@@ -156,13 +223,13 @@ func estimate(points []point, liveFrom int64) (Estimate, [classes]routeEstimate)
 	active, saturated := 0, 0
 	for c := range routes {
 		r := &routes[c]
-		if liveAnswers[c] == 0 || r.baselineP25 == 0 {
+		if liveSpan[c] == 0 || r.baselineP25 == 0 {
 			continue
 		}
 		active++
 		r.stretch = float64(median(liveP25[c])) / float64(r.baselineP25)
-		// Most of the minute's answers came from stretched buckets.
-		r.saturated = 2*liveStretched[c] > liveAnswers[c]
+		// Most of the minute's time it queued.
+		r.saturated = 2*liveQueued[c] > liveSpan[c]
 		r.slower = !r.saturated && r.stretch >= Stretched
 		if r.saturated {
 			saturated++
@@ -186,8 +253,8 @@ func estimate(points []point, liveFrom int64) (Estimate, [classes]routeEstimate)
 		}
 	}
 	var served []float64
-	for _, p := range points {
-		if !allStretched(p, stretched) {
+	for i, p := range points {
+		if !allQueue(p, i, queues) {
 			continue
 		}
 		w := 0.0
@@ -205,22 +272,48 @@ func estimate(points []point, liveFrom int64) (Estimate, [classes]routeEstimate)
 	// the load rose, the early answers keep the quartile and the median
 	// down while the average held counts the late arrivals, which queued
 	// and make the tail.
-	for _, p := range points {
-		calm := true
+	// Only buckets in which some class had a baseline to compare with, and
+	// the calm parts of mixed ones.
+	for _, p := range slices.Concat(points, calm) {
+		quiet, judged := true, false
 		for c := range routes {
 			r, cp := &routes[c], p.class[c]
-			if cp.n >= minClassRequests && r.baselineP25 > 0 &&
-				(float64(cp.p25) >= Unstretched*float64(r.baselineP25) || float64(cp.p50) >= Unstretched*float64(r.baselineP50) ||
-					float64(cp.p99) >= Unstretched*float64(r.baselineP99)) {
-				calm = false
+			if cp.n < minClassRequests || cp.unresolved || r.baselineP25 == 0 {
+				continue
+			}
+			judged = true
+			if float64(cp.p25) >= Unstretched*float64(r.baselineP25) || float64(cp.p50) >= Unstretched*float64(r.baselineP50) ||
+				float64(cp.p99) >= Unstretched*float64(r.baselineP99) {
+				quiet = false
 			}
 		}
-		if calm {
+		if quiet && judged {
 			e.LowerBound = max(e.LowerBound, p.load)
+		}
+	}
+	// Seen: the lower bound, or more where the quantiles moved without any
+	// route queueing. Not a mixed bucket, whose average load counts the
+	// start of an overload with the calm before it.
+	e.Seen = e.LowerBound
+	for i, p := range points {
+		if p.mixed {
+			continue
+		}
+		judged, queued := false, false
+		for c := range routes {
+			if p.class[c].n >= minClassRequests && routes[c].baselineP25 > 0 {
+				judged = true
+				queued = queued || queues(i, c)
+			}
+		}
+		if judged && !queued {
+			e.Seen = max(e.Seen, p.load)
 		}
 	}
 	switch {
 	case !math.IsNaN(e.Capacity):
+	case unread && active == 0:
+		e.Unknown = "unknown: the load changed within a bucket too fast to read its calm seconds"
 	case !e.LoadVaried:
 		e.Unknown = "unknown: not enough variation in load"
 	case saturated > 0 && !e.Saturated:
@@ -231,15 +324,15 @@ func estimate(points []point, liveFrom int64) (Estimate, [classes]routeEstimate)
 	return e, routes
 }
 
-// allStretched reports whether every class with enough answers in p is
-// stretched, and at least one has.
-func allStretched(p point, stretched func(point, int) bool) bool {
+// allQueue reports whether every class with enough answers in p, point i,
+// queues, and at least one has.
+func allQueue(p point, i int, queues func(int, int) bool) bool {
 	any := false
 	for c := range p.class {
 		if p.class[c].n < minClassRequests {
 			continue
 		}
-		if !stretched(p, c) {
+		if !queues(i, c) {
 			return false
 		}
 		any = true

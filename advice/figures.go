@@ -1,7 +1,9 @@
 package advice
 
 import (
+	"fmt"
 	"math"
+	"slices"
 	"time"
 )
 
@@ -42,6 +44,13 @@ type Figures struct {
 	// Demand is the clients outstanding now (in flight + queued, over the
 	// last 10 s): what the predictions are made for.
 	Demand float64
+	// DemandOpen is set when the demand is open: requests arrive at
+	// OpenRate a second whatever the latency, rather than from a number of
+	// clients that each wait for an answer (closed, the default).
+	// DemandWhy says what the window showed, in a sentence.
+	DemandOpen bool
+	OpenRate   float64
+	DemandWhy  string
 	// Routes are the route classes that had answers in the window.
 	Routes []RouteFigures
 	// Estimate is the judgement of the upstream, from History.
@@ -163,9 +172,10 @@ func (w *window) figures(now time.Time, names []string) Figures {
 		f.QueueShare = float64(queueSum) / float64(total)
 	}
 
-	e, routes := estimate(w.historyPoints(now), from)
+	points, calm := w.historyPoints(now)
+	e, routes := estimate(points, calm, from)
 	f.Estimate = e
-	var busy []float64
+	var busy, answered []float64
 	for c := range class {
 		if class[c].n == 0 {
 			continue
@@ -188,7 +198,10 @@ func (w *window) figures(now time.Time, names []string) Figures {
 			rf.Throughput = float64(rf.Requests) / d.Seconds()
 			rf.InFlight = class[c].service.Seconds() / d.Seconds()
 		}
-		if rf.Saturated && !e.Saturated {
+		switch {
+		case rf.Saturated && e.Saturated:
+			f.Estimate.Shared = append(f.Estimate.Shared, name)
+		case rf.Saturated:
 			f.Estimate.RouteLocal = append(f.Estimate.RouteLocal, name)
 		}
 		f.Routes = append(f.Routes, rf)
@@ -216,15 +229,26 @@ func (w *window) figures(now time.Time, names []string) Figures {
 			rd.Service = append(rd.Service, weighted{d: seconds(scale * (lower + upper) / 2), w: float64(n)})
 		}
 		f.demand = append(f.demand, rd)
-		// The route's part of the load now: its answers' service time in
-		// the last two buckets.
-		var recent time.Duration
+		// The route's part of the clients now: its answers' time in the
+		// last two buckets, service and loomgate's queue, which every
+		// route waits in alike (FIFO). Service time alone would give a
+		// cheap route's clients to the expensive one.
+		var recent, queueSum time.Duration
+		var answers, arrived int64
 		for n := max(cur-1, from); n <= cur; n++ {
 			if b := &w.buckets[n%historyBuckets]; b.n == n {
 				recent += b.class[c].service
+				answers += b.class[c].n
+				queueSum += b.queueSum
+				arrived += b.arrivals
 			}
 		}
-		busy = append(busy, recent.Seconds())
+		wait := 0.0
+		if arrived > 0 {
+			wait = queueSum.Seconds() / float64(arrived)
+		}
+		busy = append(busy, recent.Seconds()+float64(answers)*wait)
+		answered = append(answered, float64(answers))
 	}
 	// The clients outstanding now, in flight plus queued over the last two
 	// buckets (the minute's average would mix in load that has changed),
@@ -241,12 +265,89 @@ func (w *window) figures(now time.Time, names []string) Figures {
 	if nowSamples > 0 {
 		f.Demand = float64(nowSum) / float64(nowSamples)
 	}
+	if len(f.Estimate.Shared) < 2 {
+		f.Estimate.Shared = nil
+	}
+	slices.Sort(f.Estimate.Shared)
 	shareClients(f.demand, busy, int(math.Round(f.Demand)))
+	f.DemandOpen, f.OpenRate, f.DemandWhy = w.demandModel(from, cur, now)
+	if f.DemandOpen {
+		total := 0.0
+		for _, a := range answered {
+			total += a
+		}
+		for i := range f.demand {
+			if total > 0 {
+				f.demand[i].Rate = f.OpenRate * answered[i] / total
+			}
+		}
+	}
 	if w.memoryRead {
 		f.UpstreamMemoryBytes = w.memory
 	}
 	f.BytesPerRequest = w.bytesPerRequest
 	return f
+}
+
+// The judgement of open demand. Arrivals are counted as requests finish,
+// so an open stream above what is served shows as requests outstanding that
+// keep growing while the answers hold: the arrival rate is the answers'
+// plus that growth.
+const (
+	// openGrowth is the growth of the requests outstanding from one bucket
+	// to the next, over the last three, from which they are growing.
+	openGrowth = 1.05
+	// openSteady is the most the answers a second may vary across those
+	// buckets, and the arrivals across buckets of different latency, for
+	// them to be holding.
+	openSteady = 1.15
+)
+
+// demandModel judges whether the demand is open, from the full buckets of
+// the last minute (from..cur-1), and says why. The caller holds w.mu.
+func (w *window) demandModel(from, cur int64, now time.Time) (open bool, rate float64, why string) {
+	type level struct{ out, x, latency float64 }
+	var ls []level
+	for n := from; n < cur; n++ {
+		b := &w.buckets[n%historyBuckets]
+		span := w.bucketSpan(n, now)
+		if b.n != n || b.samples == 0 || b.arrivals == 0 || span < BucketWidth {
+			continue
+		}
+		ls = append(ls, level{
+			out:     float64(b.inFlightSum+b.queuedSum) / float64(b.samples),
+			x:       float64(b.arrivals) / span.Seconds(),
+			latency: (b.queueSum + b.service).Seconds() / float64(b.arrivals),
+		})
+	}
+	spread := func(get func(level) float64) (lo, hi float64) {
+		lo, hi = math.Inf(1), 0
+		for _, l := range ls {
+			lo, hi = min(lo, get(l)), max(hi, get(l))
+		}
+		return lo, hi
+	}
+	if k := len(ls); k >= 3 {
+		a, b, c := ls[k-3], ls[k-2], ls[k-1]
+		xs := []float64{a.x, b.x, c.x}
+		if b.out >= openGrowth*a.out+1 && c.out >= openGrowth*b.out+1 && slices.Max(xs) <= openSteady*slices.Min(xs) {
+			growth := (c.out - a.out) / (2 * BucketWidth.Seconds())
+			x := (a.x + b.x + c.x) / 3
+			return true, x + growth, fmt.Sprintf("Demand is open: the requests outstanding grew from %.0f to %.0f in %.0f s while the answers held at %.0f a second, so requests arrive whatever the latency, about %.0f a second.",
+				a.out, c.out, 2*BucketWidth.Seconds(), x, x+growth)
+		}
+	}
+	// Answers that hold while latency grows say nothing more: a closed
+	// loop given more clients than a limit or a pool serves does that too.
+	// Outstanding requests that held while latency moved are clients.
+	if len(ls) >= 2 {
+		rlo, rhi := spread(func(l level) float64 { return l.latency })
+		olo, ohi := spread(func(l level) float64 { return l.out })
+		if rlo > 0 && rhi >= LoadRise*rlo && ohi <= openSteady*olo {
+			return false, 0, fmt.Sprintf("Demand is closed: latency went from %s to %s while the requests outstanding held at %.0f, clients that wait for their answers.", ms(seconds(rlo)), ms(seconds(rhi)), ohi)
+		}
+	}
+	return false, 0, "Demand is taken as closed, clients that each wait for an answer: the requests outstanding did not keep growing while the answers held, as an open stream beyond what is served does."
 }
 
 // shareClients gives each route its part of n clients, in proportion to
@@ -284,10 +385,11 @@ func shareClients(routes []RouteDemand, weights []float64, n int) {
 	}
 }
 
-// historyPoints reads History's buckets for the estimate. The caller holds w.mu.
-func (w *window) historyPoints(now time.Time) []point {
+// historyPoints reads History's buckets for the estimate, and the calm
+// parts of those in which the load changed (see calmPart), with the number
+// of their bucket. The caller holds w.mu.
+func (w *window) historyPoints(now time.Time) (ps, calm []point) {
 	cur := w.bucketNumber(now)
-	var ps []point
 	for n := max(cur-historyBuckets+1, 0); n <= cur; n++ {
 		b := &w.buckets[n%historyBuckets]
 		if b.n != n || b.completed == 0 {
@@ -321,9 +423,21 @@ func (w *window) historyPoints(now time.Time) []point {
 		} else {
 			p.load = busy.Seconds() / span.Seconds()
 		}
+		cp := point{n: n}
+		if l.n == n {
+			p.mixed, cp.load = calmPart(b, l, &cp.class)
+		} else if p.mixed, cp.load = b.mixed, b.calmLoad; p.mixed {
+			for c, k := range b.calm {
+				us := func(v uint32) time.Duration { return time.Duration(v) * time.Microsecond }
+				cp.class[c] = classPoint{n: int64(k.n), unresolved: k.unresolved, mean: us(k.mean), p25: us(k.p25), p50: us(k.p50), p99: us(k.p99)}
+			}
+		}
+		if p.mixed {
+			calm = append(calm, cp)
+		}
 		ps = append(ps, p)
 	}
-	return ps
+	return ps, calm
 }
 
 // meanService is the window's mean service time at now, without the rest

@@ -38,6 +38,20 @@ type Prediction struct {
 	// InFlight is requests at the upstream, time-averaged; Queued those in
 	// loomgate's queue.
 	InFlight, Queued float64
+	// Open is set when the prediction is for open demand: then the figures
+	// are those of the first Span from an empty queue, QueueGrowth is
+	// how many more requests wait each second (loomgate's queue and the
+	// upstream's), and FullAfter when the queue's bound or timeout first
+	// rejected, 0 if it did not within the Span.
+	Open        bool
+	Span        time.Duration
+	QueueGrowth float64
+	FullAfter   time.Duration
+	// Beyond is set when the setting would put more requests at the
+	// upstream than it was seen to serve at once (Demand.Seen), the
+	// capacity being unknown: the figures assume it serves no more, a
+	// floor for throughput and a ceiling for latency, not a forecast.
+	Beyond bool
 	// InFlightBytes is what loomgate reserves for them (its
 	// loomgate_in_flight_bytes); UpstreamBytes what the upstream holds
 	// for its in-flight requests, 0 unless its memory per request is known.
@@ -54,6 +68,16 @@ type Demand struct {
 	// Capacity is the upstream's, shared by every route: its hidden
 	// pool, cores or lock, which queues what exceeds it. 0 or NaN: none.
 	Capacity float64
+	// Open is set when requests arrive at each route's Rate whatever the
+	// latency, rather than from Clients that wait for their answers. An
+	// open stream above what a setting serves fills its queue at the
+	// difference until the queue's bound or timeout rejects it.
+	Open bool
+	// Seen is the most the upstream was seen serving at once. Where the
+	// Capacity is unknown and no route has one of its own, the simulation
+	// serves no more than Seen at once: beyond it nothing was measured,
+	// and a throughput never seen is no prediction. 0: no such bound.
+	Seen float64
 	// OverheadBytes is what loomgate reserves per request it holds, and
 	// BytesPerRequest the upstream's memory per request in flight (0 when
 	// unknown).
@@ -70,6 +94,40 @@ type RouteDemand struct {
 	// Capacity is a bottleneck behind this route alone (its pool), 0 or
 	// NaN for none.
 	Capacity float64
+	// Rate is its requests a second when the demand is Open.
+	Rate float64
+}
+
+// seenBound is the concurrency the simulation caps the upstream at for
+// want of a capacity, 0 for none: Seen, when no capacity is known at all.
+func (d Demand) seenBound() int {
+	if isKnown(d.Capacity) && d.Capacity > 0 || !isKnown(d.Seen) || d.Seen <= 0 {
+		return 0
+	}
+	for _, r := range d.Routes {
+		if isKnown(r.Capacity) && r.Capacity > 0 {
+			return 0
+		}
+	}
+	return max(1, int(math.Round(d.Seen)))
+}
+
+// rate is the open demand's total, requests a second.
+func (d Demand) rate() float64 {
+	x := 0.0
+	for _, r := range d.Routes {
+		if len(r.Service) > 0 {
+			x += r.Rate
+		}
+	}
+	return x
+}
+
+// openHorizon is how long a prediction of open demand simulates, from
+// empty: a minute, as the figures cover, or less above 500 requests a
+// second, so that a prediction costs no more than 30 000 requests.
+func openHorizon(rate float64) float64 {
+	return min(Window.Seconds(), 3*predictCompletions/rate)
 }
 
 // clients is the demand's total.
@@ -85,7 +143,8 @@ func (d Demand) clients() int {
 // 10000 has 100 answers above it, and four predictions take milliseconds.
 const predictCompletions = 10000
 
-// Predict simulates s under d: a discrete-event simulation of the clients,
+// Predict simulates s under d: a discrete-event simulation of the clients
+// (or, for open demand, of arrivals at their rate from an empty queue),
 // loomgate's admission and the upstream's own capacity, with service times
 // drawn from the measured unloaded distribution. A simulation rather than
 // a formula: the formulas give means, and a p99 of widely spread service
@@ -93,12 +152,23 @@ const predictCompletions = 10000
 // same figures give the same prediction.
 func Predict(s Setting, d Demand) Prediction {
 	p := Prediction{Setting: s}
-	if d.clients() <= 0 {
+	if !d.Open && d.clients() <= 0 || d.Open && d.rate() <= 0 {
 		return p
 	}
 	sim := newSimulation(s, d)
 	sim.run()
-	return sim.prediction()
+	p = sim.prediction()
+	if bound := d.seenBound(); bound > 0 {
+		most := d.clients()
+		if d.Open {
+			most = int(math.Ceil(p.InFlight))
+		}
+		if s.Limit > 0 {
+			most = min(most, s.Limit)
+		}
+		p.Beyond = most > bound
+	}
+	return p
 }
 
 type request struct {
@@ -134,6 +204,13 @@ type simulation struct {
 	// route has none).
 	pools  []pool
 	shared bool
+
+	// open: arrivals at each route's Rate until horizon, measured from
+	// the start; firstReject is when the first was refused, -1 before.
+	open             bool
+	horizon          float64
+	firstReject      float64
+	waitingAtHorizon int
 
 	// Measured after the warm-up.
 	warm, done                     int
@@ -176,10 +253,23 @@ func newSimulation(s Setting, d Demand) *simulation {
 	if isKnown(d.Capacity) && d.Capacity > 0 {
 		sim.shared = true
 		sim.pools = []pool{{cap: capOf(d.Capacity)}}
+	} else if bound := d.seenBound(); bound > 0 {
+		sim.shared = true
+		sim.pools = []pool{{cap: bound}}
 	} else {
 		for _, r := range d.Routes {
 			sim.pools = append(sim.pools, pool{cap: capOf(r.Capacity)})
 		}
+	}
+	sim.firstReject = -1
+	if d.Open {
+		sim.open, sim.horizon = true, openHorizon(d.rate())
+		for route, r := range d.Routes {
+			if len(r.Service) > 0 && r.Rate > 0 {
+				sim.arrivals.push(event{at: sim.rng.ExpFloat64() / r.Rate, req: request{client: -1, route: route}})
+			}
+		}
+		return sim
 	}
 	sim.warm = predictCompletions / 5
 	n, c := d.clients(), 0
@@ -222,7 +312,7 @@ func (sim *simulation) advance(t float64) {
 }
 
 func (sim *simulation) run() {
-	for sim.done < sim.warm+predictCompletions {
+	for sim.open || sim.done < sim.warm+predictCompletions {
 		next, kind := math.Inf(1), 0
 		if len(sim.arrivals) > 0 {
 			next, kind = sim.arrivals[0].at, 1
@@ -235,6 +325,14 @@ func (sim *simulation) run() {
 				next, kind = dl, 3
 			}
 		}
+		if sim.open && next > sim.horizon {
+			sim.advance(sim.horizon)
+			sim.waitingAtHorizon = len(sim.admitQ)
+			for _, p := range sim.pools {
+				sim.waitingAtHorizon += len(p.queue)
+			}
+			return
+		}
 		if kind == 0 {
 			return
 		}
@@ -243,6 +341,9 @@ func (sim *simulation) run() {
 		case 1:
 			e := sim.arrivals.pop()
 			sim.arrive(request{client: e.req.client, route: e.req.route, arrived: sim.now})
+			if sim.open {
+				sim.arrivals.push(event{at: sim.now + sim.rng.ExpFloat64()/sim.d.Routes[e.req.route].Rate, req: e.req})
+			}
 		case 2:
 			e := sim.completions.pop()
 			sim.complete(e.req)
@@ -285,7 +386,7 @@ func (sim *simulation) complete(r request) {
 	p := sim.pool(r)
 	p.busy--
 	sim.admitted--
-	if sim.done == sim.warm {
+	if sim.done == sim.warm && !sim.open {
 		sim.start = sim.now
 	}
 	if sim.done >= sim.warm {
@@ -303,12 +404,21 @@ func (sim *simulation) complete(r request) {
 		sim.admitQ = sim.admitQ[1:]
 		sim.admit(next)
 	}
-	sim.arrivals.push(event{at: sim.now, req: request{client: r.client, route: r.route}})
+	if !sim.open {
+		sim.arrivals.push(event{at: sim.now, req: request{client: r.client, route: r.route}})
+	}
 }
 
 func (sim *simulation) reject(r request) {
 	if sim.done >= sim.warm {
 		sim.rejected++
+	}
+	if sim.open {
+		// An open stream's next request comes at its own rate.
+		if sim.firstReject < 0 {
+			sim.firstReject = sim.now
+		}
+		return
 	}
 	sim.arrivals.push(event{at: sim.now + sim.mean, req: request{client: r.client, route: r.route}})
 }
@@ -329,6 +439,13 @@ func (sim *simulation) prediction() Prediction {
 	p.Queued = sim.areaQueued / elapsed
 	p.InFlightBytes = (p.InFlight + p.Queued) * sim.d.OverheadBytes
 	p.UpstreamBytes = p.InFlight * sim.d.BytesPerRequest
+	if sim.open {
+		p.Open, p.Span = true, secs(sim.horizon)
+		p.QueueGrowth = float64(sim.waitingAtHorizon) / elapsed
+		if sim.firstReject >= 0 {
+			p.FullAfter = secs(sim.firstReject)
+		}
+	}
 	return p
 }
 

@@ -30,6 +30,8 @@ func (s Snapshot) Text() string {
 		e := f.Estimate
 		verdict := "not saturated"
 		switch {
+		case e.Saturated && len(e.Shared) > 1:
+			verdict = "saturated, shared by " + strings.Join(quoted(e.Shared), ", ")
 		case e.Saturated:
 			verdict = "saturated"
 		case len(e.RouteLocal) > 0:
@@ -38,6 +40,9 @@ func (s Snapshot) Text() string {
 		fmt.Fprintf(&b, " Upstream %s; capacity %s", verdict, capacityText(e))
 		if e.LowerBound > 0 {
 			fmt.Fprintf(&b, ", at least %.0f", e.LowerBound)
+		}
+		if !isKnown(e.Capacity) && e.Seen > 0 {
+			fmt.Fprintf(&b, "; never seen serving more than %.0f at once", e.Seen)
 		}
 		b.WriteString(".")
 	}
@@ -67,10 +72,25 @@ func (s Snapshot) Text() string {
 		}
 	}
 	if len(r.Predictions) > 0 {
-		fmt.Fprintf(&b, "\nWhat each setting would do for %.0f clients:\n", math.Round(f.Demand))
+		if f.DemandOpen {
+			fmt.Fprintf(&b, "\nWhat each setting would do in its first %s, from an empty queue, for %.0f requests a second arriving whatever the latency (open demand):\n",
+				roundSpan(r.Predictions[0].Span), f.OpenRate)
+		} else {
+			fmt.Fprintf(&b, "\nWhat each setting would do for %.0f clients that wait for their answers (closed demand):\n", math.Round(f.Demand))
+		}
 		for _, p := range r.Predictions {
-			fmt.Fprintf(&b, "- %s (%s): %.0f rps, latency p50 %s p99 %s, queue wait %s, %.0f rejected/s, %.0f in flight\n",
+			fmt.Fprintf(&b, "- %s (%s): %.0f rps, latency p50 %s p99 %s, queue wait %s, %.0f rejected/s, %.0f in flight",
 				p.Name, p.Setting.Describe(), p.Throughput, ms(p.P50), ms(p.P99), ms(p.MeanQueue), p.Rejected, p.InFlight)
+			if p.Open && p.QueueGrowth >= 1 {
+				fmt.Fprintf(&b, "; its queue grows by %.0f a second", p.QueueGrowth)
+			}
+			if p.FullAfter > 0 {
+				fmt.Fprintf(&b, "; full after %s, then rejecting", ms(p.FullAfter))
+			}
+			if p.Beyond {
+				fmt.Fprintf(&b, " (if the upstream serves no more than the %.0f seen at once; beyond that it is unknown)", f.Estimate.Seen)
+			}
+			b.WriteString("\n")
 		}
 	}
 	return b.String()

@@ -24,6 +24,11 @@ const (
 	historyBuckets = int64(History / BucketWidth)
 	// classes is the route classes' slots: OtherRoute and MaxRoutes more.
 	classes = MaxRoutes + 1
+	// subBuckets is a bucket's seconds. Where the load changed within a
+	// bucket, its calm seconds are read apart from the rest: a calm phase
+	// shorter than a bucket is still a baseline, and a bucket that mixed it
+	// with an overload is not.
+	subBuckets = int(BucketWidth / time.Second)
 )
 
 // maxMemoryPoints bounds the memory readings kept for the fit: one per
@@ -55,6 +60,27 @@ type bucket struct {
 	// p25, p50 and p99 are each class's quantiles of service time, kept
 	// once the bucket leaves the live window and its histograms are reused.
 	p25, p50, p99 [classes]time.Duration
+	// The same for the bucket's calm part, when the load changed within it.
+	mixed    bool
+	calmLoad float64
+	calm     [classes]calmClass
+}
+
+// calmClass is one class's answers in the calm seconds of a mixed bucket,
+// in microseconds to keep History small.
+type calmClass struct {
+	n uint32
+	// unresolved: the class answered in the calm seconds, but which of the
+	// bucket's answers they were cannot be told.
+	unresolved          bool
+	mean, p25, p50, p99 uint32
+}
+
+// second is one second of a live bucket: the sampler's readings and each
+// class's answers.
+type second struct {
+	samples, inFlightSum int64
+	class                [classes]classTotals
 }
 
 // live holds a bucket's histograms, for the buckets of the last Window.
@@ -64,6 +90,7 @@ type live struct {
 	servHist  [numBuckets]uint32
 	totalHist [numBuckets]uint32 // queue + service, of admitted requests
 	classHist [classes][numBuckets]uint32
+	sec       [subBuckets]second
 }
 
 // windowBounds are the window's own histogram bounds, in seconds: from
@@ -129,11 +156,21 @@ func newWindow(epoch time.Time) *window {
 
 // bucketNumber is the number of the bucket that holds t.
 func (w *window) bucketNumber(t time.Time) int64 {
+	n, _ := w.position(t)
+	return n
+}
+
+// position is the bucket that holds t and the second of it. BucketWidth
+// is whole seconds, so the seconds since the epoch give both with one
+// division of the clock's nanoseconds: it runs for every request.
+func (w *window) position(t time.Time) (int64, int) {
 	d := t.Sub(w.epoch)
 	if d < 0 {
-		return 0
+		return 0, 0
 	}
-	return int64(d / BucketWidth)
+	s := int64(d / time.Second)
+	n := s / int64(subBuckets)
+	return n, int(s - n*int64(subBuckets))
 }
 
 // current returns bucket n and its histograms, emptied if their slots last
@@ -162,7 +199,8 @@ func (w *window) current(n int64) (*bucket, *live) {
 	return b, l
 }
 
-// summarise keeps the class quartiles of b from its histograms.
+// summarise keeps the class quartiles of b from its histograms, and its
+// calm part's.
 func summarise(b *bucket, l *live) {
 	for c := range b.class {
 		if b.class[c].n > 0 {
@@ -171,6 +209,149 @@ func summarise(b *bucket, l *live) {
 			b.p99[c] = seconds(quantile(0.99, windowBounds[:], l.classHist[c][:]))
 		}
 	}
+	var calm [classes]classPoint
+	b.mixed, b.calmLoad = calmPart(b, l, &calm)
+	for c := range calm {
+		cp := calm[c]
+		b.calm[c] = calmClass{n: uint32(min(cp.n, math.MaxUint32)), unresolved: cp.unresolved,
+			mean: micros(cp.mean), p25: micros(cp.p25), p50: micros(cp.p50), p99: micros(cp.p99)}
+	}
+}
+
+func micros(d time.Duration) uint32 { return uint32(min(max(d.Microseconds(), 0), math.MaxUint32)) }
+
+// calmTolerance is how near the calm seconds' mean service time must be to
+// the mean of the bucket's quickest answers, or of all of them, for their
+// quantiles to be read from the bucket's histogram: the histogram's bins
+// are 9% wide.
+const calmTolerance = 0.15
+
+// calmPart reads the seconds of a bucket in which the load was least, when
+// it changed within the bucket by LoadRise or more: their load, and each
+// class's answers in them into calm. A bucket's histogram is not kept by
+// the second, so the calm answers' quantiles are read from it where the
+// calm seconds' mean tells which answers they were: the quickest of the
+// bucket (the load stretched the rest) or a fair share of all of them (it
+// did not). Where it tells neither, the class is unresolved.
+func calmPart(b *bucket, l *live, calm *[classes]classPoint) (mixed bool, load float64) {
+	var loads [subBuckets]float64
+	var has [subBuckets]bool
+	lo, hi := math.Inf(1), 0.0
+	for i := range l.sec {
+		s := &l.sec[i]
+		switch {
+		case s.samples > 0:
+			loads[i] = float64(s.inFlightSum) / float64(s.samples)
+		default:
+			var busy time.Duration
+			for c := range s.class {
+				busy += s.class[c].service
+			}
+			loads[i] = busy.Seconds()
+		}
+		// An idle second is no calm part: traffic in bursts would make
+		// every bucket mixed, and none a baseline.
+		if loads[i] == 0 {
+			continue
+		}
+		has[i] = true
+		lo, hi = min(lo, loads[i]), max(hi, loads[i])
+	}
+	if hi < LoadRise*lo || hi-lo < 1 {
+		return false, 0
+	}
+	var calmSecs [subBuckets]bool
+	count := 0
+	for i := range loads {
+		if has[i] && loads[i] <= Unstretched*lo {
+			calmSecs[i] = true
+			load += loads[i]
+			count++
+		}
+	}
+	load /= float64(count)
+	// A change of load is a step: the calm seconds at one end of the
+	// bucket, the rest at the other. Calm seconds on both sides of busy
+	// ones are bursts in a load that fluctuates, and the bucket is whole.
+	changes, prev := 0, -1
+	for i := range loads {
+		if !has[i] {
+			continue
+		}
+		if prev >= 0 && calmSecs[i] != calmSecs[prev] {
+			changes++
+		}
+		prev = i
+	}
+	if changes != 1 {
+		return false, 0
+	}
+	for c := range calm {
+		var t classTotals
+		for i := range l.sec {
+			if calmSecs[i] {
+				t.n += l.sec[i].class[c].n
+				t.service += l.sec[i].class[c].service
+			}
+		}
+		all := b.class[c]
+		if t.n < minClassRequests || all.n == 0 {
+			continue
+		}
+		share := float64(t.n) / float64(all.n)
+		mean := t.service.Seconds() / float64(t.n)
+		quickest := lowestMean(l.classHist[c][:], share)
+		whole := all.service.Seconds() / float64(all.n)
+		dq, dw := math.Abs(mean-quickest)/mean, math.Abs(mean-whole)/mean
+		cp := classPoint{n: t.n, mean: t.service / time.Duration(t.n)}
+		switch {
+		case min(dq, dw) > calmTolerance:
+			cp.unresolved = true
+		case dq <= dw:
+			cp.p25 = seconds(quantile(0.25*share, windowBounds[:], l.classHist[c][:]))
+			cp.p50 = seconds(quantile(0.5*share, windowBounds[:], l.classHist[c][:]))
+			cp.p99 = seconds(quantile(0.99*share, windowBounds[:], l.classHist[c][:]))
+		default:
+			cp.p25 = seconds(quantile(0.25, windowBounds[:], l.classHist[c][:]))
+			cp.p50 = seconds(quantile(0.5, windowBounds[:], l.classHist[c][:]))
+			cp.p99 = seconds(quantile(0.99, windowBounds[:], l.classHist[c][:]))
+		}
+		calm[c] = cp
+	}
+	return true, load
+}
+
+// lowestMean is the mean, in seconds, of the quickest share of the
+// observations in a window histogram, each bin counted at its middle.
+func lowestMean(counts []uint32, share float64) float64 {
+	var total uint64
+	for _, c := range counts {
+		total += uint64(c)
+	}
+	want := share * float64(total)
+	if want <= 0 {
+		return math.NaN()
+	}
+	taken, sum := 0.0, 0.0
+	for i, c := range counts {
+		if c == 0 {
+			continue
+		}
+		lower, upper := 0.0, windowBounds[len(windowBounds)-1]
+		if i > 0 {
+			lower = windowBounds[i-1]
+		}
+		if i < len(windowBounds) {
+			upper = windowBounds[i]
+		}
+		k := min(float64(c), want-taken)
+		sum += k * (lower + upper) / 2
+		taken += k
+		if taken >= want {
+			break
+		}
+	}
+	return sum / taken
 }
 
 // record adds one finished request at now, in class. It allocates
@@ -179,8 +360,10 @@ func (w *window) record(now time.Time, class int, s *Sample) {
 	if !s.Admission {
 		return // a bad request never met admission; it tells nothing here
 	}
-	// The indexes are computed before the lock, to keep it short.
+	// The indexes and the bucket's position are computed before the lock,
+	// to keep it short: every request takes it.
 	qi, si, ti := bucketIndex(s.Queue), bucketIndex(s.Service), bucketIndex(s.Queue+s.Service)
+	n, sec := w.position(now)
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.first.IsZero() {
@@ -189,7 +372,7 @@ func (w *window) record(now time.Time, class int, s *Sample) {
 			w.first = w.epoch
 		}
 	}
-	b, l := w.current(w.bucketNumber(now))
+	b, l := w.current(n)
 	if b == nil {
 		return
 	}
@@ -205,8 +388,11 @@ func (w *window) record(now time.Time, class int, s *Sample) {
 	l.servHist[si]++
 	l.totalHist[ti]++
 	if s.Answered && class >= 0 && class < classes {
-		b.class[class].n++
-		b.class[class].service += s.Service
+		t, st := &b.class[class], &l.sec[sec].class[class]
+		t.n++
+		t.service += s.Service
+		st.n++
+		st.service += s.Service
 		l.classHist[class][si]++
 	}
 }
@@ -221,13 +407,16 @@ func (w *window) sample(now time.Time, inFlight, queued int64) {
 		}
 		w.first = now
 	}
-	b, _ := w.current(w.bucketNumber(now))
+	n, sec := w.position(now)
+	b, l := w.current(n)
 	if b == nil {
 		return
 	}
 	b.samples++
 	b.inFlightSum += inFlight
 	b.queuedSum += queued
+	l.sec[sec].samples++
+	l.sec[sec].inFlightSum += inFlight
 	w.sinceReadingSum += inFlight
 	w.sinceReadingCount++
 }

@@ -90,19 +90,32 @@ type FiguresDoc struct {
 	// Demand is the clients outstanding now (in flight + queued, over the
 	// last 10 s), what the predictions are made for.
 	Demand float64 `json:"demand"`
+	// DemandModel is "closed" (clients that wait for their answers) or
+	// "open" (requests that arrive at OpenArrivalRate whatever the
+	// latency): the predictions' model, for DemandModelReason.
+	DemandModel       string  `json:"demand_model"`
+	DemandModelReason string  `json:"demand_model_reason"`
+	OpenArrivalRate   float64 `json:"open_arrival_rate_rps"`
 	// UpstreamCapacity and its range are null when unknown; then
 	// CapacityUnknown says why.
-	UpstreamCapacity     *float64   `json:"upstream_capacity"`
-	CapacityLow          *float64   `json:"upstream_capacity_low"`
-	CapacityHigh         *float64   `json:"upstream_capacity_high"`
-	CapacityLowerBound   float64    `json:"upstream_capacity_lower_bound"`
-	CapacityUnknown      string     `json:"upstream_capacity_unknown,omitempty"`
-	UpstreamSaturated    bool       `json:"upstream_saturated"`
-	SaturatedRoutesAlone []string   `json:"saturated_routes_alone"`
-	LoadVaried           bool       `json:"load_varied"`
-	UpstreamMemoryBytes  float64    `json:"upstream_memory_bytes"`
-	BytesPerRequest      float64    `json:"bytes_per_request"`
-	Routes               []RouteDoc `json:"routes"`
+	UpstreamCapacity   *float64 `json:"upstream_capacity"`
+	CapacityLow        *float64 `json:"upstream_capacity_low"`
+	CapacityHigh       *float64 `json:"upstream_capacity_high"`
+	CapacityLowerBound float64  `json:"upstream_capacity_lower_bound"`
+	// SeenConcurrency is the most the upstream was seen serving at once
+	// while no route queued inside; beyond it, with the capacity unknown,
+	// nothing is known.
+	SeenConcurrency      float64  `json:"upstream_seen_concurrency"`
+	CapacityUnknown      string   `json:"upstream_capacity_unknown,omitempty"`
+	UpstreamSaturated    bool     `json:"upstream_saturated"`
+	SaturatedRoutesAlone []string `json:"saturated_routes_alone"`
+	// SharedRoutes are the routes whose service times stretch together
+	// when the upstream is saturated: they wait for one bottleneck.
+	SharedRoutes        []string   `json:"shared_routes"`
+	LoadVaried          bool       `json:"load_varied"`
+	UpstreamMemoryBytes float64    `json:"upstream_memory_bytes"`
+	BytesPerRequest     float64    `json:"bytes_per_request"`
+	Routes              []RouteDoc `json:"routes"`
 }
 
 // RouteDoc is one route class's figures.
@@ -140,6 +153,14 @@ type PredictionDoc struct {
 	Queued           float64 `json:"queued"`
 	InFlightBytes    float64 `json:"in_flight_bytes"`
 	UpstreamMemBytes float64 `json:"upstream_in_flight_memory_bytes"`
+	// BeyondSeen is set when the setting would put more at the upstream
+	// than it was seen serving at once: the figures assume it serves no
+	// more.
+	BeyondSeen bool `json:"beyond_seen"`
+	// For open demand: how many more requests wait each second, and when
+	// the queue first rejected, 0 if not within the first minute.
+	QueueGrowth      float64 `json:"queue_growth_rps"`
+	FullAfterSeconds float64 `json:"queue_full_after_seconds"`
 }
 
 type RecommendationDoc struct {
@@ -147,6 +168,7 @@ type RecommendationDoc struct {
 	Workers     int             `json:"workers"`
 	QueueSize   int             `json:"queue_size"`
 	Bulkhead    int             `json:"bulkhead"`
+	Probe       int             `json:"probe"`
 	Summary     string          `json:"summary"`
 	Reasons     []string        `json:"reasons"`
 	Predictions []PredictionDoc `json:"predictions"`
@@ -205,20 +227,25 @@ func (s *Sidecar) advice(snap advice.Snapshot) AdviceDoc {
 			LatencyP99Seconds:    f.LatencyP99.Seconds(),
 			QueueShare:           f.QueueShare,
 			Demand:               f.Demand,
+			DemandModel:          demandModel(f.DemandOpen),
+			DemandModelReason:    f.DemandWhy,
+			OpenArrivalRate:      f.OpenRate,
 			UpstreamCapacity:     known(e.Capacity),
 			CapacityLow:          known(e.CapacityLow),
 			CapacityHigh:         known(e.CapacityHigh),
 			CapacityLowerBound:   e.LowerBound,
+			SeenConcurrency:      e.Seen,
 			CapacityUnknown:      e.Unknown,
 			UpstreamSaturated:    e.Saturated,
 			SaturatedRoutesAlone: append([]string{}, e.RouteLocal...),
+			SharedRoutes:         append([]string{}, e.Shared...),
 			LoadVaried:           e.LoadVaried,
 			UpstreamMemoryBytes:  f.UpstreamMemoryBytes,
 			BytesPerRequest:      f.BytesPerRequest,
 			Routes:               []RouteDoc{},
 		},
 		Recommendation: RecommendationDoc{
-			Mode: r.Mode, Workers: r.Workers, QueueSize: r.QueueSize, Bulkhead: r.Bulkhead,
+			Mode: r.Mode, Workers: r.Workers, QueueSize: r.QueueSize, Bulkhead: r.Bulkhead, Probe: r.Probe,
 			Summary: r.Summary, Reasons: append([]string{}, r.Reasons...), Predictions: []PredictionDoc{},
 		},
 		History: make([]BucketDoc, 0, len(snap.History)),
@@ -241,6 +268,7 @@ func (s *Sidecar) advice(snap advice.Snapshot) AdviceDoc {
 			Name: p.Name, Setting: p.Setting.Describe(), Mode: mode, Limit: p.Limit, QueueSize: p.QueueSize, WaitSeconds: p.Wait.Seconds(),
 			Throughput: p.Throughput, P50Seconds: p.P50.Seconds(), P99Seconds: p.P99.Seconds(), MeanQueueSeconds: p.MeanQueue.Seconds(),
 			Rejected: p.Rejected, InFlight: p.InFlight, Queued: p.Queued, InFlightBytes: p.InFlightBytes, UpstreamMemBytes: p.UpstreamBytes,
+			BeyondSeen: p.Beyond, QueueGrowth: p.QueueGrowth, FullAfterSeconds: p.FullAfter.Seconds(),
 		})
 	}
 	for _, b := range snap.History {
@@ -258,6 +286,13 @@ func (s *Sidecar) advice(snap advice.Snapshot) AdviceDoc {
 		doc.Adaptive = a
 	}
 	return doc
+}
+
+func demandModel(open bool) string {
+	if open {
+		return "open"
+	}
+	return "closed"
 }
 
 // gauges turns the advice into the numbers metrics exports.

@@ -189,8 +189,9 @@ func TestAdviceHiddenPool(t *testing.T) {
 
 // TestAdviceOwnQueue is the second: WORKERS=20 in front of an upstream
 // with no limit of its own, 200 clients on a 100 ms call. Requests wait
-// 900 ms in loomgate's queue for 100 ms of service; the upstream is fine,
-// and the advice must say to raise the limit towards the demand.
+// 900 ms in loomgate's queue for 100 ms of service; the upstream is fine
+// as far as it was seen, 20 at once, and the advice must keep the limit or
+// step it up by a bounded amount to find out more.
 func TestAdviceOwnQueue(t *testing.T) {
 	if testing.Short() {
 		t.Skip("4 s of load")
@@ -208,8 +209,12 @@ func TestAdviceOwnQueue(t *testing.T) {
 	logAdvice(t, doc)
 	t.Logf("loomgate advise:\n%s", text.String())
 
+	// The upstream was never seen serving more than the 20 admitted: the
+	// advice keeps them and offers a bounded step, watched, rather than
+	// raising the limit tenfold on no evidence (the advice would reverse
+	// itself once the cap it gave was applied).
 	f, r := doc.Figures, doc.Recommendation
-	for _, want := range []string{"Mode fixed, WORKERS=20, QUEUE_SIZE=10000.", "Raise LOOMGATE_WORKERS to ", "of their time in loomgate's queue"} {
+	for _, want := range []string{"Mode fixed, WORKERS=20, QUEUE_SIZE=10000.", "Keep LOOMGATE_WORKERS=20, or find out whether the upstream serves more: raise it to 25", "of their time in loomgate's queue"} {
 		if !strings.Contains(text.String(), want) {
 			t.Errorf("loomgate advise printed %q; want it to contain %q", text.String(), want)
 		}
@@ -220,11 +225,11 @@ func TestAdviceOwnQueue(t *testing.T) {
 	if f.QueueShare < 0.7 {
 		t.Errorf("queue_share = %.2f; want at least 0.7 (900 ms of queue for 100 ms of service)", f.QueueShare)
 	}
-	if !(r.Mode == "unbounded" || r.Mode == "fixed" && r.Workers >= 180) {
-		t.Errorf("advice = %s with %d workers; want unbounded or at least 180 workers", r.Mode, r.Workers)
+	if r.Mode != "fixed" || r.Workers != 20 || r.Probe != 25 {
+		t.Errorf("advice = %s with %d workers, probe %d; want 20 workers kept and a probe of 25", r.Mode, r.Workers, r.Probe)
 	}
-	if !strings.Contains(r.Summary, "LOOMGATE_WORKERS") || !strings.Contains(r.Summary, "LOOMGATE_MODE=unbounded") {
-		t.Errorf("summary = %q; want it to name LOOMGATE_WORKERS and the unbounded mode", r.Summary)
+	if strings.Contains(r.Summary, "LOOMGATE_MODE=unbounded") {
+		t.Errorf("summary = %q; want no switch to admitting every request, beyond what the upstream was seen to serve", r.Summary)
 	}
 	if got := s.counter(t, "loomgate_upstream_saturated"); got != 0 {
 		t.Errorf("loomgate_upstream_saturated = %v; want 0", got)
