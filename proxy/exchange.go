@@ -61,6 +61,9 @@ type exchange struct {
 	outcome                     Outcome
 	// handedOff is set once fasthttp owns the exchange.
 	handedOff bool
+	// ended is the client's connection when the client had sent its FIN
+	// by the time the response was ready: closed or half-closed.
+	ended net.Conn
 
 	resp    fasthttp.Response // the upstream's
 	up      upstreamConn      // the connection resp arrives on
@@ -146,8 +149,18 @@ func (e *exchange) forward(ctx *fasthttp.RequestCtx) {
 	// kernel's buffer, so ask the socket. Clients do not give up within
 	// milliseconds, and the check costs a syscall, so quick requests skip
 	// it.
-	if e.age() >= clientCheckAfter && peerGone(ctx.Conn()) {
-		e.outcome.Kind = ClientClosed
+	if e.age() >= clientCheckAfter {
+		switch peekPeer(ctx.Conn()) {
+		case peerReset:
+			e.outcome.Kind = ClientClosed
+		case peerEnded:
+			// Closed, or half-closed and still reading: only sending tells
+			// them apart. The header goes out at once, and a client that
+			// closed answers it with a reset, looked for once the response
+			// is done (see CloseWithError).
+			ctx.Response.ImmediateHeaderFlush = true
+			e.ended = ctx.Conn()
+		}
 	}
 	e.handOff(ctx, length, resp.StatusCode())
 }
@@ -202,7 +215,7 @@ func (e *exchange) prepareRequest(ctx *fasthttp.RequestCtx) {
 		// to enforce the limit on chunked bodies and to tell a client that
 		// stops sending from an upstream that stops reading.
 		e.reqBody = requestBody{
-			r: ctx.Request.BodyStream(), max: e.p.maxBody,
+			r: ctx.Request.BodyStream(), max: e.p.maxBody, declared: int64(declared),
 			conn: ctx.Conn(), idle: e.p.bodyIdle, end: e.admittedAt.Add(e.p.timeout),
 		}
 		ctx.Request.SetBodyStream(&e.reqBody, declared)
@@ -402,7 +415,14 @@ func (e *exchange) CloseWithError(writeErr error) error {
 		o.Kind = UpstreamTimeout
 	case e.readErr != nil:
 		o.Kind = UpstreamError
+	case writeErr != nil && o.Kind == OK && isTimeout(writeErr):
+		// Cut by the write timeout: the client stalled reading its
+		// response; it did not leave.
+		o.Kind = ClientTimeout
 	case writeErr != nil && o.Kind == OK:
+		o.Kind = ClientClosed
+	case e.ended != nil && o.Kind == OK && peekPeer(e.ended) == peerReset:
+		// It had closed: the response's header came back as a reset.
 		o.Kind = ClientClosed
 	}
 	if o.Kind == ClientClosed {
@@ -441,6 +461,7 @@ func (e *exchange) finish(now time.Time) {
 	e.outcome = Outcome{}
 	e.start, e.admittedAt, e.servedAt = time.Time{}, time.Time{}, time.Time{}
 	e.asked, e.admitted, e.streaming, e.handedOff, e.bytes = false, false, false, false, 0
+	e.ended = nil
 	e.rejectedAt = time.Time{}
 	// Keep scratch buffers, but not a large body's: a pool full of 64 KiB
 	// buffers would be memory held for nothing.
@@ -473,8 +494,10 @@ func (e *exchange) recoverPanic(ctx *fasthttp.RequestCtx) {
 type requestBody struct {
 	r      io.Reader
 	n, max int64
-	err    error // sticky
-	cause  error // the client connection's own error, when reading it failed
+	// declared is the Content-Length, -1 for a chunked body.
+	declared int64
+	err      error // sticky
+	cause    error // the client connection's own error, when reading it failed
 	// Each read must come within idle of the previous one and before end
 	// (admission + UpstreamTimeout): a stalled upload holds a permit.
 	conn net.Conn
@@ -495,6 +518,12 @@ func (b *requestBody) Read(p []byte) (int, error) {
 	_ = b.conn.SetReadDeadline(deadline)
 	n, err := b.r.Read(p)
 	b.n += int64(n)
+	if err == io.EOF && b.n < b.declared {
+		// fasthttp ends a Content-Length body cut short by the client's
+		// FIN with a plain EOF, which the copy upstream would report as
+		// its own short write: the client left mid-body.
+		err = io.ErrUnexpectedEOF
+	}
 	if b.n > b.max {
 		// No bytes with the error: fasthttp's chunked writer sends whatever
 		// a Read returns and only looks at the error when there is none.

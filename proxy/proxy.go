@@ -387,6 +387,7 @@ func (p *Proxy) handleExpect(ctx *fasthttp.RequestCtx) int {
 // sees them.
 func (p *Proxy) handleMalformed(ctx *fasthttp.RequestCtx, err error) {
 	status, kind, msg := fasthttp.StatusBadRequest, BadRequest, msgMalformed
+	recorded := 0 // the status the Outcome records, when not the one sent
 	var small *fasthttp.ErrSmallBuffer
 	var netErr net.Error
 	switch {
@@ -399,6 +400,12 @@ func (p *Proxy) handleMalformed(ctx *fasthttp.RequestCtx, err error) {
 		// test. RFC 9112 (6.1): a coding the server does not understand
 		// is 501.
 		status, msg = fasthttp.StatusNotImplemented, msgCoding
+	case errors.Is(err, io.ErrUnexpectedEOF):
+		// The connection ended inside the request (a body cut short): the
+		// client left, or half-closed with its request unfinished. Answered
+		// in case it still reads; recorded as nginx's 499, as for a client
+		// that leaves later.
+		kind, msg, recorded = ClientClosed, msgClientClosed, StatusClientClosed
 	case errors.As(err, &netErr) && netErr.Timeout():
 		// Headers or a small body that did not arrive in time: a client
 		// that did not send its request in time. (A connection that sent
@@ -411,7 +418,7 @@ func (p *Proxy) handleMalformed(ctx *fasthttp.RequestCtx, err error) {
 	setOutcomeHeader(&ctx.Response.Header, kind)
 	ctx.Response.SetBodyString(msg)
 	p.log.Debug("malformed request", "remote", ctx.RemoteAddr().String(), "status", status, "err", err)
-	p.observeUnhandled(ctx, kind, status)
+	p.observeUnhandled(ctx, kind, cmp.Or(recorded, status))
 }
 
 // observeUnhandled reports a request answered before the handler ran.
