@@ -99,9 +99,12 @@ func (e *exchange) forward(ctx *fasthttp.RequestCtx) {
 	e.prepareRequest(ctx)
 
 	resp := &e.resp
-	// Without this fasthttp invents "Content-Type: text/plain" for responses
-	// that have none, and the client would see a header the service never sent.
-	resp.Header.SetNoDefaultContentType(true)
+	// The client's response header is a copy of this one, flags and all:
+	// it takes the server's NoDefaultContentType and NoDefaultDate from
+	// the client's (which the server set), or fasthttp would invent a
+	// Content-Type and a Date (replacing the service's own) the service
+	// never sent. There is no setter for the Date flag but this copy.
+	ctx.Response.Header.CopyTo(&resp.Header)
 	if err := e.roundTrip(req, e.admittedAt.Add(p.timeout)); err != nil {
 		e.upstreamFailed(ctx, err)
 		return
@@ -142,7 +145,6 @@ func (e *exchange) forward(ctx *fasthttp.RequestCtx) {
 	}
 	// The upstream closing its connection says nothing about the client's.
 	out.ResetConnectionClose()
-	out.SetNoDefaultContentType(true)
 	e.addServerTiming(ctx)
 	// A client that gave up is worth knowing about (the work was wasted),
 	// but fasthttp's write to a closed socket often succeeds into the
@@ -205,6 +207,19 @@ func (e *exchange) prepareRequest(ctx *fasthttp.RequestCtx) {
 		// fasthttp already answered "100 Continue"; the upstream must not
 		// be asked to answer it again.
 		h.DelBytes(headerExpect)
+	}
+	// No Content-Type of fasthttp's for a body sent without one, and Host
+	// as the client sent it: fasthttp's Write would otherwise take Host
+	// from the parsed URI, lower-cased.
+	h.SetNoDefaultContentType(true)
+	ctx.Request.UseHostHeader = true
+	if t := h.RequestURI(); len(t) > 0 && t[0] != '/' {
+		if authority, ok := absoluteAuthority(t); ok {
+			// Absolute form: the target's authority is the host (RFC 9112,
+			// 3.2.2), and the target goes on in origin form, as fasthttp
+			// writes it from the parsed URI.
+			h.SetHostBytes(authority)
+		}
 	}
 	e.scratch = setForwarded(h, ctx.RemoteAddr(), e.scratch)
 	if len(h.Host()) == 0 {

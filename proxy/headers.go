@@ -258,3 +258,27 @@ func validFields(raw []byte) bool {
 func validVersion(proto []byte) bool {
 	return len(proto) == 8 && bytes.HasPrefix(proto, []byte("HTTP/1.")) && proto[7] >= '0' && proto[7] <= '9'
 }
+
+// absoluteAuthority returns the authority of an absolute-form request
+// target ("http://host:port/path?query"), as it was sent, and whether the
+// target has that form.
+func absoluteAuthority(target []byte) (authority []byte, ok bool) {
+	i := bytes.Index(target, []byte("://"))
+	if i <= 0 {
+		return nil, false
+	}
+	rest := target[i+3:]
+	end := bytes.IndexAny(rest, "/?#")
+	if end < 0 {
+		end = len(rest)
+	}
+	return rest[:end], true
+}
+
+// validAuthority reports whether an absolute-form target's authority is
+// one to forward: not empty, and without userinfo, which RFC 9110 (4.2.4)
+// has a recipient treat as an error and fasthttp would turn into an
+// Authorization header of loomgate's making.
+func validAuthority(authority []byte) bool {
+	return len(authority) > 0 && bytes.IndexByte(authority, '@') < 0
+}

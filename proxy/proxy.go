@@ -324,6 +324,12 @@ func (p *Proxy) handle(ctx *fasthttp.RequestCtx) {
 		e.respond(ctx, fasthttp.StatusBadRequest, BadRequest, msgMalformed)
 		return
 	}
+	if t := req.Header.RequestURI(); len(t) > 0 && t[0] != '/' {
+		if authority, ok := absoluteAuthority(t); ok && !validAuthority(authority) {
+			e.respond(ctx, fasthttp.StatusBadRequest, BadRequest, msgMalformed)
+			return
+		}
+	}
 	if req.Header.IsConnect() {
 		// A reverse proxy forwards requests to one service; it is no
 		// tunnel. 405 with the methods it forwards (RFC 9110, 9.3.6).
