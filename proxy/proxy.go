@@ -376,7 +376,19 @@ func (p *Proxy) handle(ctx *fasthttp.RequestCtx) {
 func (p *Proxy) wait(conn net.Conn, bytes int64) error {
 	ctx, done := p.departures.wait(conn)
 	defer done()
-	return p.admit.Acquire(ctx, bytes)
+	if err := p.admit.Acquire(ctx, bytes); err != nil {
+		return err
+	}
+	// The watch peeks each waiter 50 ms after it queued, then less and
+	// less often, and a queue that moves faster admits most before their
+	// first peek: one more look at admission keeps a client that left
+	// while queued from reaching the upstream. Only requests that waited
+	// pay for it; one admitted at once never comes here.
+	if peerGone(conn) {
+		p.admit.Release(bytes)
+		return context.Canceled
+	}
+	return nil
 }
 
 // handleExpect answers "Expect: 100-continue" before the body is sent, so a

@@ -92,3 +92,74 @@ func TestThousandsOfQueuedClientsLeaveTogether(t *testing.T) {
 		t.Errorf("upstream held %d requests at once; want at most %d", m, workers)
 	}
 }
+
+// TestLeaversOfAFastQueueNeverReachTheUpstream: clients that send a request
+// and close at once, into a queue that moves in milliseconds, faster than
+// the departure watch's first peek. A request that had to wait is admitted
+// only to find its client gone: none of them may reach the upstream. Only
+// a request admitted at once, which no check delays, may.
+func TestLeaversOfAFastQueueNeverReachTheUpstream(t *testing.T) {
+	const (
+		workers  = 4
+		clients  = 1000
+		parallel = 30
+	)
+	up := newUpstream(t, func(w http.ResponseWriter, r *http.Request) {
+		time.Sleep(time.Millisecond)
+		io.WriteString(w, "ok")
+	})
+	tp := startProxy(t, up.URL, limiter.Config{
+		Mode: limiter.Fixed, Workers: workers, QueueSize: clients, QueueTimeout: time.Minute,
+	}, func(c *Config) { c.Logger = discardLogger() })
+
+	next := make(chan struct{})
+	done := make(chan struct{})
+	for range parallel {
+		go func() {
+			for range next {
+				c, err := net.Dial("tcp", tp.addr)
+				if err != nil {
+					t.Errorf("dial: %v", err)
+					continue
+				}
+				io.WriteString(c, get("/leave"))
+				c.Close()
+			}
+			done <- struct{}{}
+		}()
+	}
+	for range clients {
+		next <- struct{}{}
+	}
+	close(next)
+	for range parallel {
+		<-done
+	}
+	outcomes := tp.rec.wait(t, clients)
+	tp.waitIdle(t)
+
+	var waited, forwardedAfterWait, forwarded int
+	for _, o := range outcomes {
+		if o.Queue > 0 {
+			waited++
+		}
+		if o.Admitted {
+			forwarded++
+			// The client closed microseconds after sending; a request that
+			// waited longer than that had lost its client when admitted.
+			if o.Queue > 2*time.Millisecond {
+				forwardedAfterWait++
+			}
+		}
+	}
+	t.Logf("%d requests, %d waited, %d forwarded, %d of them after waiting over 2ms", clients, waited, forwarded, forwardedAfterWait)
+	if waited < clients/2 {
+		t.Fatalf("only %d of %d requests waited; the queue was not exercised", waited, clients)
+	}
+	if forwardedAfterWait > 0 {
+		t.Errorf("%d requests whose clients had left while they waited were forwarded; want none", forwardedAfterWait)
+	}
+	if n := up.requests.Load(); n != int64(forwarded) {
+		t.Errorf("upstream saw %d requests; want %d, the admitted ones", n, forwarded)
+	}
+}
