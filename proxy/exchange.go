@@ -61,6 +61,9 @@ type exchange struct {
 	outcome                     Outcome
 	// handedOff is set once fasthttp owns the exchange.
 	handedOff bool
+	// continuedCtx is the request's while handleExpect's admission waits
+	// for handle to take it up.
+	continuedCtx *fasthttp.RequestCtx
 	// ended is the client's connection when the client had sent its FIN
 	// by the time the response was ready: closed or half-closed.
 	ended net.Conn
@@ -476,7 +479,7 @@ func (e *exchange) finish(now time.Time) {
 	e.outcome = Outcome{}
 	e.start, e.admittedAt, e.servedAt = time.Time{}, time.Time{}, time.Time{}
 	e.asked, e.admitted, e.streaming, e.handedOff, e.bytes = false, false, false, false, 0
-	e.ended = nil
+	e.ended, e.continuedCtx = nil, nil
 	e.rejectedAt = time.Time{}
 	// Keep scratch buffers, but not a large body's: a pool full of 64 KiB
 	// buffers would be memory held for nothing.
@@ -486,6 +489,26 @@ func (e *exchange) finish(now time.Time) {
 	e.p.exchanges.Put(e)
 }
 
+// abandon ends an admitted request that never reached the upstream because
+// its body did not arrive, counting it as kind with status.
+func (e *exchange) abandon(kind Kind, status int) {
+	now := time.Now()
+	e.servedAt = now
+	e.outcome.Kind, e.outcome.Status = kind, status
+	e.finish(now)
+}
+
+// recoverExpect is recoverPanic for handleExpect, which must return the
+// status of the answer.
+func (e *exchange) recoverExpect(ctx *fasthttp.RequestCtx, status *int) {
+	r := recover()
+	if r == nil {
+		return
+	}
+	e.answerPanic(ctx, r)
+	*status = ctx.Response.StatusCode()
+}
+
 // recoverPanic turns a panic in the handler into a 500 and an Outcome, so
 // a bug costs one request rather than the process.
 func (e *exchange) recoverPanic(ctx *fasthttp.RequestCtx) {
@@ -493,6 +516,11 @@ func (e *exchange) recoverPanic(ctx *fasthttp.RequestCtx) {
 	if r == nil {
 		return
 	}
+	e.answerPanic(ctx, r)
+}
+
+// answerPanic answers a request whose handling panicked with r.
+func (e *exchange) answerPanic(ctx *fasthttp.RequestCtx, r any) {
 	e.p.log.Error("panic serving request", "panic", r, "stack", string(debug.Stack()))
 	if e.handedOff {
 		return // the response and its completion are already arranged

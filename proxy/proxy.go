@@ -309,25 +309,40 @@ func (p *Proxy) Shutdown(ctx context.Context) error {
 // it once the response is written, and that close releases the permit and
 // reports the Outcome.
 func (p *Proxy) handle(ctx *fasthttp.RequestCtx) {
+	if v := ctx.UserValue(continuedKey{}); v != nil {
+		// Admitted by handleExpect before its body was asked for.
+		ctx.RemoveUserValue(continuedKey{})
+		e := (*exchange)(v.(*continued))
+		defer e.recoverPanic(ctx)
+		e.forward(ctx)
+		return
+	}
 	e := p.exchanges.Get().(*exchange)
 	e.begin(ctx)
 	defer e.recoverPanic(ctx)
+	if p.admitRequest(ctx, e) {
+		e.forward(ctx)
+	}
+}
 
+// admitRequest checks a request and asks for its admission. It reports
+// whether the request was admitted; if not, it has answered it.
+func (p *Proxy) admitRequest(ctx *fasthttp.RequestCtx, e *exchange) bool {
 	req := &ctx.Request
 	if !validVersion(req.Header.Protocol()) {
 		ctx.SetConnectionClose()
 		e.respond(ctx, fasthttp.StatusHTTPVersionNotSupported, BadRequest, msgVersion)
-		return
+		return false
 	}
 	if !validFields(req.Header.RawHeaders()) {
 		ctx.SetConnectionClose()
 		e.respond(ctx, fasthttp.StatusBadRequest, BadRequest, msgMalformed)
-		return
+		return false
 	}
 	if t := req.Header.RequestURI(); len(t) > 0 && t[0] != '/' {
 		if authority, ok := absoluteAuthority(t); ok && !validAuthority(authority) {
 			e.respond(ctx, fasthttp.StatusBadRequest, BadRequest, msgMalformed)
-			return
+			return false
 		}
 	}
 	if req.Header.IsConnect() {
@@ -335,7 +350,7 @@ func (p *Proxy) handle(ctx *fasthttp.RequestCtx) {
 		// tunnel. 405 with the methods it forwards (RFC 9110, 9.3.6).
 		ctx.Response.Header.SetCanonical(headerAllow, valueAllow)
 		e.respond(ctx, fasthttp.StatusMethodNotAllowed, BadRequest, msgConnect)
-		return
+		return false
 	}
 	declared := req.Header.ContentLength()
 	if int64(declared) > p.maxBody {
@@ -343,7 +358,7 @@ func (p *Proxy) handle(ctx *fasthttp.RequestCtx) {
 		// reading it to keep the connection.
 		ctx.SetConnectionClose()
 		e.respond(ctx, fasthttp.StatusRequestEntityTooLarge, BadRequest, msgBodyTooLarge)
-		return
+		return false
 	}
 	if p.reserve != nil {
 		length := declared
@@ -365,10 +380,10 @@ func (p *Proxy) handle(ctx *fasthttp.RequestCtx) {
 	}
 	if err != nil {
 		e.rejected(ctx, err)
-		return
+		return false
 	}
 	e.admitted = true
-	e.forward(ctx)
+	return true
 }
 
 // wait is the slow path of admission: the request waits, and its client is
@@ -391,14 +406,75 @@ func (p *Proxy) wait(conn net.Conn, bytes int64) error {
 	return nil
 }
 
-// handleExpect answers "Expect: 100-continue" before the body is sent, so a
-// client about to upload too much learns it without uploading.
-func (p *Proxy) handleExpect(ctx *fasthttp.RequestCtx) int {
-	if int64(ctx.Request.Header.ContentLength()) > p.maxBody {
-		p.observeUnhandled(ctx, BadRequest, fasthttp.StatusRequestEntityTooLarge)
-		return fasthttp.StatusRequestEntityTooLarge
+// handleExpect runs for a request with "Expect: 100-continue" before its
+// body is asked for, and does what handle does up to admission: the
+// client is told to send its body only once the request is admitted, and
+// a request that will not be forwarded (too large, rejected, malformed) is
+// answered at once, its body never read; fasthttp then closes the
+// connection. fasthttp sends the 100 when this returns StatusContinue,
+// reads the body's first 8 KiB and calls handle, which finds the admitted
+// exchange in the request's user values.
+func (p *Proxy) handleExpect(ctx *fasthttp.RequestCtx) (status int) {
+	e := p.exchanges.Get().(*exchange)
+	e.begin(ctx)
+	// fasthttp stamps the request's time only once its body is read;
+	// until then ctx.Time is the previous request's.
+	e.start = time.Now()
+	defer e.recoverExpect(ctx, &status)
+	if !p.admitRequest(ctx, e) {
+		return ctx.Response.StatusCode()
 	}
+	// The clock for the body's first 8 KiB starts with the 100, not with
+	// the request's first byte, which may be a queue wait ago; and the 100
+	// must not meet a write deadline a previous response left behind.
+	now := time.Now()
+	_ = ctx.Conn().SetReadDeadline(now.Add(p.server.ReadTimeout))
+	_ = ctx.Conn().SetWriteDeadline(now.Add(p.timeout))
+	e.continuedCtx = ctx
+	ctx.SetUserValue(continuedKey{}, (*continued)(e))
 	return fasthttp.StatusContinue
+}
+
+// continuedKey is the request's user value under which handleExpect leaves
+// an admitted exchange for handle.
+type continuedKey struct{}
+
+// continued is an exchange admitted by handleExpect and not yet taken up
+// by handle. If handle never runs, because the 100 could not be written or
+// the body's first bytes did not arrive, fasthttp resets the request, and
+// with it the user values, which closes it: the permit is released and the
+// request counted.
+type continued exchange
+
+// Close ends an admitted request whose body never came. Only network
+// errors end it here (the size was checked before the 100), so the
+// connection tells whose: a client still connected stalled (it did not
+// send its body, or did not read the 100), one that is not left.
+func (c *continued) Close() error {
+	e := (*exchange)(c)
+	ctx := e.continuedCtx
+	kind, status := ClientTimeout, fasthttp.StatusRequestTimeout
+	if peerGone(ctx.Conn()) {
+		kind, status = ClientClosed, StatusClientClosed
+	}
+	// After a failed read fasthttp calls handleMalformed next, with the
+	// request reset: the mark on the response tells it that the request
+	// is counted already. After a failed write nothing follows, and the
+	// response is reset with the connection.
+	setOutcomeHeader(&ctx.Response.Header, kind)
+	e.abandon(kind, status)
+	return nil
+}
+
+// takeContinued returns the exchange handleExpect admitted for ctx, if
+// handle has not taken it up, and takes it.
+func takeContinued(ctx *fasthttp.RequestCtx) *exchange {
+	v := ctx.UserValue(continuedKey{})
+	if v == nil {
+		return nil
+	}
+	ctx.RemoveUserValue(continuedKey{})
+	return (*exchange)(v.(*continued))
 }
 
 // handleMalformed answers requests fasthttp could not read; the handler never
@@ -423,7 +499,9 @@ func (p *Proxy) handleMalformed(ctx *fasthttp.RequestCtx, err error) {
 		// test. RFC 9112 (6.1): a coding the server does not understand
 		// is 501.
 		status, msg = fasthttp.StatusNotImplemented, msgCoding
-	case errors.Is(err, io.ErrUnexpectedEOF):
+	case errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, io.EOF):
+		// (io.EOF comes only from a body asked for with 100 Continue:
+		// fasthttp ends a connection that closes before a request quietly.)
 		// The connection ended inside the request (a body cut short): the
 		// client left, or half-closed with its request unfinished. Answered
 		// in case it still reads; recorded as nginx's 499, as for a client
@@ -435,13 +513,22 @@ func (p *Proxy) handleMalformed(ctx *fasthttp.RequestCtx, err error) {
 		// nothing is closed by fasthttp and never reaches here.)
 		status, kind, msg = fasthttp.StatusRequestTimeout, ClientTimeout, msgReadTimeout
 	}
+	// A request admitted by handleExpect whose body then failed to arrive
+	// was counted when fasthttp reset it (see continued.Close).
+	counted := len(ctx.Response.Header.PeekBytes(headerOutcome)) > 0
 	ctx.Response.Reset()
 	ctx.Response.SetStatusCode(status)
 	ctx.Response.Header.SetContentType(textPlain)
 	setOutcomeHeader(&ctx.Response.Header, kind)
 	ctx.Response.SetBodyString(msg)
 	p.log.Debug("malformed request", "remote", ctx.RemoteAddr().String(), "status", status, "err", err)
-	p.observeUnhandled(ctx, kind, cmp.Or(recorded, status))
+	switch e := takeContinued(ctx); {
+	case e != nil:
+		// Admitted by handleExpect and not reset by fasthttp.
+		e.abandon(kind, cmp.Or(recorded, status))
+	case !counted:
+		p.observeUnhandled(ctx, kind, cmp.Or(recorded, status))
+	}
 }
 
 // observeUnhandled reports a request answered before the handler ran.
