@@ -22,6 +22,7 @@ const (
 	msgBodyTooLarge    = "request body too large\n"
 	msgHeadersTooLarge = "request headers too large\n"
 	msgMalformed       = "malformed request\n"
+	msgBareLF          = "malformed request: end lines with CRLF\n"
 	msgVersion         = "HTTP version not supported: send HTTP/1.1\n"
 	msgCoding          = "transfer coding not supported: send chunked or Content-Length\n"
 	msgConnect         = "CONNECT is not supported: this is a reverse proxy, not a tunnel\n"

@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"net"
 	"net/netip"
+	"strconv"
+	"strings"
 
 	"github.com/valyala/fasthttp"
 )
@@ -281,4 +283,46 @@ func absoluteAuthority(target []byte) (authority []byte, ok bool) {
 // Authorization header of loomgate's making.
 func validAuthority(authority []byte) bool {
 	return len(authority) > 0 && bytes.IndexByte(authority, '@') < 0
+}
+
+// bareLFBlock reports whether the header read that err ended (fasthttp's
+// "error when reading request headers: ...: contents: %q", or "%q...%q"
+// for the first and last 200 bytes of a longer buffer) had received a
+// complete header block whose lines end in a bare LF: a line end followed
+// by an empty line, one of the two without its CR. fasthttp has no error
+// value for this and keeps the buffer to itself; the text is pinned by a
+// test.
+func bareLFBlock(err error) bool {
+	text := err.Error()
+	i := strings.LastIndex(text, "contents: ")
+	if i < 0 {
+		return false
+	}
+	quoted := text[i+len("contents: "):]
+	var buf []byte
+	for quoted != "" {
+		q, qerr := strconv.QuotedPrefix(quoted)
+		if qerr != nil {
+			return false
+		}
+		part, _ := strconv.Unquote(q)
+		if buf != nil {
+			buf = append(buf, 0) // the bytes left out, which join no lines
+		}
+		buf = append(buf, part...)
+		quoted = strings.TrimPrefix(quoted[len(q):], "...")
+	}
+	for i, c := range buf {
+		if c != '\n' || i+1 >= len(buf) {
+			continue
+		}
+		bareEnd := i == 0 || buf[i-1] != '\r'
+		switch {
+		case buf[i+1] == '\n':
+			return true
+		case bareEnd && buf[i+1] == '\r' && i+2 < len(buf) && buf[i+2] == '\n':
+			return true
+		}
+	}
+	return false
 }

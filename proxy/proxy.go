@@ -507,6 +507,12 @@ func (p *Proxy) handleMalformed(ctx *fasthttp.RequestCtx, err error) {
 		// in case it still reads; recorded as nginx's 499, as for a client
 		// that leaves later.
 		kind, msg, recorded = ClientClosed, msgClientClosed, StatusClientClosed
+	case errors.As(err, &netErr) && netErr.Timeout() && bareLFBlock(err):
+		// A complete header block with bare LF line ends: fasthttp frames
+		// a block only at its CRLFCRLF and waited for one. The client did
+		// not stall; its framing is one loomgate does not take (RFC 9112,
+		// 2.2 leaves it to the server).
+		msg = msgBareLF
 	case errors.As(err, &netErr) && netErr.Timeout():
 		// Headers or a small body that did not arrive in time: a client
 		// that did not send its request in time. (A connection that sent
