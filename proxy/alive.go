@@ -21,6 +21,6 @@ const (
 // yet is to be taken as gone: it closed, half-closed or reset. Nothing has
 // been sent that could tell a half-close from a close, and forwarding the
 // request of a client that left is work the upstream does for nobody, so a
-// request that waited is dropped on either, as HAProxy's abortonclose and
-// nginx do.
+// request that waited is dropped on either, as HAProxy does with
+// abortonclose.
 func peerGone(c net.Conn) bool { return peekPeer(c) != peerOpen }

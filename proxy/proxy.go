@@ -448,8 +448,8 @@ type continued exchange
 
 // Close ends an admitted request whose body never came. Only network
 // errors end it here (the size was checked before the 100), so the
-// connection tells whose: a client still connected stalled (it did not
-// send its body, or did not read the 100), one that is not left.
+// connection tells which: a client still connected stalled (it did not
+// send its body, or did not read the 100); one that is not has left.
 func (c *continued) Close() error {
 	e := (*exchange)(c)
 	ctx := e.continuedCtx
