@@ -63,7 +63,8 @@ type Config struct {
 	// Observer receives each request's Outcome. If nil, outcomes are dropped.
 	Observer Observer
 	// UpstreamTimeout bounds an admitted request from admission to the
-	// upstream's last response byte, and the writing of its response. If
+	// upstream's last response byte, and the writing of its response (a
+	// client that reads it slower is cut off, counted ClientTimeout). If
 	// zero, 60s.
 	UpstreamTimeout time.Duration
 	// MaxBodyBytes is the largest request body accepted; a larger one is
@@ -71,8 +72,10 @@ type Config struct {
 	MaxBodyBytes int64
 	// HeaderTimeout bounds the reading of a request's line, headers and
 	// first 8 KiB of body, from its first byte: a client that takes longer
-	// gets 408 and its connection is closed, before it meets admission. A
-	// new connection that sends nothing for this long is closed without an
+	// gets 408 and its connection is closed, before it meets admission.
+	// With "Expect: 100-continue" the body is asked for once the request is
+	// admitted, and its first 8 KiB get as long again from the 100. A new
+	// connection that sends nothing for this long is closed without an
 	// answer. If zero, 10s.
 	HeaderTimeout time.Duration
 	// BodyTimeout bounds each pause in the rest of a request body, which
