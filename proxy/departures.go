@@ -13,6 +13,9 @@ import (
 // of them by one goroutine that runs only while some request waits; a
 // waiting request costs no goroutine or timer of its own.
 //
+// The peeks are periodic, so a request admitted between two of them is
+// looked at once more at admission (see Proxy.wait).
+//
 // Each wait has a context of its own, made for it and cancelled when its
 // client is seen gone. Nothing is reused from one wait to the next, so a
 // context's Done and Err always agree, whoever holds it and for however

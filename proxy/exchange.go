@@ -22,6 +22,7 @@ const (
 	msgBodyTooLarge    = "request body too large\n"
 	msgHeadersTooLarge = "request headers too large\n"
 	msgMalformed       = "malformed request\n"
+	msgBareLF          = "malformed request: end lines with CRLF\n"
 	msgVersion         = "HTTP version not supported: send HTTP/1.1\n"
 	msgCoding          = "transfer coding not supported: send chunked or Content-Length\n"
 	msgConnect         = "CONNECT is not supported: this is a reverse proxy, not a tunnel\n"
@@ -63,6 +64,12 @@ type exchange struct {
 	ticket *limiter.Ticket
 	// handedOff is set once fasthttp owns the exchange.
 	handedOff bool
+	// continuedCtx is the request's while handleExpect's admission waits
+	// for handle to take it up.
+	continuedCtx *fasthttp.RequestCtx
+	// ended is the client's connection when the client had sent its FIN
+	// by the time the response was ready: closed or half-closed.
+	ended net.Conn
 
 	resp    fasthttp.Response // the upstream's
 	up      upstreamConn      // the connection resp arrives on
@@ -98,9 +105,12 @@ func (e *exchange) forward(ctx *fasthttp.RequestCtx) {
 	e.prepareRequest(ctx)
 
 	resp := &e.resp
-	// Without this fasthttp invents "Content-Type: text/plain" for responses
-	// that have none, and the client would see a header the service never sent.
-	resp.Header.SetNoDefaultContentType(true)
+	// The client's response header is a copy of this one, flags and all:
+	// it takes the server's NoDefaultContentType and NoDefaultDate from
+	// the client's (which the server set), or fasthttp would invent a
+	// Content-Type and a Date (replacing the service's own) the service
+	// never sent. There is no setter for the Date flag but this copy.
+	ctx.Response.Header.CopyTo(&resp.Header)
 	if err := e.roundTrip(req, e.admittedAt.Add(p.timeout)); err != nil {
 		e.upstreamFailed(ctx, err)
 		return
@@ -141,15 +151,24 @@ func (e *exchange) forward(ctx *fasthttp.RequestCtx) {
 	}
 	// The upstream closing its connection says nothing about the client's.
 	out.ResetConnectionClose()
-	out.SetNoDefaultContentType(true)
 	e.addServerTiming(ctx)
 	// A client that gave up is worth knowing about (the work was wasted),
 	// but fasthttp's write to a closed socket often succeeds into the
 	// kernel's buffer, so ask the socket. Clients do not give up within
 	// milliseconds, and the check costs a syscall, so quick requests skip
 	// it.
-	if e.age() >= clientCheckAfter && peerGone(ctx.Conn()) {
-		e.outcome.Kind = ClientClosed
+	if e.age() >= clientCheckAfter {
+		switch peekPeer(ctx.Conn()) {
+		case peerReset:
+			e.outcome.Kind = ClientClosed
+		case peerEnded:
+			// Closed, or half-closed and still reading: only sending tells
+			// them apart. The header goes out at once, and a client that
+			// closed answers it with a reset, looked for once the response
+			// is done (see CloseWithError).
+			ctx.Response.ImmediateHeaderFlush = true
+			e.ended = ctx.Conn()
+		}
 	}
 	e.handOff(ctx, length, resp.StatusCode())
 }
@@ -195,6 +214,19 @@ func (e *exchange) prepareRequest(ctx *fasthttp.RequestCtx) {
 		// be asked to answer it again.
 		h.DelBytes(headerExpect)
 	}
+	// No Content-Type of fasthttp's for a body sent without one, and Host
+	// as the client sent it: fasthttp's Write would otherwise take Host
+	// from the parsed URI, lower-cased.
+	h.SetNoDefaultContentType(true)
+	ctx.Request.UseHostHeader = true
+	if t := h.RequestURI(); len(t) > 0 && t[0] != '/' {
+		if authority, ok := absoluteAuthority(t); ok {
+			// Absolute form: the target's authority is the host (RFC 9112,
+			// 3.2.2), and the target goes on in origin form, as fasthttp
+			// writes it from the parsed URI.
+			h.SetHostBytes(authority)
+		}
+	}
 	e.scratch = setForwarded(h, ctx.RemoteAddr(), e.scratch)
 	if len(h.Host()) == 0 {
 		h.SetHost(e.p.host)
@@ -204,7 +236,7 @@ func (e *exchange) prepareRequest(ctx *fasthttp.RequestCtx) {
 		// to enforce the limit on chunked bodies and to tell a client that
 		// stops sending from an upstream that stops reading.
 		e.reqBody = requestBody{
-			r: ctx.Request.BodyStream(), max: e.p.maxBody,
+			r: ctx.Request.BodyStream(), max: e.p.maxBody, declared: int64(declared),
 			conn: ctx.Conn(), idle: e.p.bodyIdle, end: e.admittedAt.Add(e.p.timeout),
 		}
 		ctx.Request.SetBodyStream(&e.reqBody, declared)
@@ -404,7 +436,14 @@ func (e *exchange) CloseWithError(writeErr error) error {
 		o.Kind = UpstreamTimeout
 	case e.readErr != nil:
 		o.Kind = UpstreamError
+	case writeErr != nil && o.Kind == OK && isTimeout(writeErr):
+		// Cut by the write timeout: the client stalled reading its
+		// response; it did not leave.
+		o.Kind = ClientTimeout
 	case writeErr != nil && o.Kind == OK:
+		o.Kind = ClientClosed
+	case e.ended != nil && o.Kind == OK && peekPeer(e.ended) == peerReset:
+		// It had closed: the response's header came back as a reset.
 		o.Kind = ClientClosed
 	}
 	if o.Kind == ClientClosed {
@@ -447,6 +486,7 @@ func (e *exchange) finish(now time.Time) {
 	e.outcome = Outcome{}
 	e.start, e.admittedAt, e.servedAt = time.Time{}, time.Time{}, time.Time{}
 	e.asked, e.admitted, e.streaming, e.handedOff, e.bytes = false, false, false, false, 0
+	e.ended, e.continuedCtx = nil, nil
 	e.rejectedAt = time.Time{}
 	// Keep scratch buffers, but not a large body's: a pool full of 64 KiB
 	// buffers would be memory held for nothing.
@@ -456,6 +496,26 @@ func (e *exchange) finish(now time.Time) {
 	e.p.exchanges.Put(e)
 }
 
+// abandon ends an admitted request that never reached the upstream because
+// its body did not arrive, counting it as kind with status.
+func (e *exchange) abandon(kind Kind, status int) {
+	now := time.Now()
+	e.servedAt = now
+	e.outcome.Kind, e.outcome.Status = kind, status
+	e.finish(now)
+}
+
+// recoverExpect is recoverPanic for handleExpect, which must return the
+// status of the answer.
+func (e *exchange) recoverExpect(ctx *fasthttp.RequestCtx, status *int) {
+	r := recover()
+	if r == nil {
+		return
+	}
+	e.answerPanic(ctx, r)
+	*status = ctx.Response.StatusCode()
+}
+
 // recoverPanic turns a panic in the handler into a 500 and an Outcome, so
 // a bug costs one request rather than the process.
 func (e *exchange) recoverPanic(ctx *fasthttp.RequestCtx) {
@@ -463,6 +523,11 @@ func (e *exchange) recoverPanic(ctx *fasthttp.RequestCtx) {
 	if r == nil {
 		return
 	}
+	e.answerPanic(ctx, r)
+}
+
+// answerPanic answers a request whose handling panicked with r.
+func (e *exchange) answerPanic(ctx *fasthttp.RequestCtx, r any) {
 	e.p.log.Error("panic serving request", "panic", r, "stack", string(debug.Stack()))
 	if e.handedOff {
 		return // the response and its completion are already arranged
@@ -479,8 +544,10 @@ func (e *exchange) recoverPanic(ctx *fasthttp.RequestCtx) {
 type requestBody struct {
 	r      io.Reader
 	n, max int64
-	err    error // sticky
-	cause  error // the client connection's own error, when reading it failed
+	// declared is the Content-Length, -1 for a chunked body.
+	declared int64
+	err      error // sticky
+	cause    error // the client connection's own error, when reading it failed
 	// Each read must come within idle of the previous one and before end
 	// (admission + UpstreamTimeout): a stalled upload holds a permit.
 	conn net.Conn
@@ -501,6 +568,12 @@ func (b *requestBody) Read(p []byte) (int, error) {
 	_ = b.conn.SetReadDeadline(deadline)
 	n, err := b.r.Read(p)
 	b.n += int64(n)
+	if err == io.EOF && b.n < b.declared {
+		// fasthttp ends a Content-Length body cut short by the client's
+		// FIN with a plain EOF, which the copy upstream would report as
+		// its own short write: the client left mid-body.
+		err = io.ErrUnexpectedEOF
+	}
 	if b.n > b.max {
 		// No bytes with the error: fasthttp's chunked writer sends whatever
 		// a Read returns and only looks at the error when there is none.

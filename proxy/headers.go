@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"net"
 	"net/netip"
+	"strconv"
+	"strings"
 
 	"github.com/valyala/fasthttp"
 )
@@ -257,4 +259,70 @@ func validFields(raw []byte) bool {
 // A higher minor version of 1 is read as 1.1 (RFC 9112, section 2.3).
 func validVersion(proto []byte) bool {
 	return len(proto) == 8 && bytes.HasPrefix(proto, []byte("HTTP/1.")) && proto[7] >= '0' && proto[7] <= '9'
+}
+
+// absoluteAuthority returns the authority of an absolute-form request
+// target ("http://host:port/path?query"), as it was sent, and whether the
+// target has that form.
+func absoluteAuthority(target []byte) (authority []byte, ok bool) {
+	i := bytes.Index(target, []byte("://"))
+	if i <= 0 {
+		return nil, false
+	}
+	rest := target[i+3:]
+	end := bytes.IndexAny(rest, "/?#")
+	if end < 0 {
+		end = len(rest)
+	}
+	return rest[:end], true
+}
+
+// validAuthority reports whether an absolute-form target's authority is
+// one to forward: not empty, and without userinfo, which RFC 9110 (4.2.4)
+// has a recipient treat as an error and fasthttp would turn into an
+// Authorization header of loomgate's making.
+func validAuthority(authority []byte) bool {
+	return len(authority) > 0 && bytes.IndexByte(authority, '@') < 0
+}
+
+// bareLFBlock reports whether the header read that err ended (fasthttp's
+// "error when reading request headers: ...: contents: %q", or "%q...%q"
+// for the first and last 200 bytes of a longer buffer) had received a
+// complete header block whose lines end in a bare LF: a line end followed
+// by an empty line, one of the two without its CR. fasthttp has no error
+// value for this and keeps the buffer to itself; the text is pinned by a
+// test.
+func bareLFBlock(err error) bool {
+	text := err.Error()
+	i := strings.LastIndex(text, "contents: ")
+	if i < 0 {
+		return false
+	}
+	quoted := text[i+len("contents: "):]
+	var buf []byte
+	for quoted != "" {
+		q, qerr := strconv.QuotedPrefix(quoted)
+		if qerr != nil {
+			return false
+		}
+		part, _ := strconv.Unquote(q)
+		if buf != nil {
+			buf = append(buf, 0) // the bytes left out, which join no lines
+		}
+		buf = append(buf, part...)
+		quoted = strings.TrimPrefix(quoted[len(q):], "...")
+	}
+	for i, c := range buf {
+		if c != '\n' || i+1 >= len(buf) {
+			continue
+		}
+		bareEnd := i == 0 || buf[i-1] != '\r'
+		switch {
+		case buf[i+1] == '\n':
+			return true
+		case bareEnd && buf[i+1] == '\r' && i+2 < len(buf) && buf[i+2] == '\n':
+			return true
+		}
+	}
+	return false
 }

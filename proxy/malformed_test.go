@@ -34,6 +34,9 @@ var malformedCases = []struct {
 	{"two different Content-Lengths", "POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 3\r\nContent-Length: 4\r\n\r\nabcd", 400, BadRequest},
 	{"negative Content-Length", "POST / HTTP/1.1\r\nHost: x\r\nContent-Length: -1\r\n\r\n", 400, BadRequest},
 	{"Content-Length not a number", "POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 3a\r\n\r\nabc", 400, BadRequest},
+	// RFC 9112 (6.1): chunked in HTTP/1.0 is faulty framing, not a coding
+	// the server lacks.
+	{"HTTP/1.0 with chunked", "POST / HTTP/1.0\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\n\r\n", 400, BadRequest},
 	{"unknown transfer coding", "POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: gzip\r\n\r\nabc", 501, BadRequest},
 	{"bad chunk size", "POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\nabc\r\n0\r\n\r\n", 400, BadRequest},
 	{"bad method token", "G(T / HTTP/1.1\r\nHost: x\r\n\r\n", 400, BadRequest},
@@ -60,6 +63,9 @@ func TestMalformedRequestsAreAnsweredNotForwarded(t *testing.T) {
 			body, _ := io.ReadAll(resp.Body)
 			if resp.StatusCode != tt.status {
 				t.Errorf("status %d %q; want %d", resp.StatusCode, body, tt.status)
+			}
+			if tt.status == 400 && !resp.Close {
+				t.Errorf("status 400 without Connection: close; want the connection closed after faulty framing")
 			}
 			o := tp.rec.wait(t, i+1)[i]
 			if o.Kind != tt.kind || o.Status != tt.status {

@@ -18,8 +18,8 @@ const (
 	RejectedBulkhead                 // unbounded mode, bulkhead full: 503
 	RejectedMemory                   // in-flight memory budget full: 503
 	RejectedUpgraded                 // MaxUpgraded upgraded connections open: 503
-	ClientClosed                     // the client left before its response was written
-	ClientTimeout                    // the client stalled while sending its request: 408
+	ClientClosed                     // the client left before its response was written, or inside its request
+	ClientTimeout                    // the client stalled sending its request (408) or reading its response
 	BadRequest                       // malformed or too large: 400, 413, 431
 	InternalError                    // a bug in the proxy, recovered: 500
 	numKinds

@@ -65,7 +65,8 @@ type Config struct {
 	// Observer receives each request's Outcome. If nil, outcomes are dropped.
 	Observer Observer
 	// UpstreamTimeout bounds an admitted request from admission to the
-	// upstream's last response byte, and the writing of its response. If
+	// upstream's last response byte, and the writing of its response (a
+	// client that reads it slower is cut off, counted ClientTimeout). If
 	// zero, 60s.
 	UpstreamTimeout time.Duration
 	// MaxBodyBytes is the largest request body accepted; a larger one is
@@ -73,8 +74,10 @@ type Config struct {
 	MaxBodyBytes int64
 	// HeaderTimeout bounds the reading of a request's line, headers and
 	// first 8 KiB of body, from its first byte: a client that takes longer
-	// gets 408 and its connection is closed, before it meets admission. A
-	// new connection that sends nothing for this long is closed without an
+	// gets 408 and its connection is closed, before it meets admission.
+	// With "Expect: 100-continue" the body is asked for once the request is
+	// admitted, and its first 8 KiB get as long again from the 100. A new
+	// connection that sends nothing for this long is closed without an
 	// answer. If zero, 10s.
 	HeaderTimeout time.Duration
 	// BodyTimeout bounds each pause in the rest of a request body, which
@@ -468,27 +471,58 @@ func (p *Proxy) acceptFailed(err error) {
 // it once the response is written, and that close releases the permit and
 // reports the Outcome.
 func (p *Proxy) handle(ctx *fasthttp.RequestCtx) {
+	if v := ctx.UserValue(continuedKey{}); v != nil {
+		// Admitted by handleExpect before its body was asked for.
+		ctx.RemoveUserValue(continuedKey{})
+		e := (*exchange)(v.(*continued))
+		defer e.recoverPanic(ctx)
+		e.pass(ctx)
+		return
+	}
 	e := p.exchanges.Get().(*exchange)
 	e.begin(ctx)
 	defer e.recoverPanic(ctx)
+	if p.admitRequest(ctx, e) {
+		e.pass(ctx)
+	}
+}
 
+// pass sends an admitted request on: an Upgrade (WebSocket) to be relayed
+// once the upstream agrees, anything else to be forwarded.
+func (e *exchange) pass(ctx *fasthttp.RequestCtx) {
+	if isUpgrade(&ctx.Request.Header) {
+		e.upgrade(ctx)
+		return
+	}
+	e.forward(ctx)
+}
+
+// admitRequest checks a request and asks for its admission. It reports
+// whether the request was admitted; if not, it has answered it.
+func (p *Proxy) admitRequest(ctx *fasthttp.RequestCtx, e *exchange) bool {
 	req := &ctx.Request
 	if !validVersion(req.Header.Protocol()) {
 		ctx.SetConnectionClose()
 		e.respond(ctx, fasthttp.StatusHTTPVersionNotSupported, BadRequest, msgVersion)
-		return
+		return false
 	}
 	if !validFields(req.Header.RawHeaders()) {
 		ctx.SetConnectionClose()
 		e.respond(ctx, fasthttp.StatusBadRequest, BadRequest, msgMalformed)
-		return
+		return false
+	}
+	if t := req.Header.RequestURI(); len(t) > 0 && t[0] != '/' {
+		if authority, ok := absoluteAuthority(t); ok && !validAuthority(authority) {
+			e.respond(ctx, fasthttp.StatusBadRequest, BadRequest, msgMalformed)
+			return false
+		}
 	}
 	if req.Header.IsConnect() {
 		// A reverse proxy forwards requests to one service; it is no
 		// tunnel. 405 with the methods it forwards (RFC 9110, 9.3.6).
 		ctx.Response.Header.SetCanonical(headerAllow, valueAllow)
 		e.respond(ctx, fasthttp.StatusMethodNotAllowed, BadRequest, msgConnect)
-		return
+		return false
 	}
 	declared := req.Header.ContentLength()
 	if int64(declared) > p.maxBody {
@@ -496,7 +530,7 @@ func (p *Proxy) handle(ctx *fasthttp.RequestCtx) {
 		// reading it to keep the connection.
 		ctx.SetConnectionClose()
 		e.respond(ctx, fasthttp.StatusRequestEntityTooLarge, BadRequest, msgBodyTooLarge)
-		return
+		return false
 	}
 	if p.reserve != nil {
 		length := declared
@@ -511,7 +545,7 @@ func (p *Proxy) handle(ctx *fasthttp.RequestCtx) {
 	if upgrade && !p.upgrades.reserve() {
 		e.rejectedAt = e.start
 		e.respond(ctx, fasthttp.StatusServiceUnavailable, RejectedUpgraded, msgUpgradedFull)
-		return
+		return false
 	}
 	if p.shadow != nil {
 		e.ticket = p.shadow.Arrive(e.bytes)
@@ -530,14 +564,10 @@ func (p *Proxy) handle(ctx *fasthttp.RequestCtx) {
 			p.upgrades.unreserve()
 		}
 		e.rejected(ctx, err)
-		return
+		return false
 	}
 	e.admitted = true
-	if upgrade {
-		e.upgrade(ctx)
-		return
-	}
-	e.forward(ctx)
+	return true
 }
 
 // wait is the slow path of admission: the request waits, and its client is
@@ -545,23 +575,97 @@ func (p *Proxy) handle(ctx *fasthttp.RequestCtx) {
 func (p *Proxy) wait(conn net.Conn, bytes int64) error {
 	ctx, done := p.departures.wait(conn)
 	defer done()
-	return p.admit.Acquire(ctx, bytes)
+	if err := p.admit.Acquire(ctx, bytes); err != nil {
+		return err
+	}
+	// The watch peeks each waiter 50 ms after it queued, then less and
+	// less often, and a queue that moves faster admits most before their
+	// first peek: one more look at admission keeps a client that left
+	// while queued from reaching the upstream. Only requests that waited
+	// pay for it; one admitted at once never comes here.
+	if peerGone(conn) {
+		p.admit.Release(bytes)
+		return context.Canceled
+	}
+	return nil
 }
 
-// handleExpect answers "Expect: 100-continue" before the body is sent, so a
-// client about to upload too much learns it without uploading.
-func (p *Proxy) handleExpect(ctx *fasthttp.RequestCtx) int {
-	if int64(ctx.Request.Header.ContentLength()) > p.maxBody {
-		p.observeUnhandled(ctx, BadRequest, fasthttp.StatusRequestEntityTooLarge)
-		return fasthttp.StatusRequestEntityTooLarge
+// handleExpect runs for a request with "Expect: 100-continue" before its
+// body is asked for, and does what handle does up to admission: the
+// client is told to send its body only once the request is admitted, and
+// a request that will not be forwarded (too large, rejected, malformed) is
+// answered at once, its body never read; fasthttp then closes the
+// connection. fasthttp sends the 100 when this returns StatusContinue,
+// reads the body's first 8 KiB and calls handle, which finds the admitted
+// exchange in the request's user values.
+func (p *Proxy) handleExpect(ctx *fasthttp.RequestCtx) (status int) {
+	e := p.exchanges.Get().(*exchange)
+	e.begin(ctx)
+	// fasthttp stamps the request's time only once its body is read;
+	// until then ctx.Time is the previous request's.
+	e.start = time.Now()
+	defer e.recoverExpect(ctx, &status)
+	if !p.admitRequest(ctx, e) {
+		return ctx.Response.StatusCode()
 	}
+	// The clock for the body's first 8 KiB starts with the 100, not with
+	// the request's first byte, which may be a queue wait ago; and the 100
+	// must not meet a write deadline a previous response left behind.
+	now := time.Now()
+	_ = ctx.Conn().SetReadDeadline(now.Add(p.server.ReadTimeout))
+	_ = ctx.Conn().SetWriteDeadline(now.Add(p.timeout))
+	e.continuedCtx = ctx
+	ctx.SetUserValue(continuedKey{}, (*continued)(e))
 	return fasthttp.StatusContinue
+}
+
+// continuedKey is the request's user value under which handleExpect leaves
+// an admitted exchange for handle.
+type continuedKey struct{}
+
+// continued is an exchange admitted by handleExpect and not yet taken up
+// by handle. If handle never runs, because the 100 could not be written or
+// the body's first bytes did not arrive, fasthttp resets the request, and
+// with it the user values, which closes it: the permit is released and the
+// request counted.
+type continued exchange
+
+// Close ends an admitted request whose body never came. Only network
+// errors end it here (the size was checked before the 100), so the
+// connection tells which: a client still connected stalled (it did not
+// send its body, or did not read the 100); one that is not has left.
+func (c *continued) Close() error {
+	e := (*exchange)(c)
+	ctx := e.continuedCtx
+	kind, status := ClientTimeout, fasthttp.StatusRequestTimeout
+	if peerGone(ctx.Conn()) {
+		kind, status = ClientClosed, StatusClientClosed
+	}
+	// After a failed read fasthttp calls handleMalformed next, with the
+	// request reset: the mark on the response tells it that the request
+	// is counted already. After a failed write nothing follows, and the
+	// response is reset with the connection.
+	setOutcomeHeader(&ctx.Response.Header, kind)
+	e.abandon(kind, status)
+	return nil
+}
+
+// takeContinued returns the exchange handleExpect admitted for ctx, if
+// handle has not taken it up, and takes it.
+func takeContinued(ctx *fasthttp.RequestCtx) *exchange {
+	v := ctx.UserValue(continuedKey{})
+	if v == nil {
+		return nil
+	}
+	ctx.RemoveUserValue(continuedKey{})
+	return (*exchange)(v.(*continued))
 }
 
 // handleMalformed answers requests fasthttp could not read; the handler never
 // sees them.
 func (p *Proxy) handleMalformed(ctx *fasthttp.RequestCtx, err error) {
 	status, kind, msg := fasthttp.StatusBadRequest, BadRequest, msgMalformed
+	recorded := 0 // the status the Outcome records, when not the one sent
 	var small *fasthttp.ErrSmallBuffer
 	var netErr net.Error
 	switch {
@@ -569,24 +673,52 @@ func (p *Proxy) handleMalformed(ctx *fasthttp.RequestCtx, err error) {
 		status, msg = fasthttp.StatusRequestHeaderFieldsTooLarge, msgHeadersTooLarge
 	case errors.Is(err, fasthttp.ErrBodyTooLarge):
 		status, msg = fasthttp.StatusRequestEntityTooLarge, msgBodyTooLarge
+	case errors.Is(err, fasthttp.ErrUnsupportedTransferEncoding):
+		// fasthttp's sentinel, where an unknown coding has an error of its
+		// own (below), is what a request gets for Transfer-Encoding in
+		// HTTP/1.0: faulty framing (RFC 9112, 6.1), 400 and close, not a
+		// coding it lacks. Both are pinned by a test.
 	case strings.Contains(err.Error(), "unsupported transfer-encoding"):
 		// fasthttp has no error value for it; its text is pinned by a
 		// test. RFC 9112 (6.1): a coding the server does not understand
 		// is 501.
 		status, msg = fasthttp.StatusNotImplemented, msgCoding
+	case errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, io.EOF):
+		// (io.EOF comes only from a body asked for with 100 Continue:
+		// fasthttp ends a connection that closes before a request quietly.)
+		// The connection ended inside the request (a body cut short): the
+		// client left, or half-closed with its request unfinished. Answered
+		// in case it still reads; recorded as nginx's 499, as for a client
+		// that leaves later.
+		kind, msg, recorded = ClientClosed, msgClientClosed, StatusClientClosed
+	case errors.As(err, &netErr) && netErr.Timeout() && bareLFBlock(err):
+		// A complete header block with bare LF line ends: fasthttp frames
+		// a block only at its CRLFCRLF and waited for one. The client did
+		// not stall; its framing is one loomgate does not take (RFC 9112,
+		// 2.2 leaves it to the server).
+		msg = msgBareLF
 	case errors.As(err, &netErr) && netErr.Timeout():
 		// Headers or a small body that did not arrive in time: a client
 		// that did not send its request in time. (A connection that sent
 		// nothing is closed by fasthttp and never reaches here.)
 		status, kind, msg = fasthttp.StatusRequestTimeout, ClientTimeout, msgReadTimeout
 	}
+	// A request admitted by handleExpect whose body then failed to arrive
+	// was counted when fasthttp reset it (see continued.Close).
+	counted := len(ctx.Response.Header.PeekBytes(headerOutcome)) > 0
 	ctx.Response.Reset()
 	ctx.Response.SetStatusCode(status)
 	ctx.Response.Header.SetContentType(textPlain)
 	setOutcomeHeader(&ctx.Response.Header, kind)
 	ctx.Response.SetBodyString(msg)
 	p.log.Debug("malformed request", "remote", ctx.RemoteAddr().String(), "status", status, "err", err)
-	p.observeUnhandled(ctx, kind, status)
+	switch e := takeContinued(ctx); {
+	case e != nil:
+		// Admitted by handleExpect and not reset by fasthttp.
+		e.abandon(kind, cmp.Or(recorded, status))
+	case !counted:
+		p.observeUnhandled(ctx, kind, cmp.Or(recorded, status))
+	}
 }
 
 // observeUnhandled reports a request answered before the handler ran.

@@ -345,9 +345,10 @@ func TestBadRequestsKeepTheProxyServing(t *testing.T) {
 func TestExpectContinueTooLarge(t *testing.T) {
 	up := newUpstream(t, func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") })
 	tp := startProxy(t, up.URL, unbounded, func(c *Config) { c.MaxBodyBytes = 100 })
-	resp, _ := dial(t, tp.addr).roundTrip(t, "POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 5000\r\nExpect: 100-continue\r\n\r\n")
-	if resp.StatusCode != 413 {
-		t.Errorf("status = %d; want 413 before the body is sent", resp.StatusCode)
+	resp, body := dial(t, tp.addr).roundTrip(t, "POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 5000\r\nExpect: 100-continue\r\n\r\n")
+	if resp.StatusCode != 413 || body != msgBodyTooLarge || resp.Header.Get("Loomgate-Outcome") != "bad_request" || !resp.Close {
+		t.Errorf("%d %q Loomgate-Outcome %q close %v; want 413 %q, bad_request, closed, before the body is sent",
+			resp.StatusCode, body, resp.Header.Get("Loomgate-Outcome"), resp.Close, msgBodyTooLarge)
 	}
 	if n := up.requests.Load(); n != 0 {
 		t.Errorf("upstream saw %d requests; want 0", n)

@@ -1,9 +1,12 @@
 package proxy
 
 import (
+	"fmt"
 	"io"
 	"net"
 	"net/http"
+	"strconv"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -90,5 +93,84 @@ func TestThousandsOfQueuedClientsLeaveTogether(t *testing.T) {
 	}
 	if m := up.most.Load(); m > workers {
 		t.Errorf("upstream held %d requests at once; want at most %d", m, workers)
+	}
+}
+
+// TestLeaversOfAFastQueueNeverReachTheUpstream: clients that send a request
+// and close at once, into a queue that moves in milliseconds, faster than
+// the departure watch's first peek. A request admitted after its client
+// closed must not reach the upstream. Only a request admitted before, such
+// as one admitted at once, which no check delays, may.
+func TestLeaversOfAFastQueueNeverReachTheUpstream(t *testing.T) {
+	const (
+		workers  = 4
+		clients  = 1000
+		parallel = 30
+	)
+	up := newUpstream(t, func(w http.ResponseWriter, r *http.Request) {
+		time.Sleep(time.Millisecond)
+		io.WriteString(w, "ok")
+	})
+	tp := startProxy(t, up.URL, limiter.Config{
+		Mode: limiter.Fixed, Workers: workers, QueueSize: clients, QueueTimeout: time.Minute,
+	}, func(c *Config) { c.Logger = discardLogger() })
+
+	// took[i] is how long client i took from starting its write to
+	// having closed: its request cannot have been read before the start,
+	// so one that queued for longer than this was admitted after the close.
+	took := make([]time.Duration, clients)
+	next := make(chan int)
+	done := make(chan struct{})
+	for range parallel {
+		go func() {
+			for i := range next {
+				c, err := net.Dial("tcp", tp.addr)
+				if err != nil {
+					t.Errorf("dial: %v", err)
+					continue
+				}
+				start := time.Now()
+				io.WriteString(c, get(fmt.Sprintf("/leave?%d", i)))
+				c.Close()
+				took[i] = time.Since(start)
+			}
+			done <- struct{}{}
+		}()
+	}
+	for i := range clients {
+		next <- i
+	}
+	close(next)
+	for range parallel {
+		<-done
+	}
+	outcomes := tp.rec.wait(t, clients)
+	tp.waitIdle(t)
+
+	var waited, forwarded, afterClose int
+	for _, o := range outcomes {
+		i, err := strconv.Atoi(strings.TrimPrefix(string(o.Target), "/leave?"))
+		if err != nil {
+			t.Fatalf("target %q", o.Target)
+		}
+		if o.Queue > 0 {
+			waited++
+		}
+		if o.Admitted {
+			forwarded++
+			if o.Queue > took[i]+time.Millisecond {
+				afterClose++
+			}
+		}
+	}
+	t.Logf("%d requests, %d waited, %d forwarded, %d of them admitted after their clients closed", clients, waited, forwarded, afterClose)
+	if waited < clients/2 {
+		t.Fatalf("only %d of %d requests waited; the queue was not exercised", waited, clients)
+	}
+	if afterClose > 0 {
+		t.Errorf("%d requests admitted after their clients had closed were forwarded; want none", afterClose)
+	}
+	if n := up.requests.Load(); n != int64(forwarded) {
+		t.Errorf("upstream saw %d requests; want %d, the admitted ones", n, forwarded)
 	}
 }
