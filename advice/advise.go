@@ -5,14 +5,19 @@ import (
 	"math"
 	"strings"
 	"time"
+
+	"github.com/loomgate/loomgate/limiter"
 )
 
 // Settings are the admission settings: the mode in force and both modes'
 // values, so that the other mode can be predicted as configured.
 type Settings struct {
-	// Fixed is set in fixed mode.
-	Fixed bool
-	// Workers, QueueSize and QueueTimeout are fixed mode's.
+	// Mode is the admission mode in force; any but Fixed and Adaptive
+	// reads as Unbounded.
+	Mode limiter.Mode
+	// Workers, QueueSize and QueueTimeout are fixed mode's; in adaptive
+	// mode Workers is the limit in force (0 while admission is open), and
+	// the queue is the same.
 	Workers, QueueSize int
 	QueueTimeout       time.Duration
 	// Bulkhead and BulkheadWait are unbounded mode's.
@@ -27,24 +32,35 @@ type Settings struct {
 	OverheadBytes int64
 }
 
-// Mode is "fixed" or "unbounded".
-func (s Settings) Mode() string {
-	if s.Fixed {
-		return "fixed"
+// ModeName is the mode's name, as LOOMGATE_MODE writes it.
+func (s Settings) ModeName() string {
+	switch s.Mode {
+	case limiter.Fixed, limiter.Adaptive:
+		return s.Mode.String()
 	}
 	return "unbounded"
 }
 
-// Limit is the limit in force: WORKERS, or BULKHEAD (0 for none).
+// queued reports whether the setting in force limits admission and queues
+// the rest: fixed mode, or adaptive mode with a limit set.
+func (s Settings) queued() bool {
+	return s.Mode == limiter.Fixed || s.Mode == limiter.Adaptive && s.Workers > 0
+}
+
+// Limit is the limit in force: WORKERS (or adaptive's limit), or BULKHEAD
+// (0 for none).
 func (s Settings) Limit() int {
-	if s.Fixed {
+	if s.queued() {
 		return s.Workers
+	}
+	if s.Mode == limiter.Adaptive {
+		return 0
 	}
 	return s.Bulkhead
 }
 
 func (s Settings) inForce() Setting {
-	if s.Fixed {
+	if s.queued() {
 		return Setting{Name: "in force", Fixed: true, Limit: s.Workers, QueueSize: s.QueueSize, Wait: s.QueueTimeout}
 	}
 	return Setting{Name: "in force", Limit: s.Bulkhead, Wait: s.BulkheadWait}
@@ -52,7 +68,7 @@ func (s Settings) inForce() Setting {
 
 // otherMode is the other mode as its (inactive) variables configure it.
 func (s Settings) otherMode() Setting {
-	if s.Fixed {
+	if s.queued() {
 		return Setting{Name: "unbounded", Limit: s.Bulkhead, Wait: s.BulkheadWait}
 	}
 	return Setting{Name: "fixed", Fixed: true, Limit: s.Workers, QueueSize: s.QueueSize, Wait: s.QueueTimeout}
@@ -121,7 +137,7 @@ const (
 //     request known, the bulkhead that keeps in-flight memory under it
 //     caps the rest.
 func Advise(s Settings, f Figures) Recommendation {
-	r := Recommendation{Mode: s.Mode()}
+	r := Recommendation{Mode: s.ModeName()}
 	if f.Requests < MinRequests {
 		r.Summary = fmt.Sprintf("Not enough traffic to advise yet: %d requests finished in the last %s; the advice needs %d.",
 			f.Requests, roundSpan(f.Span), MinRequests)
@@ -177,7 +193,7 @@ func Advise(s Settings, f Figures) Recommendation {
 			notSaturated(f),
 			fmt.Sprintf("The upstream was never seen serving more than %.0f at once: its capacity is at least that, and what it does beyond is unknown. Raising the limit to the demand, or admitting every request, would be a guess.", e.Seen))
 		variable := "LOOMGATE_WORKERS"
-		if s.Fixed {
+		if s.queued() {
 			r.Workers = s.Workers
 		} else {
 			variable, r.Bulkhead = "LOOMGATE_BULKHEAD", s.Bulkhead
@@ -202,7 +218,7 @@ func Advise(s Settings, f Figures) Recommendation {
 		if capped {
 			advise = memCap
 		}
-		if s.Fixed {
+		if s.queued() {
 			r.Mode, r.Workers = "fixed", advise
 			r.Summary = fmt.Sprintf("Raise LOOMGATE_WORKERS to %d or switch to LOOMGATE_MODE=unbounded.", advise)
 			if capped {
@@ -223,7 +239,7 @@ func Advise(s Settings, f Figures) Recommendation {
 			fmt.Sprintf("Requests spend %.0f%% of their time in loomgate's queue.", 100*f.QueueShare),
 			notSaturated(f))
 		r.Summary = "Below saturation the modes are equivalent: keep the simpler one, LOOMGATE_MODE=unbounded, which has no limit to size."
-		if s.Fixed {
+		if s.queued() {
 			r.Reasons = append(r.Reasons, fmt.Sprintf("LOOMGATE_WORKERS=%d does not hold requests back at this load (%.0f in flight on average).", s.Workers, f.InFlight))
 		}
 		if !e.LoadVaried {
@@ -232,7 +248,7 @@ func Advise(s Settings, f Figures) Recommendation {
 		if memCap > 0 {
 			r.Bulkhead = memCap
 		}
-		if !s.Fixed && s.Bulkhead == 0 {
+		if !s.queued() && s.Bulkhead == 0 {
 			recommended = nil
 		} else {
 			recommended = &Setting{Name: "recommended", Limit: r.Bulkhead, Wait: s.BulkheadWait}

@@ -25,6 +25,10 @@ type State struct {
 type Config struct {
 	// Settings are the admission settings, as the advice needs them.
 	Settings Settings
+	// Limit reads the limit in force, for a mode whose limit moves
+	// (adaptive): each snapshot takes it as Settings.Workers. If nil, the
+	// Settings stand as given.
+	Limit func() int
 	// Routes classifies requests. If nil, automatically (ParseRoutes("")).
 	Routes *Routes
 	// State returns current admission state. Required.
@@ -201,12 +205,16 @@ func (a *Advisor) Snapshot() Snapshot {
 		return a.snap
 	}
 	f := a.window.figures(now, a.cfg.Routes.Names())
+	settings := a.cfg.Settings
+	if a.cfg.Limit != nil {
+		settings.Workers = a.cfg.Limit()
+	}
 	a.snap = Snapshot{
 		Time:           now,
-		Settings:       a.cfg.Settings,
+		Settings:       settings,
 		Figures:        f,
 		History:        a.window.history(now),
-		Recommendation: Advise(a.cfg.Settings, f),
+		Recommendation: Advise(settings, f),
 	}
 	a.snapTime = now
 	return a.snap

@@ -1,6 +1,8 @@
 package advice
 
 import (
+	"github.com/loomgate/loomgate/limiter"
+
 	"math"
 	"strings"
 	"testing"
@@ -236,6 +238,6 @@ func BenchmarkSnapshot(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
 		f := w.figures(end, r.Names())
-		Advise(Settings{Fixed: true, Workers: 200, QueueSize: 10000, QueueTimeout: 30 * time.Second}, f)
+		Advise(Settings{Mode: limiter.Fixed, Workers: 200, QueueSize: 10000, QueueTimeout: 30 * time.Second}, f)
 	}
 }

@@ -1,6 +1,8 @@
 package advice
 
 import (
+	"github.com/loomgate/loomgate/limiter"
+
 	"math"
 	"strings"
 	"testing"
@@ -63,7 +65,7 @@ func TestAdviceStandsOnceFollowed(t *testing.T) {
 				applied.phases = []synthPhase{{60 * time.Second, last.clients, last.rates}}
 			}
 			if workers > 0 {
-				applied.settings = Settings{Fixed: true, Workers: workers, QueueSize: 10000, QueueTimeout: 30 * time.Second}
+				applied.settings = Settings{Mode: limiter.Fixed, Workers: workers, QueueSize: 10000, QueueTimeout: 30 * time.Second}
 			}
 			snap := applied.play(t)
 			r, f := snap.Recommendation, snap.Figures

@@ -1,6 +1,8 @@
 package advice
 
 import (
+	"github.com/loomgate/loomgate/limiter"
+
 	"math"
 	"strings"
 	"testing"
@@ -39,7 +41,7 @@ func TestOpenDemand(t *testing.T) {
 		}
 	}
 	applied := synth{routes: pool40, pools: []int{40},
-		settings: Settings{Fixed: true, Workers: r.Workers, QueueSize: 10000, QueueTimeout: 30 * time.Second},
+		settings: Settings{Mode: limiter.Fixed, Workers: r.Workers, QueueSize: 10000, QueueTimeout: 30 * time.Second},
 		phases:   []synthPhase{{60 * time.Second, nil, []float64{480}}}}.play(t)
 	m := applied.Figures
 	t.Logf("applied WORKERS=%d: %s", r.Workers, applied.Text())

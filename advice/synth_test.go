@@ -7,6 +7,8 @@ import (
 	"testing"
 	"testing/synctest"
 	"time"
+
+	"github.com/loomgate/loomgate/limiter"
 )
 
 // synthRoute is one route of a synthetic upstream: its unloaded service
@@ -121,7 +123,7 @@ func (s synth) run(a *Advisor, inFlight, queued *atomic.Int64) {
 	}
 	arrive := func(q synthReq) {
 		q.arrived = now
-		if s.settings.Fixed && admitted >= s.settings.Workers {
+		if s.settings.Mode == limiter.Fixed && admitted >= s.settings.Workers {
 			if len(admitQ) >= s.settings.QueueSize {
 				a.Record(&Sample{Method: []byte("GET"), Target: []byte(s.routes[q.route].path), Admission: true})
 				if !q.open {

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"math"
 	"strings"
+
+	"github.com/loomgate/loomgate/limiter"
 )
 
 // Text writes the advice for people: the settings, the figures, the
@@ -13,7 +15,11 @@ func (s Snapshot) Text() string {
 	var b strings.Builder
 	st, f, r := s.Settings, s.Figures, s.Recommendation
 	switch {
-	case st.Fixed:
+	case st.Mode == limiter.Adaptive && st.Workers > 0:
+		fmt.Fprintf(&b, "Mode adaptive, limit %d now, QUEUE_SIZE=%d.", st.Workers, st.QueueSize)
+	case st.Mode == limiter.Adaptive:
+		fmt.Fprintf(&b, "Mode adaptive, no limit yet (admission open until the upstream queues inside).")
+	case st.Mode == limiter.Fixed:
 		fmt.Fprintf(&b, "Mode fixed, WORKERS=%d, QUEUE_SIZE=%d.", st.Workers, st.QueueSize)
 	case st.Bulkhead > 0:
 		fmt.Fprintf(&b, "Mode unbounded, BULKHEAD=%d.", st.Bulkhead)

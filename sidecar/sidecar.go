@@ -118,16 +118,26 @@ func New(cfg Config, opts Options) (*Sidecar, error) {
 	if err != nil {
 		return nil, err
 	}
+	// The advice describes what is really in force: in a dry run, that is
+	// pass-through; in adaptive mode, the limit of the moment.
+	settings := advice.Settings{
+		Mode:    cfg.Mode,
+		Workers: cfg.Workers, QueueSize: cfg.QueueSize, QueueTimeout: cfg.QueueTimeout,
+		Bulkhead: cfg.Bulkhead, BulkheadWait: cfg.BulkheadWait,
+		MaxInFlightBytes:  int64(cfg.MaxInflightBytes),
+		MemoryBudgetBytes: int64(cfg.MemoryBudgetBytes),
+		OverheadBytes:     proxy.RequestOverheadBytes,
+	}
+	var limitNow func() int
+	if cfg.DryRun {
+		settings.Mode, settings.Bulkhead, settings.BulkheadWait, settings.MaxInFlightBytes = limiter.Unbounded, 0, 0, 0
+	} else if cfg.Mode == limiter.Adaptive {
+		limitNow = func() int { return lim.Stats().Limit }
+	}
 	s.advisor, err = advice.New(advice.Config{
-		Settings: advice.Settings{
-			Fixed:   cfg.Mode == limiter.Fixed,
-			Workers: cfg.Workers, QueueSize: cfg.QueueSize, QueueTimeout: cfg.QueueTimeout,
-			Bulkhead: cfg.Bulkhead, BulkheadWait: cfg.BulkheadWait,
-			MaxInFlightBytes:  int64(cfg.MaxInflightBytes),
-			MemoryBudgetBytes: int64(cfg.MemoryBudgetBytes),
-			OverheadBytes:     proxy.RequestOverheadBytes,
-		},
-		Routes: routes,
+		Limit:    limitNow,
+		Settings: settings,
+		Routes:   routes,
 		State: func() advice.State {
 			st := lim.Stats()
 			return advice.State{InFlight: st.InFlight, Queued: st.Queued}
