@@ -4,7 +4,13 @@
 #     --build-arg VERSION="$(git describe --tags --always)" \
 #     --build-arg COMMIT="$(git rev-parse HEAD)" .
 #   docker run -p 8080:8080 -p 9090:9090 \
+#     --add-host=host.docker.internal:host-gateway \
 #     -e LOOMGATE_UPSTREAM=http://host.docker.internal:8081 loomgate
+#
+# host.docker.internal is the host, where the service listens on 8081;
+# Docker Desktop defines it, Docker on Linux only with that --add-host.
+# The service must listen on an address the container reaches (0.0.0.0,
+# not 127.0.0.1).
 
 FROM golang:1.26-bookworm AS build
 WORKDIR /src

@@ -139,8 +139,8 @@ const (
 func Advise(s Settings, f Figures) Recommendation {
 	r := Recommendation{Mode: s.ModeName()}
 	if f.Requests < MinRequests {
-		r.Summary = fmt.Sprintf("Not enough traffic to advise yet: %d requests finished in the last %s; the advice needs %d.",
-			f.Requests, roundSpan(f.Span), MinRequests)
+		r.Summary = fmt.Sprintf("Not enough traffic to advise yet: %d %s finished in the last %s; the advice needs %d.",
+			f.Requests, plural(int(f.Requests), "request", "requests"), roundSpan(f.Span), MinRequests)
 		return r
 	}
 	e := f.Estimate

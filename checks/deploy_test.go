@@ -35,6 +35,7 @@ import (
 	"go.yaml.in/yaml/v2"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -143,7 +144,7 @@ func deployFiles(t testing.TB, dir string, exts ...string) []string {
 // API server (for the PodMonitor, the Prometheus operator) decodes them into.
 var k8sScheme = func() *runtime.Scheme {
 	s := runtime.NewScheme()
-	for _, add := range []func(*runtime.Scheme) error{appsv1.AddToScheme, corev1.AddToScheme, monitoringv1.AddToScheme} {
+	for _, add := range []func(*runtime.Scheme) error{appsv1.AddToScheme, corev1.AddToScheme, networkingv1.AddToScheme, monitoringv1.AddToScheme} {
 		if err := add(s); err != nil {
 			panic(err)
 		}
@@ -221,6 +222,11 @@ func TestDeployManifestsDecode(t *testing.T) {
 			t.Errorf("%s: no YAML document", f)
 		}
 		for i, doc := range docs {
+			doc, err := withoutPatchDirectives(doc)
+			if err != nil {
+				t.Errorf("%s#%d: %v", f, i, err)
+				continue
+			}
 			obj, err := decodeK8s(doc)
 			if err != nil {
 				t.Errorf("%s#%d: %v", f, i, err)
@@ -234,6 +240,36 @@ func TestDeployManifestsDecode(t *testing.T) {
 	for _, f := range deployFiles(t, "prometheus", ".yaml", ".yml") {
 		readYAML(t, f)
 	}
+}
+
+// withoutPatchDirectives drops the list elements of a strategic merge patch
+// that are only a directive ({$patch: replace}): kustomize consumes them,
+// and the cluster never sees them.
+func withoutPatchDirectives(doc []byte) ([]byte, error) {
+	var v any
+	if err := sigsyaml.Unmarshal(doc, &v); err != nil {
+		return nil, err
+	}
+	var drop func(v any) any
+	drop = func(v any) any {
+		switch v := v.(type) {
+		case map[string]any:
+			for k, e := range v {
+				v[k] = drop(e)
+			}
+		case []any:
+			var kept []any
+			for _, e := range v {
+				if m, ok := e.(map[string]any); ok && len(m) == 1 && m["$patch"] != nil {
+					continue
+				}
+				kept = append(kept, drop(e))
+			}
+			return kept
+		}
+		return v
+	}
+	return sigsyaml.Marshal(drop(v))
 }
 
 // k8sApp is what `kubectl apply -k dir` creates.

@@ -9,6 +9,20 @@ import (
 	"net"
 )
 
+// StatusPageURL is where a browser on this machine finds the status page
+// of an admin listener at addr: a wildcard address (":9090") is reached
+// on loopback.
+func StatusPageURL(addr net.Addr) string {
+	host, port, err := net.SplitHostPort(addr.String())
+	if err != nil {
+		return "http://" + addr.String() + "/"
+	}
+	if ip := net.ParseIP(host); ip == nil || ip.IsUnspecified() {
+		host = "127.0.0.1"
+	}
+	return "http://" + net.JoinHostPort(host, port) + "/"
+}
+
 // Main is `loomgate proxy`: read the configuration from environ, listen,
 // serve, and drain when ctx ends. It logs to stderr, writes the access log
 // to stdout, and returns the process's exit status: 0 after a complete
@@ -44,7 +58,8 @@ func Main(ctx context.Context, environ []string, stdout, stderr io.Writer, versi
 	}
 	// What is in force: auto resolved.
 	s.LogConfig(log)
-	log.Info("serving", "traffic", ln.Addr().String(), "admin", adminLn.Addr().String(), "upstream", cfg.Upstream, "version", version)
+	log.Info("serving", "traffic", ln.Addr().String(), "admin", adminLn.Addr().String(), "upstream", cfg.Upstream, "version", version,
+		"status_page", StatusPageURL(adminLn.Addr()))
 	// The drain starts with ctx's end; Run logs it when it times out.
 	go func() {
 		<-ctx.Done()

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -142,5 +143,50 @@ func TestMemoryBulkheadFromCgroup(t *testing.T) {
 	off, _ := startIn(testConfig(t, upstreamURL, "LOOMGATE_MAX_INFLIGHT_BYTES=0"))
 	if got := off.Stats().MaxBytes; got != 0 {
 		t.Errorf("with LOOMGATE_MAX_INFLIGHT_BYTES=0 the bulkhead = %d; want 0 (off)", got)
+	}
+}
+
+// TestStartupLogSaysAutoFoundNoLimit: with no memory limit anywhere, auto
+// turns the memory bulkhead off, and the log says that this 0 is auto's
+// answer, not a choice.
+func TestStartupLogSaysAutoFoundNoLimit(t *testing.T) {
+	for _, tt := range []struct {
+		name, cgroup, want string
+	}{
+		{"no limit", "max\n", `msg="no memory bulkhead: LOOMGATE_MAX_INFLIGHT_BYTES=auto found no memory limit (neither GOMEMLIMIT nor a cgroup limit); set it to bound the bytes requests in flight hold" LOOMGATE_MAX_INFLIGHT_BYTES=0`},
+		{"a limit", "1048576\n", `msg="memory bulkhead from the memory limit; set LOOMGATE_MAX_INFLIGHT_BYTES to choose, 0 for none" LOOMGATE_MAX_INFLIGHT_BYTES=512KiB`},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			var log strings.Builder
+			_, err := New(testConfig(t, "LOOMGATE_UPSTREAM=http://127.0.0.1:1"), Options{
+				Logger:     slog.New(slog.NewTextHandler(&log, nil)),
+				CgroupRoot: cgroupRoot(t, "memory.max", tt.cgroup),
+				Getenv:     noEnv,
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !strings.Contains(log.String(), tt.want) {
+				t.Errorf("log:\n%s\nwant a line with %s", log.String(), tt.want)
+			}
+		})
+	}
+}
+
+func TestStatusPageURL(t *testing.T) {
+	for addr, want := range map[string]string{
+		"127.0.0.1:9090": "http://127.0.0.1:9090/",
+		"[::]:9090":      "http://127.0.0.1:9090/",
+		"0.0.0.0:9090":   "http://127.0.0.1:9090/",
+		"10.1.2.3:9090":  "http://10.1.2.3:9090/",
+		"[::1]:9090":     "http://[::1]:9090/",
+	} {
+		a, err := net.ResolveTCPAddr("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := StatusPageURL(a); got != want {
+			t.Errorf("StatusPageURL(%s) = %q; want %q", addr, got, want)
+		}
 	}
 }

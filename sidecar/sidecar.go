@@ -85,6 +85,11 @@ func New(cfg Config, opts Options) (*Sidecar, error) {
 		if limit.Bytes > 0 {
 			opts.Logger.Info("memory bulkhead from the memory limit; set LOOMGATE_MAX_INFLIGHT_BYTES to choose, 0 for none",
 				"LOOMGATE_MAX_INFLIGHT_BYTES", cfg.MaxInflightBytes.String(), "limit", Size(limit.Bytes).String(), "source", limit.Source)
+		} else {
+			// The configuration line then shows 0, which reads as a
+			// choice; say it is auto's answer, and why.
+			opts.Logger.Info("no memory bulkhead: LOOMGATE_MAX_INFLIGHT_BYTES=auto found no memory limit (neither GOMEMLIMIT nor a cgroup limit); set it to bound the bytes requests in flight hold",
+				"LOOMGATE_MAX_INFLIGHT_BYTES", cfg.MaxInflightBytes.String())
 		}
 	}
 	if cfg.MaxConns == CountAuto {

@@ -9,6 +9,7 @@ import (
 	"regexp"
 	"slices"
 	"strconv"
+	"strings"
 
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/font"
@@ -75,10 +76,11 @@ func closedCharts(results []bench.Result) ([]chart, error) {
 
 	p = newPlot("Latency: p50 solid, p99 dashed", "concurrency (virtual users)", "milliseconds", levels)
 	for i, s := range all {
-		if err := addLine(p, name(s)+" p50", i, false, points(s, func(r bench.Result) (float64, bool) { return ms(r.P50), r.Requests > 0 })); err != nil {
-			return nil, err
-		}
-		if err := addLine(p, name(s)+" p99", i, true, points(s, func(r bench.Result) (float64, bool) { return ms(r.P99), r.Requests > 0 })); err != nil {
+		// A fixed pool's p99 is about its p50: the p99 goes under, wide
+		// and light, so that the p50 on it leaves both in sight.
+		if err := addPair(p, i,
+			lineSpec{name(s) + " p50", points(s, func(r bench.Result) (float64, bool) { return ms(r.P50), r.Requests > 0 })},
+			lineSpec{name(s) + " p99", points(s, func(r bench.Result) (float64, bool) { return ms(r.P99), r.Requests > 0 })}); err != nil {
 			return nil, err
 		}
 	}
@@ -101,25 +103,24 @@ func closedCharts(results []bench.Result) ([]chart, error) {
 	p = newPlot(title, "concurrency (virtual users)", "MiB", levels)
 	lines := 0
 	for i, s := range all {
-		for _, m := range []struct {
-			who    string
-			dashed bool
-			bytes  func(bench.Result) int64
+		var pair [2]lineSpec
+		for k, m := range []struct {
+			who   string
+			bytes func(bench.Result) int64
 		}{
-			{"sidecar", false, sidecarMemory},
-			{"upstream", true, upstreamMemory},
+			{"sidecar", sidecarMemory},
+			{"upstream", upstreamMemory},
 		} {
-			pts := points(s, func(r bench.Result) (float64, bool) {
+			pair[k] = lineSpec{name(s) + " " + m.who, points(s, func(r bench.Result) (float64, bool) {
 				b := m.bytes(r)
 				return float64(b) / (1 << 20), b > 0
-			})
-			if len(pts) == 0 {
-				continue
+			})}
+			if len(pair[k].xys) > 0 {
+				lines++
 			}
-			lines++
-			if err := addLine(p, name(s)+" "+m.who, i, m.dashed, pts); err != nil {
-				return nil, err
-			}
+		}
+		if err := addPair(p, i, pair[0], pair[1]); err != nil {
+			return nil, err
 		}
 	}
 	if lines > 0 {
@@ -160,6 +161,7 @@ func newPlot(title, xLabel, yLabel string, levels []int) *plot.Plot {
 	p.X.Label.Text = xLabel
 	p.Y.Label.Text = yLabel
 	p.Y.Min = 0
+	p.Y.Tick.Marker = plainTicks{}
 	p.Legend.Top = true
 	p.Legend.Left = true
 	sans(p)
@@ -171,10 +173,29 @@ func newPlot(title, xLabel, yLabel string, levels []int) *plot.Plot {
 		ticks = append(ticks, plot.Tick{Value: float64(c), Label: strconv.Itoa(c)})
 	}
 	p.X.Tick.Marker = ticks
-	if levels[len(levels)-1] >= 10*levels[0] && levels[0] > 0 {
+	// Room past the last level for its tick label, which would otherwise
+	// be cut at the chart's edge.
+	first, last := float64(levels[0]), float64(levels[len(levels)-1])
+	p.X.Max = last + (last-first)*0.04
+	if last >= 10*first && first > 0 {
 		p.X.Scale = plot.LogScale{}
+		p.X.Max = last * math.Pow(last/first, 0.04)
 	}
 	return p
+}
+
+// plainTicks are the default ticks, labelled without trailing zeros:
+// 5000, not 5000.00.
+type plainTicks struct{}
+
+func (plainTicks) Ticks(min, max float64) []plot.Tick {
+	ticks := plot.DefaultTicks{}.Ticks(min, max)
+	for i, t := range ticks {
+		if strings.Contains(t.Label, ".") && !strings.ContainsAny(t.Label, "eE") {
+			ticks[i].Label = strings.TrimSuffix(strings.TrimRight(t.Label, "0"), ".")
+		}
+	}
+	return ticks
 }
 
 // headroom raises the top of p's y axis so that the legend, drawn in the
@@ -199,12 +220,56 @@ func sans(p *plot.Plot) {
 }
 
 func addLine(p *plot.Plot, label string, i int, dashed bool, xys plotter.XYs) error {
+	line, dots, err := newLine(i, dashed, xys)
+	if err != nil || line == nil {
+		return err
+	}
+	p.Add(line, dots)
+	p.Legend.Add(label, line, dots)
+	return nil
+}
+
+// lineSpec is one line of a chart: its legend label and its points.
+type lineSpec struct {
+	label string
+	xys   plotter.XYs
+}
+
+// addPair draws two lines of one series, the first solid, the second
+// dashed: the dashed one first, so that where they coincide the solid
+// one lies on it and both show. The legend lists them in their order.
+func addPair(p *plot.Plot, i int, solid, dashed lineSpec) error {
+	sl, sd, err := newLine(i, false, solid.xys)
+	if err != nil {
+		return err
+	}
+	dl, dd, err := newLine(i, true, dashed.xys)
+	if err != nil {
+		return err
+	}
+	if dl != nil {
+		p.Add(dl, dd)
+	}
+	if sl != nil {
+		p.Add(sl, sd)
+		p.Legend.Add(solid.label, sl, sd)
+	}
+	if dl != nil {
+		p.Legend.Add(dashed.label, dl, dd)
+	}
+	return nil
+}
+
+// newLine is a line with a marker at each point in the i-th colour: solid
+// and thin with dots, or dashed, wide and light with rings, which a solid
+// line on top of it leaves visible. nil when there are no points.
+func newLine(i int, dashed bool, xys plotter.XYs) (*plotter.Line, *plotter.Scatter, error) {
 	if len(xys) == 0 {
-		return nil
+		return nil, nil, nil
 	}
 	line, dots, err := plotter.NewLinePoints(xys)
 	if err != nil {
-		return err
+		return nil, nil, err
 	}
 	line.LineStyle.Color = plotutil.Color(i)
 	line.LineStyle.Width = vg.Points(1.5)
@@ -212,12 +277,13 @@ func addLine(p *plot.Plot, label string, i int, dashed bool, xys plotter.XYs) er
 	dots.GlyphStyle.Shape = draw.CircleGlyph{}
 	dots.GlyphStyle.Radius = vg.Points(2.5)
 	if dashed {
-		line.LineStyle.Dashes = []vg.Length{vg.Points(5), vg.Points(3)}
+		line.LineStyle.Color = lighter(plotutil.Color(i))
+		line.LineStyle.Width = vg.Points(4)
+		line.LineStyle.Dashes = []vg.Length{vg.Points(6), vg.Points(3)}
 		dots.GlyphStyle.Shape = draw.RingGlyph{}
+		dots.GlyphStyle.Radius = vg.Points(4.5)
 	}
-	p.Add(line, dots)
-	p.Legend.Add(label, line, dots)
-	return nil
+	return line, dots, nil
 }
 
 // queueServicePlot stacks each arm's mean queue wait under its mean service
@@ -246,6 +312,7 @@ func queueServicePlot(all []series, name func(series) string) (*plot.Plot, int, 
 	p.Title.Text = "Queue wait and service time"
 	p.X.Label.Text = "concurrency (virtual users)"
 	p.Y.Label.Text = "milliseconds"
+	p.Y.Tick.Marker = plainTicks{}
 	p.Legend.Top = true
 	p.Legend.Left = true
 	sans(p)
@@ -367,6 +434,7 @@ func openCharts(results []bench.OpenResult) ([]chart, error) {
 	q.X.Label.Text = "seconds from the start of the load"
 	q.Y.Label.Text = "loomgate_queued"
 	q.Y.Min = 0
+	q.Y.Tick.Marker = plainTicks{}
 	q.Legend.Top, q.Legend.Left = true, true
 	sans(q)
 	lines := 0

@@ -300,7 +300,10 @@ func physicsSentence(results []bench.Result) string {
 			flagged = append(flagged, fmt.Sprintf("%s c%d", r.Arm, r.Concurrency))
 		}
 	}
-	if len(flagged) == 0 {
+	switch {
+	case len(flagged) == 0 && len(results) == 1:
+		return fmt.Sprintf("Physics check: the row is within %.0f%% of C/R and of limit/service.", 100*bench.Tolerance)
+	case len(flagged) == 0:
 		return fmt.Sprintf("Physics check: all %d rows within %.0f%% of C/R and of limit/service.", len(results), 100*bench.Tolerance)
 	}
 	return fmt.Sprintf("Physics check: %d of %d rows are more than %.0f%% off (%s); see the notes under the table.",

@@ -264,8 +264,10 @@ figcaption { color: #555; font-size: .9rem; }
 table { border-collapse: collapse; font-variant-numeric: tabular-nums; font-size: {{.Page.Font}}; }
 th, td { padding: {{.Page.Pad}}; border-bottom: 1px solid #e2e2e2; text-align: right; white-space: nowrap; }
 th:first-child, td:first-child { text-align: left; }
-th { background: #f6f6f6; }
-.scroll { overflow-x: auto; }
+th { background: #f6f6f6; white-space: normal; vertical-align: bottom; }
+/* The table may be wider than the text: as wide as the window allows,
+   centred on the text, its headings wrapped, and scrolled beyond. */
+.scroll { overflow-x: auto; width: max-content; max-width: calc(100vw - 2rem); margin-left: 50%; transform: translateX(-50%); }
 .off { color: #b3261e; font-weight: 600; }
 .notes li { margin-bottom: .3rem; }
 </style>

@@ -98,3 +98,38 @@ func TestWriteDir(t *testing.T) {
 		t.Errorf("ReadJSON(results.json) = %d results, %v; want %d", len(got), err, len(rep.Results))
 	}
 }
+
+// TestReportChartsRead: the charts' numbers read as written (5000, not
+// 5000.00), a p99 that coincides with its p50 still shows (drawn under it,
+// wide and light), and the table's headings wrap so that it fits the
+// window or scrolls.
+func TestReportChartsRead(t *testing.T) {
+	var buf bytes.Buffer
+	if err := (Report[bench.Result]{Results: crossover()}).WriteHTML(&buf); err != nil {
+		t.Fatal(err)
+	}
+	html := buf.String()
+	if m := regexp.MustCompile(`>-?\d+\.0+<`).FindString(html); m != "" {
+		t.Errorf("a chart labels a whole number %s; want it without decimals", m)
+	}
+	latency := html[strings.Index(html, "Latency: p50 solid"):]
+	latency = latency[:strings.Index(latency, "</svg>")]
+	// The first arm's p99 is drawn before its p50, wider.
+	p99 := strings.Index(latency, "stroke-width:4")
+	p50 := strings.Index(latency, "stroke-width:1.5")
+	if p99 < 0 || p50 < 0 || p99 > p50 {
+		t.Errorf("latency chart: p99 line at %d, p50 line at %d; want the wide p99 drawn first, under the p50", p99, p50)
+	}
+	for _, want := range []string{"white-space: normal", ".scroll { overflow-x: auto;"} {
+		if !strings.Contains(html, want) {
+			t.Errorf("report lacks %q, which keeps the table within the window", want)
+		}
+	}
+}
+
+func TestPhysicsSentenceOfOneRow(t *testing.T) {
+	got := physicsSentence(crossover()[:1])
+	if want := "Physics check: the row is within 10% of C/R and of limit/service."; got != want {
+		t.Errorf("physicsSentence(1 row) = %q; want %q", got, want)
+	}
+}

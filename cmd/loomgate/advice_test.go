@@ -468,7 +468,7 @@ func TestAdviseCommand(t *testing.T) {
 		{args: []string{"--admin", s.AdminURL + "/elsewhere"}, code: 1, stderr: "404 Not Found; is --admin a loomgate admin listener?"},
 		{args: []string{"--format", "yaml"}, code: 2, stderr: `--format "yaml": want text or json`},
 		{args: []string{"--admin", "127.0.0.1:9090"}, code: 2, stderr: "want the admin listener as http://host:port"},
-		{args: []string{"--bogus"}, code: 2, stderr: "flag provided but not defined"},
+		{args: []string{"--bogus"}, code: 2, stderr: "loomgate advise: unknown flag --bogus (loomgate advise -h)"},
 		{args: []string{"extra"}, code: 2, stderr: `unexpected argument "extra"`},
 		{args: []string{"-h"}, code: 0, stderr: "Usage: loomgate advise"},
 	} {

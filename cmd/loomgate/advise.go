@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -10,6 +9,8 @@ import (
 	"net/url"
 	"strings"
 	"time"
+
+	"github.com/loomgate/loomgate/internal/cli"
 )
 
 // adviseTimeout bounds the request to the admin listener, which never
@@ -35,11 +36,8 @@ Flags:
 `)
 		fs.PrintDefaults()
 	}
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return 0
-		}
-		return 2
+	if exit, ok := cli.Parse(fs, args, stderr); !ok {
+		return exit
 	}
 	if fs.NArg() > 0 {
 		fmt.Fprintf(stderr, "loomgate advise: unexpected argument %q; it takes only flags (loomgate advise -h)\n", fs.Arg(0))

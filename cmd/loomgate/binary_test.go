@@ -221,6 +221,10 @@ func TestDrainOnSIGTERM(t *testing.T) {
 	if !strings.Contains(stderr.String(), "drained") {
 		t.Errorf("log lacks the drain:\n%s", stderr)
 	}
+	// The start-up log says where the status page is.
+	if want := "status_page=http://" + admin + "/"; !strings.Contains(stderr.String(), want) {
+		t.Errorf("log lacks %s:\n%s", want, stderr)
+	}
 }
 
 func metricsText(t testing.TB, admin string) string {
@@ -316,6 +320,8 @@ func TestCommandLineMistakes(t *testing.T) {
 		{[]string{"--colour"}, "--colour is not a flag; the sidecar is configured by LOOMGATE_* variables (loomgate -h lists them)"},
 		{[]string{"demoo"}, `unknown command "demoo" (did you mean demo?)`},
 		{[]string{"serve"}, `unknown command "serve"; the commands are proxy, advise, version, demo, bench, stub`},
+		{[]string{"advise", "--admn", "http://127.0.0.1:9090"}, "loomgate advise: unknown flag --admn; did you mean --admin? (loomgate advise -h)"},
+		{[]string{"advise", "--format"}, "loomgate advise: --format needs a value (loomgate advise -h)"},
 	} {
 		cmd := exec.Command(bin, tt.args...)
 		var stderr bytes.Buffer

@@ -15,6 +15,7 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/loomgate/loomgate/internal/cli"
 	"github.com/loomgate/loomgate/sidecar"
 )
 
@@ -89,36 +90,10 @@ var commands = []string{"proxy", "advise", "version", "demo", "bench", "stub"}
 
 // closest suggests the command nearest a misspelt one.
 func closest(cmd string, names []string) string {
-	best, bestDist := "", 3
-	for _, n := range names {
-		if d := editDistance(cmd, n); d < bestDist {
-			best, bestDist = n, d
-		}
+	if best := cli.Closest(cmd, names); best != "" {
+		return " (did you mean " + best + "?)"
 	}
-	if best == "" {
-		return ""
-	}
-	return " (did you mean " + best + "?)"
-}
-
-func editDistance(a, b string) int {
-	prev := make([]int, len(b)+1)
-	cur := make([]int, len(b)+1)
-	for j := range prev {
-		prev[j] = j
-	}
-	for i := 1; i <= len(a); i++ {
-		cur[0] = i
-		for j := 1; j <= len(b); j++ {
-			cost := 1
-			if a[i-1] == b[j-1] {
-				cost = 0
-			}
-			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
-		}
-		prev, cur = cur, prev
-	}
-	return prev[len(b)]
+	return ""
 }
 
 func isHelp(arg string) bool {

@@ -54,8 +54,35 @@ func TestDemoEndToEnd(t *testing.T) {
 }
 
 func TestDemoRejectsArguments(t *testing.T) {
+	for _, tt := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"now"}, `loomgate demo: unexpected argument "now" (loomgate demo -h)`},
+		// A bare number is the usual slip: one line that says what to
+		// write, not the flag package's "parse error" and bench's usage.
+		{[]string{"--window", "4"}, "loomgate demo: --window 4: a duration needs a unit, as in 4s or 4ms (loomgate demo -h)"},
+		{[]string{"--warmup", "soon"}, `loomgate demo: --warmup "soon": want a duration such as 10s, 500ms or 1m (loomgate demo -h)`},
+		{[]string{"--window", "0s"}, "loomgate demo: --window 0s: want a duration above 0, e.g. 4s"},
+		{[]string{"--windw", "4s"}, "loomgate demo: unknown flag --windw; did you mean --window? (loomgate demo -h)"},
+		{[]string{"--levels", "50"}, "loomgate demo: unknown flag --levels (loomgate demo -h)"},
+	} {
+		var stderr bytes.Buffer
+		if code := runDemo(context.Background(), tt.args, &bytes.Buffer{}, &stderr); code != 2 {
+			t.Errorf("demo %q = exit %d; want 2", tt.args, code)
+		}
+		if got := stderr.String(); got != tt.want+"\n" {
+			t.Errorf("demo %q said %q; want the one line %q", tt.args, got, tt.want)
+		}
+	}
+}
+
+func TestLabUnknownCommand(t *testing.T) {
 	var stderr bytes.Buffer
-	if code := runDemo(context.Background(), []string{"now"}, &bytes.Buffer{}, &stderr); code != 2 {
-		t.Errorf("demo now = exit %d; want 2", code)
+	if code := run(context.Background(), []string{"bnech"}, nil, &bytes.Buffer{}, &stderr); code != 2 {
+		t.Errorf("loomlab bnech = exit %d; want 2", code)
+	}
+	if want := `loomlab: unknown command "bnech" (did you mean bench?); the commands are demo, bench, stub, proxy, version (loomlab -h for more)` + "\n"; stderr.String() != want {
+		t.Errorf("loomlab bnech said %q; want %q", stderr.String(), want)
 	}
 }

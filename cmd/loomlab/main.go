@@ -14,6 +14,7 @@ import (
 	"runtime"
 	"syscall"
 
+	"github.com/loomgate/loomgate/internal/cli"
 	"github.com/loomgate/loomgate/sidecar"
 )
 
@@ -60,7 +61,11 @@ func run(ctx context.Context, args, environ []string, stdout, stderr io.Writer) 
 		printUsage(stdout)
 		return 0
 	}
-	fmt.Fprintf(stderr, "loomlab: unknown command %q; the commands are demo, bench, stub, proxy, version (loomlab -h for more)\n", cmd)
+	suggestion := ""
+	if best := cli.Closest(cmd, []string{"demo", "bench", "stub", "proxy", "version"}); best != "" {
+		suggestion = " (did you mean " + best + "?)"
+	}
+	fmt.Fprintf(stderr, "loomlab: unknown command %q%s; the commands are demo, bench, stub, proxy, version (loomlab -h for more)\n", cmd, suggestion)
 	return 2
 }
 

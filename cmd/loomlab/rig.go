@@ -21,6 +21,7 @@ import (
 	"github.com/loomgate/loomgate/bench/advicematrix"
 	"github.com/loomgate/loomgate/bench/overhead"
 	"github.com/loomgate/loomgate/bench/report"
+	"github.com/loomgate/loomgate/internal/cli"
 	"github.com/loomgate/loomgate/stub"
 )
 
@@ -90,11 +91,8 @@ Flags:
 			return 2
 		}
 	}
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return 0
-		}
-		return 2
+	if exit, ok := cli.Parse(fs, args, stderr); !ok {
+		return exit
 	}
 	if fs.NArg() > 0 {
 		fmt.Fprintf(stderr, "loomgate stub: unexpected argument %q; it takes only flags (loomgate stub -h)\n", fs.Arg(0))
@@ -220,11 +218,8 @@ Flags:
 `)
 		fs.PrintDefaults()
 	}
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return 0
-		}
-		return 2
+	if exit, ok := cli.Parse(fs, args, stderr); !ok {
+		return exit
 	}
 	fail := func(format string, a ...any) int {
 		fmt.Fprintf(stderr, "loomgate bench: "+format+"\n", a...)

@@ -29,8 +29,9 @@ func TestStubCommandRefusesBadInput(t *testing.T) {
 	}{
 		{[]string{"--pool", "-1"}, nil, "--pool -1: want 0 (no hidden pool) or more workers"},
 		{[]string{"--db-pool", "0"}, nil, "--db-pool 0: want at least 1 connection"},
-		{[]string{"--pool", "many"}, nil, `invalid value "many" for flag -pool`},
-		{[]string{"--nope"}, nil, "flag provided but not defined: -nope"},
+		{[]string{"--pool", "many"}, nil, `--pool "many": want a whole number (loomgate stub -h)`},
+		{[]string{"--nope"}, nil, "unknown flag --nope (loomgate stub -h)"},
+		{[]string{"--pol", "5"}, nil, "unknown flag --pol; did you mean --pool?"},
 		{[]string{"extra"}, nil, `unexpected argument "extra"`},
 		{nil, map[string]string{"STUB_POOL": "lots"}, `STUB_POOL="lots": want a whole number, as --pool takes`},
 		{nil, map[string]string{"STUB_DB_POOL": "-3"}, "--db-pool -3: want at least 1 connection"},
@@ -42,6 +43,9 @@ func TestStubCommandRefusesBadInput(t *testing.T) {
 		code := stubCommand(context.Background(), tt.args, envOf(tt.env), io.Discard, &stderr)
 		if code != 2 || !strings.Contains(stderr.String(), tt.want) {
 			t.Errorf("stub %v with %v = %d, %q; want 2 and %q", tt.args, tt.env, code, stderr.String(), tt.want)
+		}
+		if n := strings.Count(stderr.String(), "\n"); n != 1 {
+			t.Errorf("stub %v printed %d lines; want the one that says what is wrong", tt.args, n)
 		}
 	}
 }
@@ -123,7 +127,12 @@ func TestBenchCommandRefusesBadInput(t *testing.T) {
 		{[]string{"--scenario", "open"}, 1, "--scenario open needs a launcher to start its stub and sidecar"},
 		{[]string{"--url", "127.0.0.1:1", "--rate", "10"}, 2, `--url "127.0.0.1:1": want an http://`},
 		{[]string{"--scenario", "crossover"}, 1, "--scenario crossover needs a launcher to start its stub and sidecar"},
-		{[]string{"--timeout", "soon"}, 2, `invalid value "soon" for flag -timeout`},
+		{[]string{"--timeout", "soon"}, 2, `--timeout "soon": want a duration such as 10s, 500ms or 1m (loomgate bench -h)`},
+		{[]string{"--url", "http://127.0.0.1:1/", "--window", "10"}, 2, "--window 10: a duration needs a unit, as in 10s or 10ms"},
+		{[]string{"--url", "http://127.0.0.1:1/", "--rte", "10"}, 2, "unknown flag --rte; did you mean --rate?"},
+		{[]string{"--url", "http://127.0.0.1:1/", "-x"}, 2, "unknown flag -x (loomgate bench -h)"},
+		{[]string{"--url", "http://127.0.0.1:1/", "-c"}, 2, "-c needs a value"},
+		{[]string{"--url", "http://127.0.0.1:1/", "--in-process=maybe"}, 2, `--in-process "maybe": want true or false`},
 		{[]string{"--url", "http://127.0.0.1:1/", "stray"}, 2, `unexpected argument "stray"`},
 	}
 	for _, tt := range tests {
@@ -131,6 +140,9 @@ func TestBenchCommandRefusesBadInput(t *testing.T) {
 		code := benchCommand(context.Background(), tt.args, nil, io.Discard, &stderr)
 		if code != tt.code || !strings.Contains(stderr.String(), tt.want) {
 			t.Errorf("bench %v = %d, %q; want %d and %q", tt.args, code, stderr.String(), tt.code, tt.want)
+		}
+		if n := strings.Count(stderr.String(), "\n"); n != 1 {
+			t.Errorf("bench %v printed %d lines; want the one that says what is wrong", tt.args, n)
 		}
 	}
 }

@@ -1,0 +1,22 @@
+package advice
+
+import (
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestNotEnoughTrafficCounts: the summary before there is enough traffic
+// counts requests as people do, "1 request", "2 requests".
+func TestNotEnoughTrafficCounts(t *testing.T) {
+	for n, want := range map[int64]string{
+		0: "Not enough traffic to advise yet: 0 requests finished in the last 3 s",
+		1: "Not enough traffic to advise yet: 1 request finished in the last 3 s",
+		2: "Not enough traffic to advise yet: 2 requests finished in the last 3 s",
+	} {
+		r := Advise(Settings{Fixed: true, Workers: 10}, Figures{Requests: n, Span: 3 * time.Second})
+		if !strings.HasPrefix(r.Summary, want) {
+			t.Errorf("%d requests: summary %q; want it to begin %q", n, r.Summary, want)
+		}
+	}
+}
