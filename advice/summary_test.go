@@ -4,6 +4,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/loomgate/loomgate/limiter"
 )
 
 // TestNotEnoughTrafficCounts: the summary before there is enough traffic
@@ -14,7 +16,7 @@ func TestNotEnoughTrafficCounts(t *testing.T) {
 		1: "Not enough traffic to advise yet: 1 request finished in the last 3 s",
 		2: "Not enough traffic to advise yet: 2 requests finished in the last 3 s",
 	} {
-		r := Advise(Settings{Fixed: true, Workers: 10}, Figures{Requests: n, Span: 3 * time.Second})
+		r := Advise(Settings{Mode: limiter.Fixed, Workers: 10}, Figures{Requests: n, Span: 3 * time.Second})
 		if !strings.HasPrefix(r.Summary, want) {
 			t.Errorf("%d requests: summary %q; want it to begin %q", n, r.Summary, want)
 		}
