@@ -2,7 +2,6 @@ package bench
 
 import (
 	"fmt"
-	"math"
 	"strings"
 	"time"
 )
@@ -23,6 +22,10 @@ type Physics struct {
 	// Errors is the number of errors in the window; they explain a row
 	// whose successes fall short of C / R.
 	Errors int64
+	// Window is how long the successes were counted. A window holds up to
+	// C completions of requests sent before it began, so a short one may
+	// count up to R / Window more than C / R; if zero, no allowance.
+	Window time.Duration
 
 	// Limit is how many requests can be in service at once, N: the
 	// sidecar's enforced limit, or a pool behind it.
@@ -85,7 +88,13 @@ func (p Physics) Check() Verdict {
 	v.Off = p.RPS/v.Expected - 1
 
 	var reasons []string
-	if off := p.RPS/closed - 1; math.Abs(off) > Tolerance {
+	// Completions of requests sent before the window began may add up to
+	// R / Window above C / R; nothing adds to the side below.
+	above := Tolerance
+	if p.Window > 0 {
+		above += p.Mean.Seconds() / p.Window.Seconds()
+	}
+	if off := p.RPS/closed - 1; off > above || off < -Tolerance {
 		why := "fewer than C requests were in flight: reconnects, or a load generator that cannot keep up"
 		if p.Errors > 0 {
 			why = fmt.Sprintf("fewer than C requests were in flight: %d errors took part of the loop", p.Errors)
@@ -128,7 +137,7 @@ type Capacity struct {
 // bottleneck and wins; otherwise the sidecar's own limit and its measured
 // service time.
 func (r Result) PhysicsFor(c Capacity) Physics {
-	p := Physics{Concurrency: r.Concurrency, RPS: r.RPS, Mean: r.Mean, Errors: r.Errors.Total()}
+	p := Physics{Concurrency: r.Concurrency, RPS: r.RPS, Mean: r.Mean, Errors: r.Errors.Total(), Window: r.Window}
 	switch sc := r.Sidecar; {
 	case c.Limit > 0 && c.Hold > 0:
 		p.Limit, p.Service = c.Limit, c.Hold

@@ -49,6 +49,20 @@ func TestPhysicsCheck(t *testing.T) {
 			wantReason: "60% above C/R",
 		},
 		{
+			// 4 users at 56 ms over a 1 s window: up to 4 of the 80
+			// completions were sent before it began (R/W = 5.6%).
+			name:       "a short window's edge is no error",
+			in:         Physics{Concurrency: 4, RPS: 80, Mean: 56 * ms, Window: time.Second},
+			wantExpect: 4 / 0.056,
+		},
+		{
+			name:       "beyond the window's edge is",
+			in:         Physics{Concurrency: 4, RPS: 90, Mean: 56 * ms, Window: time.Second},
+			wantFlag:   true,
+			wantExpect: 4 / 0.056,
+			wantReason: "26% above C/R",
+		},
+		{
 			name:        "saturated fixed 200, on N/S",
 			in:          Physics{Concurrency: 1000, RPS: 985, Mean: 1015 * ms, Limit: 200, Service: 203 * ms},
 			wantExpect:  200 / 0.203,
