@@ -197,6 +197,10 @@ type stream struct {
 	timer    *time.Timer
 	outcome  Outcome
 	answered bool // the proxy wrote its own answer
+	// expired is set when the call's own deadline (grpc-timeout) passed
+	// in the queue: the client's doing, but its status is
+	// DEADLINE_EXCEEDED, which its own timer would also say.
+	expired bool
 }
 
 type streamKey struct{}
@@ -347,8 +351,11 @@ func (h *h2) rejected(w http.ResponseWriter, r *http.Request, st *stream, err er
 	case errors.Is(err, limiter.ErrMemoryFull):
 		h.answer(w, st, RejectedMemory, 0, msgMemoryFull)
 	case r.Context().Err() == nil && errors.Is(err, context.DeadlineExceeded):
-		// The call's own deadline passed in the queue.
-		h.answer(w, st, ClientClosed, 0, msgClientClosed)
+		// The call's own deadline passed in the queue. The client's own
+		// timer says DEADLINE_EXCEEDED; whichever it hears first, ours
+		// must say the same.
+		st.expired = true
+		h.answer(w, st, ClientClosed, 0, "deadline exceeded while queued\n")
 		st.outcome.Status = StatusClientClosed
 	case errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded):
 		st.outcome.Kind, st.outcome.Status = ClientClosed, StatusClientClosed
@@ -417,7 +424,11 @@ func (h *h2) answer(w http.ResponseWriter, st *stream, kind Kind, status int, ms
 	}
 	if st.grpc {
 		hdr.Set("Content-Type", "application/grpc")
-		hdr.Set("Grpc-Status", strconv.Itoa(grpcCode(kind)))
+		code := grpcCode(kind)
+		if st.expired {
+			code = grpcDeadlineExceeded
+		}
+		hdr.Set("Grpc-Status", strconv.Itoa(code))
 		hdr.Set("Grpc-Message", strings.TrimSuffix(msg, "\n"))
 		o.Status = http.StatusOK
 		w.WriteHeader(http.StatusOK)
