@@ -30,10 +30,12 @@ import (
 	"github.com/grafana/grafana-foundation-sdk/go/common"
 	"github.com/grafana/grafana-foundation-sdk/go/dashboard"
 	"github.com/grafana/grafana-foundation-sdk/go/prometheus"
+	kedav1alpha1 "github.com/kedacore/keda/v2/apis/keda/v1alpha1"
 	monitoringv1 "github.com/prometheus-operator/prometheus-operator/pkg/apis/monitoring/v1"
 	"github.com/prometheus/common/model"
 	"go.yaml.in/yaml/v2"
 	appsv1 "k8s.io/api/apps/v1"
+	autoscalingv2 "k8s.io/api/autoscaling/v2"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -140,10 +142,14 @@ func deployFiles(t testing.TB, dir string, exts ...string) []string {
 }
 
 // k8sScheme knows the kinds deploy/kubernetes creates, in the Go types the
-// API server (for the PodMonitor, the Prometheus operator) decodes them into.
+// API server (for the PodMonitor, the Prometheus operator; for the
+// ScaledObject, KEDA) decodes them into.
 var k8sScheme = func() *runtime.Scheme {
 	s := runtime.NewScheme()
-	for _, add := range []func(*runtime.Scheme) error{appsv1.AddToScheme, corev1.AddToScheme, monitoringv1.AddToScheme} {
+	for _, add := range []func(*runtime.Scheme) error{
+		appsv1.AddToScheme, corev1.AddToScheme, monitoringv1.AddToScheme,
+		autoscalingv2.AddToScheme, kedav1alpha1.AddToScheme,
+	} {
 		if err := add(s); err != nil {
 			panic(err)
 		}

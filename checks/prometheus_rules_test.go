@@ -147,6 +147,7 @@ func promExpressions(t testing.TB) []string {
 	for _, r := range readRules(t) {
 		out = append(out, r.Expr)
 	}
+	out = append(out, autoscalingQueries(t)...)
 	d := readDashboard(t)
 	vars := map[string]string{}
 	for _, v := range d.Dashboard.Templating.List {
