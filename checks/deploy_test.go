@@ -1159,6 +1159,12 @@ func TestDashboard(t *testing.T) {
 		"loomgate_advice_bulkhead",
 		"loomgate_upstream_capacity_estimate",
 		"loomgate_upstream_saturated",
+		// The fleet row.
+		"loomgate:utilisation:ratio_rate1m",
+		"loomgate:workload_utilisation:ratio_rate1m",
+		"loomgate:workload_replicas_wanted:target70",
+		"loomgate:workload_queue_wait_seconds:p99_rate1m",
+		"loomgate:workload_rejections:rate1m",
 	} {
 		if !strings.Contains(all, want) {
 			t.Errorf("no panel shows %s", want)
