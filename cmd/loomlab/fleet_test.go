@@ -63,6 +63,12 @@ func TestFleetScenario(t *testing.T) {
 	if !strings.Contains(strings.Join(high.Alerts, ","), "LoomgateFleetSaturated") {
 		t.Errorf("at 150%%: alerts %q; want LoomgateFleetSaturated pending or firing", high.Alerts)
 	}
+	// Prometheus runs with native histograms, which it then scrapes
+	// instead of the classic buckets: a quantile here is the rule's
+	// native branch summing every replica's histogram.
+	if math.IsNaN(high.QueueP99) || high.QueueP99 <= 0 {
+		t.Errorf("at 150%%: queue wait p99 across replicas %v; want one, from the native histograms", high.QueueP99)
+	}
 	if res.ScaleStep() != 1 {
 		t.Errorf("ScaleStep = %d; want 1, the step past capacity", res.ScaleStep())
 	}
