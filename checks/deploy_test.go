@@ -30,10 +30,12 @@ import (
 	"github.com/grafana/grafana-foundation-sdk/go/common"
 	"github.com/grafana/grafana-foundation-sdk/go/dashboard"
 	"github.com/grafana/grafana-foundation-sdk/go/prometheus"
+	kedav1alpha1 "github.com/kedacore/keda/v2/apis/keda/v1alpha1"
 	monitoringv1 "github.com/prometheus-operator/prometheus-operator/pkg/apis/monitoring/v1"
 	"github.com/prometheus/common/model"
 	"go.yaml.in/yaml/v2"
 	appsv1 "k8s.io/api/apps/v1"
+	autoscalingv2 "k8s.io/api/autoscaling/v2"
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
@@ -141,10 +143,14 @@ func deployFiles(t testing.TB, dir string, exts ...string) []string {
 }
 
 // k8sScheme knows the kinds deploy/kubernetes creates, in the Go types the
-// API server (for the PodMonitor, the Prometheus operator) decodes them into.
+// API server (for the PodMonitor, the Prometheus operator; for the
+// ScaledObject, KEDA) decodes them into.
 var k8sScheme = func() *runtime.Scheme {
 	s := runtime.NewScheme()
-	for _, add := range []func(*runtime.Scheme) error{appsv1.AddToScheme, corev1.AddToScheme, networkingv1.AddToScheme, monitoringv1.AddToScheme} {
+	for _, add := range []func(*runtime.Scheme) error{
+		appsv1.AddToScheme, corev1.AddToScheme, networkingv1.AddToScheme, monitoringv1.AddToScheme,
+		autoscalingv2.AddToScheme, kedav1alpha1.AddToScheme,
+	} {
 		if err := add(s); err != nil {
 			panic(err)
 		}
@@ -1189,6 +1195,12 @@ func TestDashboard(t *testing.T) {
 		"loomgate_advice_bulkhead",
 		"loomgate_upstream_capacity_estimate",
 		"loomgate_upstream_saturated",
+		// The fleet row.
+		"loomgate:utilisation:ratio_rate1m",
+		"loomgate:workload_utilisation:ratio_rate1m",
+		"loomgate:workload_replicas_wanted:target70",
+		"loomgate:workload_queue_wait_seconds:p99_rate1m",
+		"loomgate:workload_rejections:rate1m",
 	} {
 		if !strings.Contains(all, want) {
 			t.Errorf("no panel shows %s", want)

@@ -47,7 +47,9 @@ func TestPrometheusAlertFires(t *testing.T) {
 	)
 	const alert = "LoomgateQueueTimeHigh"
 	// True under this load too: queue wait is ~93% of each request's time.
-	alsoTrue := []string{"LoomgateQueueShareHigh"}
+	// So is LoomgateFleetSaturated: a workload of one replica, whose
+	// request-seconds say it holds 15 times its capacity.
+	alsoTrue := []string{"LoomgateQueueShareHigh", "LoomgateFleetSaturated"}
 	// Not justified by this load: the target is up under job="loomgate",
 	// nothing is rejected (a deep queue, a 30 s queue timeout), and no
 	// request has a body. Their `for:` is shortened too, and they must not
@@ -332,7 +334,13 @@ func prometheusConfig(t testing.TB, target, rulesFile string) []byte {
 			job[k] = "1s"
 		}
 	}
-	job["static_configs"] = []any{map[any]any{"targets": []any{target}}}
+	static := map[any]any{"targets": []any{target}}
+	if configs, _ := job["static_configs"].([]any); len(configs) > 0 {
+		if first, _ := configs[0].(map[any]any); first["labels"] != nil {
+			static["labels"] = first["labels"] // workload, for the fleet rules
+		}
+	}
+	job["static_configs"] = []any{static}
 	data, err := yaml.Marshal(cfg)
 	if err != nil {
 		t.Fatal(err)

@@ -49,7 +49,9 @@ func TestReadmeConfigurationTable(t *testing.T) {
 
 func TestReadmeMetricsTable(t *testing.T) {
 	upURL, _ := slowUpstream(t, 0)
-	s := startSidecar(t, map[string]string{"LOOMGATE_UPSTREAM": upURL})
+	// Fixed mode, so that loomgate_capacity (the limit there) exists
+	// without waiting for an estimate.
+	s := startSidecar(t, map[string]string{"LOOMGATE_UPSTREAM": upURL, "LOOMGATE_MODE": "fixed"})
 	// Enough traffic for the route and prediction series to exist.
 	for range 150 {
 		resp, err := http.Get(s.URL + "/r")

@@ -20,4 +20,9 @@
 // its own: no context, no timer, no allocation; a caller that makes the
 // context of a wait only when there is one calls Acquire when it answers
 // ErrMustWait. A waiting request costs no goroutine or timer of its own.
+//
+// RequestSeconds keeps the time-integrals of the requests in flight and
+// waiting, updated at every admission, release and departure from the
+// queue: the mean concurrency over any span is their increase over its
+// length, with no burst missed between two readings.
 package limiter

@@ -239,10 +239,7 @@ func (cfg Config) Validate() error {
 // costs the Limiter a small pooled record and nothing else: no goroutine,
 // no timer, no context of its own.
 type Limiter struct {
-	mode Mode
-	// open is set when nothing can limit admission (Unbounded without a
-	// bulkhead): admission then takes no lock.
-	open  bool
+	mode  Mode
 	queue int // most waiters; -1 when bounded by time only
 	wait  time.Duration
 	// errFull and errTimeout are what a rejection returns in this mode, so
@@ -282,6 +279,13 @@ type Limiter struct {
 	// it was made (a synctest bubble is one such place).
 	free  *waiter
 	nfree int
+	// since is when used or waiting last changed, and the integrals below
+	// hold their time-integrals up to it (RequestSeconds): whole
+	// request-seconds plus nanoseconds under one second, so that neither
+	// overflows nor loses precision however long the process lives.
+	since                     time.Time
+	heldSecs, heldNanos       int64
+	waitingSecs, waitingNanos int64
 
 	inFlight, queued, bytes             atomic.Int64
 	inFlightPeak, queuedPeak, bytesPeak atomic.Int64
@@ -323,7 +327,6 @@ func New(cfg Config) (*Limiter, error) {
 	case Unbounded:
 		l.limit, l.queue, l.wait = cfg.Bulkhead, -1, cfg.BulkheadWait
 		l.errFull, l.errTimeout = ErrBulkheadFull, ErrBulkheadFull
-		l.open = cfg.Bulkhead == 0
 	case Adaptive:
 		l.limit, l.queue, l.wait = 0, cfg.QueueSize, cfg.QueueTimeout
 		if cfg.QueueSize == 0 {
@@ -335,6 +338,7 @@ func New(cfg Config) (*Limiter, error) {
 		l.codel, l.target, l.interval = true, cfg.QueueTarget, cfg.QueueInterval
 	}
 	l.limitNow.Store(int64(l.limit))
+	l.since = time.Now()
 	return l, nil
 }
 
@@ -349,10 +353,6 @@ func New(cfg Config) (*Limiter, error) {
 func (l *Limiter) TryAcquire(bytes int64) error {
 	if err := l.reserveBytes(bytes); err != nil {
 		return err
-	}
-	if l.open {
-		l.countAdmitted()
-		return nil
 	}
 	l.mu.Lock()
 	admitted, full := l.admitLocked()
@@ -374,6 +374,7 @@ func (l *Limiter) TryAcquire(bytes int64) error {
 // mode, or the queue at its bound. The caller holds l.mu.
 func (l *Limiter) admitLocked() (admitted, full bool) {
 	if l.used < l.limit || l.limit == 0 {
+		l.advance(time.Now())
 		l.used++
 		return true, false
 	}
@@ -390,10 +391,6 @@ func (l *Limiter) countAdmitted() { peak(&l.inFlightPeak, l.inFlight.Add(1)) }
 func (l *Limiter) Acquire(ctx context.Context, bytes int64) error {
 	if err := l.reserveBytes(bytes); err != nil {
 		return err
-	}
-	if l.open {
-		l.countAdmitted()
-		return nil
 	}
 	l.mu.Lock()
 	switch admitted, full := l.admitLocked(); {
@@ -444,6 +441,7 @@ func (l *Limiter) await(ctx context.Context, w *waiter) error {
 	}
 	l.mu.Lock()
 	if w.queued {
+		l.advance(time.Now())
 		l.unlink(w)
 		l.queued.Add(-1)
 		l.mu.Unlock()
@@ -473,6 +471,7 @@ func (l *Limiter) push(w *waiter) {
 		l.head = w
 	}
 	l.tail = w
+	l.advance(w.enqueued)
 	// Judged before this waiter counts: it had to queue, so an overload
 	// that holds goes on for another interval.
 	l.noteOverload(w.enqueued)
@@ -584,6 +583,7 @@ func (l *Limiter) expire() {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	now := time.Now()
+	l.advance(now)
 	// The wait in force is read once: rejecting the head may empty the
 	// queue, and must not make the rest's wait longer mid-loop. A queue
 	// found standing here starts the overload, which then outlasts the
@@ -607,20 +607,19 @@ func (l *Limiter) Release(bytes int64) {
 	if l.inFlight.Add(-1) < 0 {
 		panic("limiter: released more than acquired")
 	}
-	if !l.open {
-		l.mu.Lock()
-		// A permit goes on to a waiter only while the limit allows it: a
-		// lowered limit is reached by releases that hand nothing on.
-		if l.head != nil && (l.limit == 0 || l.used <= l.limit) {
-			// In flight rises before queued falls, so that a reader
-			// summing the two never sees the request vanish.
-			peak(&l.inFlightPeak, l.inFlight.Add(1))
-			l.decide(l.next(), nil)
-		} else {
-			l.used--
-		}
-		l.mu.Unlock()
+	l.mu.Lock()
+	l.advance(time.Now())
+	// A permit goes on to a waiter only while the limit allows it: a
+	// lowered limit is reached by releases that hand nothing on.
+	if l.head != nil && (l.limit == 0 || l.used <= l.limit) {
+		// In flight rises before queued falls, so that a reader
+		// summing the two never sees the request vanish.
+		peak(&l.inFlightPeak, l.inFlight.Add(1))
+		l.decide(l.next(), nil)
+	} else {
+		l.used--
 	}
+	l.mu.Unlock()
 	l.releaseBytes(bytes)
 }
 
@@ -635,6 +634,7 @@ func (l *Limiter) SetLimit(n int) {
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	l.advance(time.Now())
 	l.limit = n
 	l.limitNow.Store(int64(n))
 	for l.head != nil && (n == 0 || l.used < n) {
@@ -729,6 +729,55 @@ func (l *Limiter) Stats() Stats {
 		QueueLimit: max(l.queue, 0),
 		MaxBytes:   l.memSize,
 	}
+}
+
+// advance carries the integrals of held permits and waiters up to now, at
+// the counts that held since the last change; the caller holds l.mu and
+// calls it before changing either count. Clock readings under the lock
+// follow one another, so now is never before since; if it were, the change
+// would count as made at since.
+func (l *Limiter) advance(now time.Time) {
+	d := int64(now.Sub(l.since))
+	if d <= 0 {
+		return
+	}
+	l.since = now
+	l.heldSecs, l.heldNanos = integrate(l.heldSecs, l.heldNanos, int64(l.used), d)
+	l.waitingSecs, l.waitingNanos = integrate(l.waitingSecs, l.waitingNanos, int64(l.waiting), d)
+}
+
+// integrate adds n times d nanoseconds to secs and nanos, keeping nanos
+// below one second. Splitting d keeps n*d from overflowing for any n below
+// nine billion, however long d is.
+func integrate(secs, nanos, n, d int64) (int64, int64) {
+	if n == 0 {
+		return secs, nanos
+	}
+	const second = int64(time.Second)
+	secs += n * (d / second)
+	nanos += n * (d % second)
+	if nanos >= second {
+		secs, nanos = secs+nanos/second, nanos%second
+	}
+	return secs, nanos
+}
+
+// RequestSeconds returns the time-integrals, since New, of the requests in
+// flight and of those queued, in request-seconds: each request adds the
+// time it held a permit to inFlight and the time it waited to queued, and
+// those still in flight or waiting count up to the call. They are exact,
+// updated at every change of either count rather than sampled, and never
+// decrease; over any span, their increase divided by its length is the
+// mean concurrency (or queue depth) within it, bursts included.
+func (l *Limiter) RequestSeconds() (inFlight, queued float64) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.advance(time.Now())
+	return seconds(l.heldSecs, l.heldNanos), seconds(l.waitingSecs, l.waitingNanos)
+}
+
+func seconds(secs, nanos int64) float64 {
+	return float64(secs) + float64(nanos)/float64(time.Second)
 }
 
 // TakePeaks returns the highest in-flight, queued and reserved bytes since

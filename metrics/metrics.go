@@ -60,6 +60,11 @@ type Config struct {
 	// previous call and starts a new period. Metrics keeps what it returns
 	// for PeakWindow, for every scraper; nothing else may call it. Required.
 	TakePeaks func() (inFlight, queued, bytes int64)
+	// RequestSeconds returns the time-integrals of the requests in flight
+	// and of those queued, in request-seconds, which must never decrease:
+	// loomgate_in_flight_seconds_total and loomgate_queued_seconds_total.
+	// If nil, the two counters are not exported.
+	RequestSeconds func() (inFlight, queued float64)
 
 	// MaxClientConns is the bound on client connections, 0 when there is
 	// none.
@@ -182,6 +187,7 @@ func New(cfg Config) (*Metrics, error) {
 	if cfg.Advice == nil {
 		cfg.Advice = noAdvice
 	}
+	capacity := newCapacityCollector(cfg)
 	if cfg.Connections == nil {
 		cfg.Connections = func() Connections { return Connections{} }
 	}
@@ -261,6 +267,7 @@ func New(cfg Config) (*Metrics, error) {
 		constant("loomgate_build_info", "The running build.", 1, prometheus.Labels{"version": cfg.Version, "goversion": runtime.Version()}),
 		newPeakCollector(m),
 		newAdviceCollector(cfg.Advice),
+		capacity,
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 	}
@@ -274,6 +281,9 @@ func New(cfg Config) (*Metrics, error) {
 	}
 	m.dryRunWait = histogram("loomgate_dry_run_queue_wait_seconds", "In a dry run, how long each request would have waited for admission or rejection.")
 	cs = append(cs, dryRun, m.dryRunWait)
+	if cfg.RequestSeconds != nil {
+		cs = append(cs, requestSecondsCollectors(cfg.RequestSeconds)...)
+	}
 	if len(cfg.LimitChangeReasons) > 0 {
 		changes := prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "loomgate_limit_changes_total",

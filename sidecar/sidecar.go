@@ -173,6 +173,7 @@ func New(cfg Config, opts Options) (*Sidecar, error) {
 			return metrics.State{InFlight: st.InFlight, Queued: st.Queued, Bytes: st.Bytes, Limit: int64(limit)}
 		},
 		TakePeaks:          lim.TakePeaks,
+		RequestSeconds:     lim.RequestSeconds,
 		Advice:             s.gauges,
 		LimitChangeReasons: limitChangeReasons(),
 		SampleInterval:     opts.SampleInterval,

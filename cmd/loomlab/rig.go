@@ -19,6 +19,7 @@ import (
 
 	"github.com/loomgate/loomgate/bench"
 	"github.com/loomgate/loomgate/bench/advicematrix"
+	"github.com/loomgate/loomgate/bench/fleet"
 	"github.com/loomgate/loomgate/bench/overhead"
 	"github.com/loomgate/loomgate/bench/report"
 	"github.com/loomgate/loomgate/internal/cli"
@@ -286,6 +287,15 @@ Flags:
 		}
 		return runOverhead(ctx, *window, *out, stdout, stderr)
 	}
+	if *scenarioName == fleetScenario {
+		switch {
+		case *target != "" || *admin != "":
+			return fail("--scenario %s starts its own replicas, HAProxy and Prometheus; --url and --admin do not go with it", fleetScenario)
+		case open || *levelsFlag != "":
+			return fail("--scenario %s has its own steps of demand; -c and --rate do not go with it", fleetScenario)
+		}
+		return runFleet(ctx, *window, *out, stdout, stderr)
+	}
 
 	openSc, found := bench.LookupScenario(*scenarioName)
 	isOpen, isClosed := found && openSc.Open(), found && !openSc.Open()
@@ -305,6 +315,7 @@ Flags:
 			fmt.Fprintf(stdout, "           %s: %s\n", c.Name, c.Description)
 		}
 		fmt.Fprintf(stdout, "%-10s %s\n", overheadScenario, overheadDescription)
+		fmt.Fprintf(stdout, "%-10s %s\n", fleetScenario, fleetDescription)
 		return 0
 	case *maxInFlight != 0 && !open && !isOpen:
 		return fail("--max-in-flight goes with --rate or an open-loop scenario (%s)", strings.Join(openScenarioNames(), ", "))
@@ -509,7 +520,7 @@ func joinRates(v []float64) string {
 // allScenarioNames lists the closed-loop scenarios, then the open-loop
 // ones, then the advice matrix and overhead.
 func allScenarioNames() []string {
-	return append(bench.ScenarioNames(), adviceScenario, overheadScenario)
+	return append(bench.ScenarioNames(), adviceScenario, overheadScenario, fleetScenario)
 }
 
 // openScenarioNames lists the open-loop scenarios.
@@ -607,6 +618,77 @@ func runOverhead(ctx context.Context, window time.Duration, out string, stdout, 
 		return 1
 	}
 	return 0
+}
+
+const (
+	fleetScenario    = "fleet"
+	fleetDescription = "3 sidecars in fixed mode, each before its own `loomgate stub`, behind HAProxy round robin, scraped by a real Prometheus " +
+		"with deploy/prometheus/rules.yml: per step of demand (30% to 130% of what they serve), each replica's and the fleet's utilisation " +
+		"and the replicas an HPA targeting 0.7 would ask for; --window sets each step (default 12s). Needs haproxy and prometheus, and a checkout for the rules"
+)
+
+// runFleet runs the fleet scenario with this executable as the stubs and
+// the sidecars and the checkout's rules, and prints its table; step, if
+// set, replaces each step's length.
+func runFleet(ctx context.Context, step time.Duration, out string, stdout, stderr io.Writer) int {
+	exe, err := os.Executable()
+	if err != nil {
+		fmt.Fprintf(stderr, "loomgate bench: cannot find this executable to run the stubs and the sidecars: %v\n", err)
+		return 1
+	}
+	rules, err := findInCheckout(filepath.Join("deploy", "prometheus", "rules.yml"))
+	if err != nil {
+		fmt.Fprintf(stderr, "loomgate bench: --scenario %s evaluates the checkout's Prometheus rules: %v; run it inside a checkout\n", fleetScenario, err)
+		return 1
+	}
+	res, err := fleet.Run(ctx, fleet.Config{Binary: exe, Rules: rules, Step: step, Progress: stderr})
+	if err != nil {
+		fmt.Fprintf(stderr, "loomgate bench: %v\n", err)
+		if len(res.Steps) == 0 {
+			return 1
+		}
+	}
+	var md strings.Builder
+	if werr := fleet.WriteMarkdown(&md, res); werr != nil {
+		fmt.Fprintf(stderr, "loomgate bench: %v\n", werr)
+		return 1
+	}
+	fmt.Fprint(stdout, md.String())
+	if out != "" {
+		werr := os.MkdirAll(out, 0o755)
+		if werr == nil {
+			werr = os.WriteFile(filepath.Join(out, "fleet.md"), []byte(md.String()), 0o644)
+		}
+		if werr != nil {
+			fmt.Fprintf(stderr, "loomgate bench: --out %s: %v\n", out, werr)
+			return 1
+		}
+		fmt.Fprintf(stderr, "loomgate bench: wrote %s\n", filepath.Join(out, "fleet.md"))
+	}
+	if err != nil {
+		return 1
+	}
+	return 0
+}
+
+// findInCheckout looks for rel in the working directory and each of its
+// parents.
+func findInCheckout(rel string) (string, error) {
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	for {
+		p := filepath.Join(dir, rel)
+		if _, err := os.Stat(p); err == nil {
+			return p, nil
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return "", fmt.Errorf("no %s in the working directory or above it", rel)
+		}
+		dir = parent
+	}
 }
 
 func writeOverhead(dir, md string, res overhead.Result) error {
