@@ -38,6 +38,7 @@ var designMetrics = map[string]string{
 	"loomgate_in_flight_seconds_total":    "counter",
 	"loomgate_queued_seconds_total":       "counter",
 	"loomgate_capacity":                   "gauge",
+	"loomgate_dry_run_requests_total":     "counter",
 	"loomgate_mode_info":                  "gauge",
 	"loomgate_build_info":                 "gauge",
 	"loomgate_upstream_capacity_estimate": "gauge",
