@@ -60,7 +60,7 @@ func TestReadmeMetricsTable(t *testing.T) {
 		}
 		resp.Body.Close()
 	}
-	waitUntil(t, func() bool { return s.counter(t, "loomgate_requests_total", "outcome", "ok") == 150 })
+	waitUntil(t, func() bool { return s.Value(t, "loomgate_requests_total", "outcome", "ok") == 150 })
 	mfs, err := s.Gatherer().Gather()
 	if err != nil {
 		t.Fatal(err)
@@ -167,7 +167,7 @@ func main() {
 	if err != nil || strings.TrimSpace(string(out)) != "200" {
 		t.Errorf("snippet printed %q (%v); want 200 after one rejection and a wait", out, err)
 	}
-	if n := s.counter(t, "loomgate_requests_total", "outcome", "rejected_queue_full"); n != 1 {
+	if n := s.Value(t, "loomgate_requests_total", "outcome", "rejected_queue_full"); n != 1 {
 		t.Errorf("%v rejections; want the one the snippet retried", n)
 	}
 }

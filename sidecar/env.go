@@ -10,6 +10,8 @@ import (
 	"strings"
 
 	"github.com/caarlos0/env/v11"
+
+	"github.com/loomgate/loomgate/internal/cli"
 )
 
 // EnvError holds every problem found in the environment, each naming the
@@ -208,7 +210,7 @@ func parseDetail(err error, kind reflect.Kind) string {
 func suggest(name string, vars []Variable) string {
 	best, bestDist := "", 4
 	for _, v := range vars {
-		if d := editDistance(name, v.Name); d < bestDist {
+		if d := cli.EditDistance(name, v.Name); d < bestDist {
 			best, bestDist = v.Name, d
 		}
 	}
@@ -216,24 +218,4 @@ func suggest(name string, vars []Variable) string {
 		return ""
 	}
 	return " (did you mean " + best + "?)"
-}
-
-func editDistance(a, b string) int {
-	prev := make([]int, len(b)+1)
-	cur := make([]int, len(b)+1)
-	for j := range prev {
-		prev[j] = j
-	}
-	for i := 1; i <= len(a); i++ {
-		cur[0] = i
-		for j := 1; j <= len(b); j++ {
-			cost := 1
-			if a[i-1] == b[j-1] {
-				cost = 0
-			}
-			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
-		}
-		prev, cur = cur, prev
-	}
-	return prev[len(b)]
 }

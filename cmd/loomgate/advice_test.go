@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/loomgate/loomgate/sidecar"
+	"github.com/loomgate/loomgate/sidecar/sidecartest"
 
 	"github.com/valyala/fasthttp"
 
@@ -154,9 +155,9 @@ func TestAdviceHiddenPool(t *testing.T) {
 	load := startAdviceLoad(t, s.URL, "/wait?ms=100", 200, 200*time.Millisecond)
 	time.Sleep(7 * time.Second)
 	doc := getAdvice(t, s.AdminURL)
-	saturated := s.counter(t, "loomgate_upstream_saturated")
-	capacity := s.counter(t, "loomgate_upstream_capacity_estimate")
-	workers := s.counter(t, "loomgate_advice_workers")
+	saturated := s.Value(t, "loomgate_upstream_saturated")
+	capacity := s.Value(t, "loomgate_upstream_capacity_estimate")
+	workers := s.Value(t, "loomgate_advice_workers")
 	load.Stop()
 	logAdvice(t, doc)
 
@@ -231,7 +232,7 @@ func TestAdviceOwnQueue(t *testing.T) {
 	if strings.Contains(r.Summary, "LOOMGATE_MODE=unbounded") {
 		t.Errorf("summary = %q; want no switch to admitting every request, beyond what the upstream was seen to serve", r.Summary)
 	}
-	if got := s.counter(t, "loomgate_upstream_saturated"); got != 0 {
+	if got := s.Value(t, "loomgate_upstream_saturated"); got != 0 {
 		t.Errorf("loomgate_upstream_saturated = %v; want 0", got)
 	}
 }
@@ -250,7 +251,7 @@ func TestAdviceBytesPerRequest(t *testing.T) {
 		t.Skip("6 s of load")
 	}
 	up := startStub(t, stub.Config{})
-	s := startSidecarWith(t, map[string]string{
+	s := sidecartest.Start(t, map[string]string{
 		"LOOMGATE_UPSTREAM":               up,
 		"LOOMGATE_UPSTREAM_METRICS_URL":   up + "/metrics",
 		"LOOMGATE_UPSTREAM_MEMORY_METRIC": adviceMemoryMetric,
@@ -262,7 +263,7 @@ func TestAdviceBytesPerRequest(t *testing.T) {
 	second := startAdviceLoad(t, s.URL, path, 100, 0)
 	time.Sleep(3 * time.Second)
 	doc := getAdvice(t, s.AdminURL)
-	bpr := s.counter(t, "loomgate_advice_bytes_per_request")
+	bpr := s.Value(t, "loomgate_advice_bytes_per_request")
 	first.Stop()
 	second.Stop()
 	logAdvice(t, doc)
@@ -275,12 +276,12 @@ func TestAdviceBytesPerRequest(t *testing.T) {
 	if bpr != f.BytesPerRequest && math.Abs(bpr-want)/want > 0.25 {
 		t.Errorf("loomgate_advice_bytes_per_request = %.0f KiB; want 512 KiB ± 25%%", bpr/1024)
 	}
-	if f.UpstreamMemoryBytes <= 0 || s.counter(t, "loomgate_upstream_memory_bytes") <= 0 {
+	if f.UpstreamMemoryBytes <= 0 || s.Value(t, "loomgate_upstream_memory_bytes") <= 0 {
 		t.Errorf("upstream memory = %v; want the stub's", f.UpstreamMemoryBytes)
 	}
 	// A scrape may miss its 250 ms under this load on two cores; the fit
 	// above shows that enough arrived.
-	t.Logf("scrape errors: %v", s.counter(t, "loomgate_upstream_scrape_errors_total"))
+	t.Logf("scrape errors: %v", s.Value(t, "loomgate_upstream_scrape_errors_total"))
 	// 1 GiB at about 512 KiB a request: a bulkhead of about 2048.
 	if wantBulkhead := int(float64(1<<30) / f.BytesPerRequest); r.Bulkhead != wantBulkhead {
 		t.Errorf("advice bulkhead = %d; want floor(1 GiB / %.0f B) = %d", r.Bulkhead, f.BytesPerRequest, wantBulkhead)
@@ -350,7 +351,7 @@ func TestMemoryBulkheadEndToEnd(t *testing.T) {
 	gets.Stop()
 	close(stopPosts)
 	posts.Wait()
-	rejected := s.counter(t, "loomgate_requests_total", "outcome", "rejected_memory")
+	rejected := s.Value(t, "loomgate_requests_total", "outcome", "rejected_memory")
 	t.Logf("%.0f scrapes; most reserved %.0f of %d; %d ok, %d rejected (%v rejected_memory), Retry-After up to %d s",
 		scrapes, most, budget, gets.ok.Load(), gets.rejected.Load(), rejected, gets.retryAfter.Load())
 	if gets.ok.Load() == 0 || gets.rejected.Load() == 0 || rejected == 0 {
@@ -411,7 +412,7 @@ func TestAdviceEndpoint(t *testing.T) {
 		}
 		resp.Body.Close()
 	}
-	waitUntil(t, func() bool { return s.counter(t, "loomgate_requests_total", "outcome", "ok") == 3 })
+	waitUntil(t, func() bool { return s.Value(t, "loomgate_requests_total", "outcome", "ok") == 3 })
 	doc := getAdvice(t, s.AdminURL)
 	if doc.Settings.Mode != "fixed" || doc.Settings.Workers != 8 || doc.Settings.QueueSize != 16 || doc.Settings.QueueTimeoutSeconds != 30 || doc.Settings.Bulkhead != 0 {
 		t.Errorf("settings = %+v; want fixed, 8 workers, queue 16, 30 s timeout", doc.Settings)

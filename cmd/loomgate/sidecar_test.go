@@ -11,70 +11,24 @@ import (
 	"net/http"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
-	dto "github.com/prometheus/client_model/go"
 
 	"github.com/loomgate/loomgate/sidecar"
+	"github.com/loomgate/loomgate/sidecar/sidecartest"
 	"github.com/loomgate/loomgate/stub"
 )
 
 // testSidecar is a sidecar running in this process on loopback.
-type testSidecar struct {
-	*sidecar.Sidecar
-	URL, AdminURL string
-}
+type testSidecar = sidecartest.Sidecar
 
 // startSidecar runs a sidecar configured from env (LOOMGATE_ names; the
 // listeners are always on 127.0.0.1:0).
 func startSidecar(t testing.TB, env map[string]string) *testSidecar {
 	t.Helper()
-	return startSidecarWith(t, env, sidecar.Options{})
-}
-
-// startSidecarWith is startSidecar with options the environment does not
-// carry.
-func startSidecarWith(t testing.TB, env map[string]string, opts sidecar.Options) *testSidecar {
-	t.Helper()
-	environ := []string{"LOOMGATE_LISTEN=127.0.0.1:0", "LOOMGATE_ADMIN_LISTEN=127.0.0.1:0"}
-	for k, v := range env {
-		environ = append(environ, k+"="+v)
-	}
-	cfg, err := sidecar.ParseEnv(environ)
-	if err != nil {
-		t.Fatal(err)
-	}
-	opts.Logger = slog.New(slog.DiscardHandler)
-	s, err := sidecar.New(cfg, opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	adminLn, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	runSidecar(t, s, ln, adminLn)
-	return &testSidecar{Sidecar: s, URL: "http://" + ln.Addr().String(), AdminURL: "http://" + adminLn.Addr().String()}
-}
-
-// runSidecar runs s until the test ends, then drains it.
-func runSidecar(t testing.TB, s *sidecar.Sidecar, ln, adminLn net.Listener) {
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- s.Run(ctx, ln, adminLn) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("sidecar Run = %v", err)
-		}
-	})
+	return sidecartest.Start(t, env, sidecar.Options{})
 }
 
 // startStub runs the experiment upstream in this process on loopback and
@@ -98,83 +52,7 @@ func startStub(t testing.TB, cfg stub.Config) string {
 	return "http://" + ln.Addr().String()
 }
 
-// slowUpstream answers every request after delay and records the most
-// requests it held at once.
-func slowUpstream(t testing.TB, delay time.Duration) (url string, most *atomic.Int64) {
-	t.Helper()
-	var now atomic.Int64
-	most = new(atomic.Int64)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		n := now.Add(1)
-		for m := most.Load(); n > m && !most.CompareAndSwap(m, n); m = most.Load() {
-		}
-		time.Sleep(delay)
-		now.Add(-1)
-		io.WriteString(w, "ok")
-	})}
-	go srv.Serve(ln)
-	t.Cleanup(func() { srv.Close() })
-	return "http://" + ln.Addr().String(), most
-}
-
-// histogram returns a histogram's count and sum from the sidecar's registry.
-func (s *testSidecar) histogram(t testing.TB, name string) (count uint64, sum float64) {
-	t.Helper()
-	mfs, err := s.Gatherer().Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, mf := range mfs {
-		if mf.GetName() == name {
-			h := mf.GetMetric()[0].GetHistogram()
-			return h.GetSampleCount(), h.GetSampleSum()
-		}
-	}
-	t.Fatalf("no metric %s", name)
-	return 0, 0
-}
-
-func (s *testSidecar) counter(t testing.TB, name string, labels ...string) float64 {
-	t.Helper()
-	mfs, err := s.Gatherer().Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			if labelsMatch(m, labels) {
-				if m.GetCounter() != nil {
-					return m.GetCounter().GetValue()
-				}
-				return m.GetGauge().GetValue()
-			}
-		}
-	}
-	t.Fatalf("no series %s%v", name, labels)
-	return 0
-}
-
-func labelsMatch(m *dto.Metric, kv []string) bool {
-	for i := 0; i+1 < len(kv); i += 2 {
-		found := false
-		for _, l := range m.GetLabel() {
-			if l.GetName() == kv[i] && l.GetValue() == kv[i+1] {
-				found = true
-			}
-		}
-		if !found {
-			return false
-		}
-	}
-	return true
-}
+var slowUpstream = sidecartest.SlowUpstream
 
 // TestFixedPoolPinsThroughput is the physics the whole product rests on:
 // a fixed pool of 4 in front of a 100 ms service serves 4 / 0.1 s = 40 rps
@@ -247,9 +125,9 @@ func TestFixedPoolPinsThroughput(t *testing.T) {
 		t.Errorf("upstream held %d requests at once; want at most %d", m, workers)
 	}
 
-	qCount, qSum := s.histogram(t, "loomgate_queue_wait_seconds")
-	sCount, sSum := s.histogram(t, "loomgate_service_seconds")
-	tCount, _ := s.histogram(t, "loomgate_request_seconds")
+	qCount, qSum := s.Histogram(t, "loomgate_queue_wait_seconds")
+	sCount, sSum := s.Histogram(t, "loomgate_service_seconds")
+	tCount, _ := s.Histogram(t, "loomgate_request_seconds")
 	if int(qCount) != sent || int(sCount) != sent || int(tCount) != sent {
 		t.Errorf("histogram counts queue %d, service %d, total %d; want each = %d requests sent", qCount, sCount, tCount, sent)
 	}
@@ -261,7 +139,7 @@ func TestFixedPoolPinsThroughput(t *testing.T) {
 		t.Errorf("proxy's mean queue wait = %.3fs; clients saw %.3fs minus service %.3fs = %.3fs; want within 10%%",
 			meanQueue, clientMean, meanService, seen)
 	}
-	if ok := s.counter(t, "loomgate_requests_total", "outcome", "ok"); int(ok) != sent {
+	if ok := s.Value(t, "loomgate_requests_total", "outcome", "ok"); int(ok) != sent {
 		t.Errorf(`loomgate_requests_total{outcome="ok"} = %v; want %d`, ok, sent)
 	}
 	t.Logf("%d sent, %.1f rps, mean queue %.3fs, service %.3fs, client latency %.3fs", sent, rps, meanQueue, meanService, clientMean)
@@ -292,15 +170,15 @@ func TestMetricsEndpoint(t *testing.T) {
 		resp.Body.Close()
 	}
 	// Read first: every scrape restarts the high-water marks.
-	if got := s.counter(t, "loomgate_in_flight_max"); got < 1 {
+	if got := s.Value(t, "loomgate_in_flight_max"); got < 1 {
 		t.Errorf("loomgate_in_flight_max after 5 requests = %v; want at least 1", got)
 	}
 	// Every outcome of the contract has its series from the start.
 	for _, o := range designOutcomes {
-		s.counter(t, "loomgate_requests_total", "outcome", o)
+		s.Value(t, "loomgate_requests_total", "outcome", o)
 	}
 	// The Outcome arrives just after the response bytes; let it land.
-	waitUntil(t, func() bool { return s.counter(t, "loomgate_requests_total", "outcome", "ok") == 5 })
+	waitUntil(t, func() bool { return s.Value(t, "loomgate_requests_total", "outcome", "ok") == 5 })
 
 	problems, err := testutil.GatherAndLint(s.Gatherer())
 	if err != nil {
@@ -325,7 +203,7 @@ func TestMetricsEndpoint(t *testing.T) {
 		{"loomgate_mode_info", []string{"mode", "fixed"}, 1},
 		{"loomgate_build_info", []string{"version", version}, 1},
 	} {
-		if got := s.counter(t, tt.name, tt.labels...); got != tt.want {
+		if got := s.Value(t, tt.name, tt.labels...); got != tt.want {
 			t.Errorf("%s%v = %v; want %v", tt.name, tt.labels, got, tt.want)
 		}
 	}
@@ -367,7 +245,7 @@ func TestAccessLogJSON(t *testing.T) {
 	}
 	ln, _ := net.Listen("tcp", "127.0.0.1:0")
 	adminLn, _ := net.Listen("tcp", "127.0.0.1:0")
-	runSidecar(t, s, ln, adminLn)
+	sidecartest.Run(t, s, ln, adminLn)
 
 	resp, err := http.Get("http://" + ln.Addr().String() + "/items?id=7")
 	if err != nil {
@@ -467,5 +345,5 @@ func TestRejectStatus429(t *testing.T) {
 		t.Errorf("rejection = %d, Retry-After %q, Loomgate-Outcome %q; want 429, a delay, rejected_queue_full",
 			resp.StatusCode, resp.Header.Get("Retry-After"), resp.Header.Get("Loomgate-Outcome"))
 	}
-	waitUntil(t, func() bool { return s.counter(t, "loomgate_requests_total", "outcome", "rejected_queue_full") == 1 })
+	waitUntil(t, func() bool { return s.Value(t, "loomgate_requests_total", "outcome", "rejected_queue_full") == 1 })
 }
