@@ -374,7 +374,9 @@ func (p *Proxy) Serve(ln net.Listener) error {
 	// HTTP/2 connections go to p.h2; fasthttp gets the rest unwrapped. A
 	// connection that sends nothing in the header timeout is closed
 	// without an answer, as fasthttp would.
-	err := p.server.Serve(sniff.New(l, p.h2.serve, p.server.ReadTimeout, l.connClosed))
+	sn := sniff.New(l, p.h2.serve, p.server.ReadTimeout, l.connClosed)
+	sn.RefuseBareLF(p.refuseBareLF)
+	err := p.server.Serve(sn)
 	p.mu.Lock()
 	stopping := p.stopping
 	p.mu.Unlock()
@@ -420,6 +422,36 @@ func (p *Proxy) Shutdown(ctx context.Context) error {
 		err = cmp.Or(err, <-drained)
 	}
 	return err
+}
+
+// bareLFAnswer is the whole answer to a first request whose header lines
+// end in a bare LF.
+var bareLFAnswer = []byte("HTTP/1.1 400 Bad Request\r\n" +
+	"Content-Type: " + textPlain + "\r\n" +
+	string(headerOutcome) + ": " + BadRequest.String() + "\r\n" +
+	"Connection: close\r\n" +
+	"Content-Length: " + strconv.Itoa(len(msgMalformed)) + "\r\n\r\n" +
+	msgMalformed)
+
+// refuseBareLF answers, at once, a connection whose first request ends its
+// header lines in a bare LF. fasthttp frames a header block only at its
+// CRLFCRLF, and would leave it waiting for one until HeaderTimeout; the
+// request is whole, so the answer is 400 now (RFC 9112, 2.2 lets a server
+// refuse bare LFs), counted bad_request. A later request on a kept-alive
+// connection is fasthttp's to read, and still waits (see handleMalformed).
+func (p *Proxy) refuseBareLF(c net.Conn) {
+	start := time.Now()
+	_ = c.SetWriteDeadline(start.Add(time.Second))
+	_, _ = c.Write(bareLFAnswer)
+	p.observe(&Outcome{Kind: BadRequest, Status: fasthttp.StatusBadRequest, Total: time.Since(start), Remote: c.RemoteAddr()})
+	if tc, ok := c.(*net.TCPConn); ok {
+		// Closing with the request unread would reset the connection, and
+		// a reset can overtake the answer: end the answer, then read what
+		// the client sent (a little, briefly) before the close.
+		_ = tc.CloseWrite()
+		_ = c.SetReadDeadline(time.Now().Add(time.Second))
+		_, _ = io.Copy(io.Discard, io.LimitReader(c, 64<<10))
+	}
 }
 
 // connState hears of every client connection's end, once, from fasthttp.

@@ -192,6 +192,35 @@ func TestQueuedPastTheHeaderTimeout(t *testing.T) {
 	tp.waitIdle(t)
 }
 
+// TestBareLineFeedsAnsweredAtOnce: a new connection's first request with
+// bare LF line ends is answered 400 as soon as its header block is whole,
+// not when the header timeout (here 10 s) gives up on a CRLF.
+func TestBareLineFeedsAnsweredAtOnce(t *testing.T) {
+	up := newUpstream(t, func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") })
+	tp := startProxy(t, up.URL, limiter.Config{Mode: limiter.Fixed, Workers: 1}, func(c *Config) {
+		c.HeaderTimeout = 10 * time.Second
+		c.Logger = discardLogger()
+	})
+	for i, raw := range []string{
+		"GET /lf HTTP/1.1\nHost: x\n\n",
+		"GET /lf HTTP/1.1\r\nHost: x\n\r\n",
+		"POST /lf HTTP/1.1\nHost: x\nContent-Length: 3\n\nabc",
+	} {
+		c := dial(t, tp.addr)
+		io.WriteString(c, raw)
+		resp, closed := readAnswer(t, c, 5*time.Second)
+		if closed || resp.StatusCode != http.StatusBadRequest || resp.Header.Get("Loomgate-Outcome") != "bad_request" {
+			t.Fatalf("%q: response %v (closed %v); want 400 bad_request within 5s, the header timeout being 10s", raw, resp, closed)
+		}
+		if o := tp.rec.wait(t, i+1)[i]; o.Kind != BadRequest || o.Status != 400 {
+			t.Errorf("%q: outcome %v %d; want bad_request 400", raw, o.Kind, o.Status)
+		}
+	}
+	if n := up.requests.Load(); n != 0 {
+		t.Errorf("upstream saw %d requests; want none", n)
+	}
+}
+
 // TestBareLineFeeds: RFC 9112 (2.2) lets a server take a bare LF for a line
 // end or not. fasthttp frames a header block only at its CRLFCRLF, so a
 // request with bare LF line ends is still waiting for one when the header

@@ -27,6 +27,10 @@ type Listener struct {
 	h2      func(net.Conn)
 	timeout time.Duration
 	gone    func()
+	// bareLF, if set, answers a connection whose first request is a whole
+	// header block with bare LF line ends, which the HTTP/1 server would
+	// leave waiting for a CRLF until its header timeout.
+	bareLF func(net.Conn)
 
 	conns     chan net.Conn
 	errc      chan error
@@ -45,6 +49,12 @@ func New(ln net.Listener, h2 func(net.Conn), timeout time.Duration, gone func())
 		conns: make(chan net.Conn), errc: make(chan error, 1), closed: make(chan struct{}),
 	}
 }
+
+// RefuseBareLF has the Listener answer, with answer, a connection whose
+// first request ends its header lines in a bare LF (RFC 9112, 2.2 lets a
+// server refuse them), instead of handing it on; the connection is closed
+// after answer returns. Set it before the first Accept.
+func (l *Listener) RefuseBareLF(answer func(net.Conn)) { l.bareLF = answer }
 
 // Accept returns the next HTTP/1 connection, or the listener's error.
 func (l *Listener) Accept() (net.Conn, error) {
@@ -87,7 +97,7 @@ func (l *Listener) run() {
 		default:
 			switch classify(b[:n]) {
 			case isHTTP1:
-				l.deliver(c)
+				l.http1(c)
 			case isHTTP2:
 				go l.h2(c)
 			default:
@@ -113,6 +123,51 @@ func (l *Listener) deliver(c net.Conn) {
 	}
 }
 
+// headerPeek bounds what is looked at for bare LF line ends: the header
+// block of a first request, as far as it has arrived.
+const headerPeek = 4 << 10
+
+// http1 hands an HTTP/1 connection on, unless its first request is a
+// whole header block with bare LF line ends and such are refused.
+func (l *Listener) http1(c net.Conn) {
+	if l.bareLF != nil {
+		var b [headerPeek]byte
+		if n, err, ok := peek(c, b[:], 0, false); ok && err == nil && BareLF(b[:n]) {
+			go func() {
+				l.bareLF(c)
+				l.drop(c)
+			}()
+			return
+		}
+	}
+	l.deliver(c)
+}
+
+// BareLF reports whether b begins with a whole header block (request line,
+// headers and the empty line) of which some line ends in a bare LF. A
+// block not yet whole is not judged.
+func BareLF(b []byte) bool {
+	bare := false
+	start := 0
+	for {
+		i := bytes.IndexByte(b[start:], '\n')
+		if i < 0 {
+			return false
+		}
+		end := start + i
+		line := b[start:end]
+		if len(line) > 0 && line[len(line)-1] == '\r' {
+			line = line[:len(line)-1]
+		} else {
+			bare = true
+		}
+		if len(line) == 0 && start > 0 {
+			return bare
+		}
+		start = end + 1
+	}
+}
+
 // wait watches a connection until its first bytes tell its protocol.
 func (l *Listener) wait(c net.Conn) {
 	if l.timeout > 0 {
@@ -131,7 +186,7 @@ func (l *Listener) wait(c net.Conn) {
 		switch classify(b[:n]) {
 		case isHTTP1:
 			_ = c.SetReadDeadline(time.Time{})
-			l.deliver(c)
+			l.http1(c)
 			return
 		case isHTTP2:
 			_ = c.SetReadDeadline(time.Time{})

@@ -86,3 +86,28 @@ func TestListener(t *testing.T) {
 		t.Fatal("silent connection not closed")
 	}
 }
+
+func TestBareLF(t *testing.T) {
+	for _, tt := range []struct {
+		in   string
+		want bool
+	}{
+		{"GET / HTTP/1.1\r\nHost: x\r\n\r\n", false},
+		{"GET / HTTP/1.1\nHost: x\n\n", true},
+		{"GET / HTTP/1.1\r\nHost: x\n\r\n", true},
+		{"POST / HTTP/1.1\nHost: x\nContent-Length: 3\n\nabc", true},
+		// A block not yet whole is not judged: the client may still be
+		// sending, and a stall is the header timeout's.
+		{"GET / HTTP/1.1\nHost: x\n", false},
+		{"GET / HTTP/1.1\r\nHost: x\r\n", false},
+		// A body's bare LFs are the body's.
+		{"POST / HTTP/1.1\r\nContent-Length: 4\r\n\r\na\nb\n", false},
+		// An empty line before the request line is not its end.
+		{"\r\nGET / HTTP/1.1\r\n\r\n", false},
+		{"", false},
+	} {
+		if got := BareLF([]byte(tt.in)); got != tt.want {
+			t.Errorf("BareLF(%q) = %v; want %v", tt.in, got, tt.want)
+		}
+	}
+}
