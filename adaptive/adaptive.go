@@ -147,6 +147,7 @@ type Controller struct {
 
 	// The current tick's figures, written by Record from every request.
 	completed atomic.Int64
+	serviceNs atomic.Int64
 	hist      histogram
 
 	mu    sync.Mutex
@@ -194,6 +195,7 @@ type tick struct {
 	busy       float64       // share of samples with requests waiting
 	inFlight   float64       // mean admitted
 	n          int64         // completions
+	mean       time.Duration // mean service time
 }
 
 // New validates cfg and returns a Controller; Run starts it.
@@ -218,6 +220,7 @@ func New(cfg Config) (*Controller, error) {
 // no lock.
 func (c *Controller) Record(service time.Duration) {
 	c.completed.Add(1)
+	c.serviceNs.Add(int64(service))
 	c.hist.add(service)
 }
 
@@ -285,9 +288,10 @@ func (c *Controller) tickLength() time.Duration {
 // step1 closes a tick of length d and acts on it.
 func (c *Controller) step1(now time.Time, d time.Duration) {
 	n := c.completed.Swap(0)
+	total := time.Duration(c.serviceNs.Swap(0))
 	median := c.hist.takeMedian()
 	c.mu.Lock()
-	c.decide(now, d, n, median)
+	c.decide(now, d, n, total, median)
 	// The limiter, the log and the metrics hear of the decisions after
 	// the lock is released: no lock is held across another component.
 	limit, changes := c.apply, c.pending
@@ -310,13 +314,25 @@ func (c *Controller) step1(now time.Time, d time.Duration) {
 	}
 }
 
-// decide closes a tick of length d with n answers of the given median
-// service time, and chooses what to do. The caller holds c.mu.
-func (c *Controller) decide(now time.Time, d time.Duration, n int64, median time.Duration) {
+// decide closes a tick of length d with n answers, their service times
+// adding up to total, of the given median, and chooses what to do. The
+// caller holds c.mu.
+func (c *Controller) decide(now time.Time, d time.Duration, n int64, total, median time.Duration) {
 	t := tick{throughput: float64(n) / d.Seconds(), service: median, n: n}
 	if c.samples > 0 {
 		t.busy = float64(c.busy) / float64(c.samples)
 		t.inFlight = float64(c.inFlightSum) / float64(c.samples)
+	}
+	if n > 0 {
+		t.mean = total / time.Duration(n)
+	}
+	if n > 0 && total > 0 && t.inFlight > 0 {
+		// Little's law, L / S: the requests held on average over their
+		// mean service time. Counting answers in the tick instead is off
+		// by a whole batch when answers come in step (a pool of 50 at a
+		// fixed 200 ms answers 50 at a time: 15 or 16 batches in 3 s,
+		// 7% apart, more than a step is judged by).
+		t.throughput = t.inFlight / (total.Seconds() / float64(n))
 	}
 	c.samples, c.busy, c.inFlightSum = 0, 0, 0
 	if median > 0 {
@@ -435,8 +451,15 @@ func (c *Controller) judgeTrial(now time.Time, t tick) {
 	var kept bool
 	var reason Reason
 	if c.limit > c.from {
-		// Up: kept if throughput followed the step, and demand filled it.
-		kept = t.busy >= busyShare/2 && gain >= followShare*(ratio-1)
+		// Up: kept if throughput followed the step, demand filled it, and
+		// the service time did not grow with it: requests beyond what the
+		// upstream serves wait inside it, and stretch its service time by
+		// the step (noise in a tick's throughput cannot fake that).
+		stretch := 0.0
+		if c.base.mean > 0 {
+			stretch = float64(t.mean)/float64(c.base.mean) - 1
+		}
+		kept = t.busy >= busyShare/2 && gain >= followShare*(ratio-1) && stretch <= followShare*(ratio-1)
 		reason = ThroughputFollowed
 	} else {
 		// Down: kept if throughput held.
