@@ -62,6 +62,9 @@ type exchange struct {
 	outcome                     Outcome
 	// ticket is the request's place in a dry run's shadow, nil without.
 	ticket *limiter.Ticket
+	// upgrading is set for an Upgrade request (WebSocket), read once by
+	// admission and again when the admitted request is passed on.
+	upgrading bool
 	// handedOff is set once fasthttp owns the exchange.
 	handedOff bool
 	// continuedCtx is the request's while handleExpect's admission waits
@@ -486,6 +489,7 @@ func (e *exchange) finish(now time.Time) {
 	e.outcome = Outcome{}
 	e.start, e.admittedAt, e.servedAt = time.Time{}, time.Time{}, time.Time{}
 	e.asked, e.admitted, e.streaming, e.handedOff, e.bytes = false, false, false, false, 0
+	e.upgrading = false
 	e.ended, e.continuedCtx = nil, nil
 	e.rejectedAt = time.Time{}
 	// Keep scratch buffers, but not a large body's: a pool full of 64 KiB

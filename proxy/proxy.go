@@ -522,7 +522,7 @@ func (p *Proxy) handle(ctx *fasthttp.RequestCtx) {
 // pass sends an admitted request on: an Upgrade (WebSocket) to be relayed
 // once the upstream agrees, anything else to be forwarded.
 func (e *exchange) pass(ctx *fasthttp.RequestCtx) {
-	if isUpgrade(&ctx.Request.Header) {
+	if e.upgrading {
 		e.upgrade(ctx)
 		return
 	}
@@ -574,6 +574,7 @@ func (p *Proxy) admitRequest(ctx *fasthttp.RequestCtx, e *exchange) bool {
 		e.bytes = p.reserve(max(length, -1))
 	}
 	upgrade := isUpgrade(&req.Header)
+	e.upgrading = upgrade
 	if upgrade && !p.upgrades.reserve() {
 		e.rejectedAt = e.start
 		e.respond(ctx, fasthttp.StatusServiceUnavailable, RejectedUpgraded, msgUpgradedFull)
