@@ -12,6 +12,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/loomgate/loomgate/route"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 )
@@ -29,8 +30,8 @@ type Config struct {
 	// (adaptive): each snapshot takes it as Settings.Workers. If nil, the
 	// Settings stand as given.
 	Limit func() int
-	// Routes classifies requests. If nil, automatically (ParseRoutes("")).
-	Routes *Routes
+	// Routes classifies requests. If nil, automatically (route.Parse("")).
+	Routes *route.Classes
 	// State returns current admission state. Required.
 	State func() State
 	// UpstreamMetricsURL is the upstream's Prometheus endpoint (text
@@ -151,7 +152,7 @@ func New(cfg Config) (*Advisor, error) {
 		return nil, err
 	}
 	if cfg.Routes == nil {
-		cfg.Routes, _ = ParseRoutes("")
+		cfg.Routes, _ = route.Parse("")
 	}
 	if cfg.UpstreamMemoryMetric.Name == "" {
 		cfg.UpstreamMemoryMetric = MustParseSelector(DefaultMemoryMetric)
@@ -180,7 +181,7 @@ func (a *Advisor) Record(s *Sample) {
 }
 
 // Routes are the route classes the Advisor sorts requests into.
-func (a *Advisor) Routes() *Routes { return a.cfg.Routes }
+func (a *Advisor) Routes() *route.Classes { return a.cfg.Routes }
 
 // ScrapeErrors counts failed reads of UpstreamMetricsURL.
 func (a *Advisor) ScrapeErrors() int64 { return a.scrapeErrors.Load() }

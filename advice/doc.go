@@ -4,7 +4,7 @@
 //
 // Finished requests arrive as Samples and fill a sliding window (Window, in
 // BucketWidth buckets, kept for History) by route class (Routes: named
-// patterns, or method and first path segment, bounded by MaxRoutes). The
+// patterns, or method and first path segment, bounded by route.Max). The
 // estimate compares each route with itself at other loads: a route is
 // queueing inside the upstream when its service time (the first quartile,
 // which neither a wide spread nor a mix of cheap and expensive requests

@@ -2,6 +2,7 @@ package advice
 
 import (
 	"github.com/loomgate/loomgate/limiter"
+	"github.com/loomgate/loomgate/route"
 
 	"math"
 	"strings"
@@ -40,7 +41,7 @@ func (s stage) inFlight() int64 {
 // feed plays stages into w. Requests finish spread over each second and
 // samples fall in the middle of each quarter, so that no event sits on a
 // bucket's edge.
-func feed(w *window, r *Routes, stages ...stage) time.Time {
+func feed(w *window, r *route.Classes, stages ...stage) time.Time {
 	var end time.Time
 	for _, st := range stages {
 		for sec := st.from; sec < st.to; sec++ {
@@ -162,7 +163,7 @@ func TestEstimateOnRealTraffic(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			r, _ := ParseRoutes("")
+			r, _ := route.Parse("")
 			w := newWindow(t0)
 			end := feed(w, r, tt.stages...)
 			f := w.figures(end, r.Names())
@@ -197,7 +198,7 @@ func TestEstimateOnRealTraffic(t *testing.T) {
 }
 
 func TestEstimateNeedsVariation(t *testing.T) {
-	r, _ := ParseRoutes("")
+	r, _ := route.Parse("")
 	w := newWindow(t0)
 	end := feed(w, r, stage{0, 90, []flow{{"/wait", 250, 790 * time.Millisecond, 810 * time.Millisecond}}})
 	e := w.figures(end, r.Names()).Estimate
@@ -231,7 +232,7 @@ func BenchmarkRecord(b *testing.B) {
 }
 
 func BenchmarkSnapshot(b *testing.B) {
-	r, _ := ParseRoutes("")
+	r, _ := route.Parse("")
 	w := newWindow(t0)
 	end := feed(w, r, stage{0, 20, []flow{{"/wait", 50, 190 * time.Millisecond, 210 * time.Millisecond}}},
 		stage{20, 80, []flow{{"/wait", 250, 780 * time.Millisecond, 820 * time.Millisecond}}})

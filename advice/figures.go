@@ -5,6 +5,8 @@ import (
 	"math"
 	"slices"
 	"time"
+
+	"github.com/loomgate/loomgate/route"
 )
 
 // MinRequests is the least traffic in the window for advice: with fewer
@@ -181,7 +183,7 @@ func (w *window) figures(now time.Time, names []string) Figures {
 			continue
 		}
 		r := routes[c]
-		name := OtherRoute
+		name := route.Other
 		if c < len(names) {
 			name = names[c]
 		}

@@ -4,6 +4,8 @@ import (
 	"math"
 	"sync"
 	"time"
+
+	"github.com/loomgate/loomgate/route"
 )
 
 // The window's geometry. Figures are computed over the last minute, which
@@ -22,8 +24,8 @@ const (
 	// History is how far back the estimate compares load and service time.
 	History        = 15 * time.Minute
 	historyBuckets = int64(History / BucketWidth)
-	// classes is the route classes' slots: OtherRoute and MaxRoutes more.
-	classes = MaxRoutes + 1
+	// classes is the route classes' slots: route.Other and route.Max more.
+	classes = route.Max + 1
 	// subBuckets is a bucket's seconds. Where the load changed within a
 	// bucket, its calm seconds are read apart from the rest: a calm phase
 	// shorter than a bucket is still a baseline, and a bucket that mixed it

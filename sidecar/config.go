@@ -13,6 +13,7 @@ import (
 	"github.com/loomgate/loomgate/advice"
 	"github.com/loomgate/loomgate/limiter"
 	"github.com/loomgate/loomgate/proxy"
+	"github.com/loomgate/loomgate/route"
 )
 
 // Config is the sidecar's whole configuration. Its tags are the single
@@ -171,7 +172,7 @@ func (c Config) Validate() error {
 	if c.UpstreamMemoryMetric.Name == "" {
 		bad("UpstreamMemoryMetric", "names no metric")
 	}
-	if _, err := advice.ParseRoutes(c.Routes); err != nil {
+	if _, err := route.Parse(c.Routes); err != nil {
 		bad("Routes", "%v", err)
 	}
 	// A placeholder admitter and registerer: what is checked here is the

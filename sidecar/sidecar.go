@@ -19,6 +19,7 @@ import (
 	"github.com/loomgate/loomgate/limiter"
 	"github.com/loomgate/loomgate/metrics"
 	"github.com/loomgate/loomgate/proxy"
+	"github.com/loomgate/loomgate/route"
 )
 
 // ErrDrainTimeout is returned by Run when requests were still queued or in
@@ -119,7 +120,7 @@ func New(cfg Config, opts Options) (*Sidecar, error) {
 	}
 	s.limiter = lim
 	stats := lim.Stats()
-	routes, err := advice.ParseRoutes(cfg.Routes)
+	routes, err := route.Parse(cfg.Routes)
 	if err != nil {
 		return nil, err
 	}

@@ -1,4 +1,10 @@
-package advice
+// Package route sorts requests into a bounded set of route classes, so
+// that what is measured per route (service times, baselines, labels) is
+// compared like with like: a cheap and an expensive endpoint, or one
+// behind a pool and one not, each have their own figures. The advice keys
+// its window by class; any part that needs a per-route label or limit
+// classifies through the same Classes.
+package route
 
 import (
 	"bytes"
@@ -8,29 +14,29 @@ import (
 	"sync/atomic"
 )
 
-// MaxRoutes bounds the route classes: a label, a window and a baseline
+// Max bounds the route classes: a label, a window and a baseline
 // each, whatever paths clients try. Requests past it go to the class
-// OtherRoute.
-const MaxRoutes = 32
+// Other.
+const Max = 32
 
-// OtherRoute is the class of requests that match no route, and of new ones
-// once MaxRoutes are taken.
-const OtherRoute = "other"
+// Other is the class of requests that match no route, and of new ones
+// once Max are taken.
+const Other = "other"
 
-// Routes classifies requests into a bounded set of route classes, so that
+// Classes classifies requests into a bounded set of route classes, so that
 // service times are compared like with like: a cheap and an expensive
 // endpoint, or one behind a pool and one not, each have their own baseline.
 //
 // The zero value classifies automatically, by method and first path
-// segment ("GET /users"), the first MaxRoutes seen each a class of their
-// own for the life of the process. ParseRoutes reads named patterns
-// instead. Routes is safe for concurrent use.
-type Routes struct {
+// segment ("GET /users"), the first Max seen each a class of their
+// own for the life of the process. Parse reads named patterns
+// instead. Classes is safe for concurrent use.
+type Classes struct {
 	patterns []pattern // nil: automatic
 
 	mu   sync.Mutex   // serialises additions of automatic classes
 	auto atomic.Value // map[string]int, copied on each addition
-	// names are the classes' names by index: OtherRoute first, then the
+	// names are the classes' names by index: Other first, then the
 	// patterns' or the automatic classes in the order seen. Appended under
 	// mu, read through namesSnapshot.
 	names atomic.Value // []string
@@ -43,7 +49,7 @@ type pattern struct {
 	segments [][]byte // "*" matches any one segment
 }
 
-// ParseRoutes reads route classes written as comma-separated name=pattern
+// Parse reads route classes written as comma-separated name=pattern
 // pairs, tried in order, the first match winning:
 //
 //	checkout=POST /api/checkout, search=/api/search, user=/users/*/orders
@@ -52,15 +58,15 @@ type pattern struct {
 // when it starts with the pattern's segments, "*" standing for any one
 // segment. Names are letters, digits, '_' and '-', at most 32 characters;
 // "other" is taken. An empty string is the automatic classification.
-func ParseRoutes(s string) (*Routes, error) {
-	r := &Routes{}
+func Parse(s string) (*Classes, error) {
+	r := &Classes{}
 	if strings.TrimSpace(s) == "" {
-		r.names.Store([]string{OtherRoute})
+		r.names.Store([]string{Other})
 		r.auto.Store(map[string]int{})
 		return r, nil
 	}
-	names := []string{OtherRoute}
-	seen := map[string]bool{OtherRoute: true}
+	names := []string{Other}
+	seen := map[string]bool{Other: true}
 	for _, item := range strings.Split(s, ",") {
 		item = strings.TrimSpace(item)
 		name, spec, ok := strings.Cut(item, "=")
@@ -68,10 +74,10 @@ func ParseRoutes(s string) (*Routes, error) {
 		switch {
 		case !ok || spec == "":
 			return nil, fmt.Errorf("%q is not name=pattern", item)
-		case !validRouteName(name):
+		case !validName(name):
 			return nil, fmt.Errorf("%q: a name is 1 to 32 letters, digits, '_' or '-'", name)
 		case seen[name]:
-			return nil, fmt.Errorf("%q is named twice (or is %q, which is taken)", name, OtherRoute)
+			return nil, fmt.Errorf("%q is named twice (or is %q, which is taken)", name, Other)
 		}
 		seen[name] = true
 		p := pattern{name: name}
@@ -89,14 +95,14 @@ func ParseRoutes(s string) (*Routes, error) {
 		r.patterns = append(r.patterns, p)
 		names = append(names, name)
 	}
-	if len(r.patterns) > MaxRoutes {
-		return nil, fmt.Errorf("%d routes; at most %d", len(r.patterns), MaxRoutes)
+	if len(r.patterns) > Max {
+		return nil, fmt.Errorf("%d routes; at most %d", len(r.patterns), Max)
 	}
 	r.names.Store(names)
 	return r, nil
 }
 
-func validRouteName(s string) bool {
+func validName(s string) bool {
 	if s == "" || len(s) > 32 {
 		return false
 	}
@@ -108,18 +114,18 @@ func validRouteName(s string) bool {
 	return true
 }
 
-// Names returns the class names by index, OtherRoute first.
-func (r *Routes) Names() []string {
+// Names returns the class names by index, Other first.
+func (r *Classes) Names() []string {
 	names, _ := r.names.Load().([]string)
 	if names == nil {
-		return []string{OtherRoute}
+		return []string{Other}
 	}
 	return names
 }
 
 // Class returns the index of the class of a request, by its method and
 // target (the request line's, with any query). It does not allocate.
-func (r *Routes) Class(method, target []byte) int {
+func (r *Classes) Class(method, target []byte) int {
 	path := target
 	if i := bytes.IndexAny(path, "?#"); i >= 0 {
 		path = path[:i]
@@ -157,14 +163,14 @@ func (r *Routes) Class(method, target []byte) int {
 const maxKey = 64
 
 // add makes key an automatic class if there is room, or returns 0.
-func (r *Routes) add(key string) int {
+func (r *Classes) add(key string) int {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	auto, _ := r.auto.Load().(map[string]int)
 	if i, ok := auto[key]; ok {
 		return i
 	}
-	if len(auto) >= MaxRoutes {
+	if len(auto) >= Max {
 		return 0
 	}
 	next := make(map[string]int, len(auto)+1)
@@ -191,6 +197,11 @@ func (p *pattern) match(method, path []byte) bool {
 		end := bytes.IndexByte(rest, '/')
 		if end < 0 {
 			end = len(rest)
+		}
+		// An empty segment ("//") is no segment: "*" is one that names
+		// something, as a literal one does.
+		if end == 0 {
+			return false
 		}
 		if !(len(seg) == 1 && seg[0] == '*') && !bytes.Equal(seg, rest[:end]) {
 			return false
