@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/loomgate/loomgate/route"
+	"github.com/loomgate/loomgate/series"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 )
@@ -40,7 +41,7 @@ type Config struct {
 	UpstreamMetricsURL string
 	// UpstreamMemoryMetric selects the series summed there. If its Name is
 	// empty, process_resident_memory_bytes.
-	UpstreamMemoryMetric Selector
+	UpstreamMemoryMetric series.Selector
 	// SampleInterval is how often Run reads State for the window's time
 	// averages. If zero, 250ms: a few samples per request at the service
 	// times that matter, for a lock taken four times a second.
@@ -155,7 +156,7 @@ func New(cfg Config) (*Advisor, error) {
 		cfg.Routes, _ = route.Parse("")
 	}
 	if cfg.UpstreamMemoryMetric.Name == "" {
-		cfg.UpstreamMemoryMetric = MustParseSelector(DefaultMemoryMetric)
+		cfg.UpstreamMemoryMetric = series.MustParse(DefaultMemoryMetric)
 	}
 	if cfg.SampleInterval == 0 {
 		cfg.SampleInterval = 250 * time.Millisecond

@@ -11,6 +11,8 @@ import (
 	"testing"
 	"testing/synctest"
 	"time"
+
+	"github.com/loomgate/loomgate/series"
 )
 
 // runAdvisor starts Run for an Advisor whose in-flight state is *level.
@@ -55,7 +57,7 @@ func TestRunFitsUpstreamMemory(t *testing.T) {
 		level.Store(levels[0])
 		m := runAdvisor(t, Config{
 			UpstreamMetricsURL:   "http://app:8081/metrics",
-			UpstreamMemoryMetric: MustParseSelector(`jvm_memory_used_bytes{area="heap"}`),
+			UpstreamMemoryMetric: series.MustParse(`jvm_memory_used_bytes{area="heap"}`),
 			// Not a multiple of the sampling interval, so that no sample
 			// falls at the instant of a reading.
 			ScrapeInterval: 5100 * time.Millisecond,

@@ -8,8 +8,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/loomgate/loomgate/advice"
 	"github.com/loomgate/loomgate/limiter"
+	"github.com/loomgate/loomgate/series"
 )
 
 func TestDefaults(t *testing.T) {
@@ -24,7 +24,7 @@ func TestDefaults(t *testing.T) {
 		HeaderTimeout: 10 * time.Second, BodyTimeout: 10 * time.Second,
 		MaxBodyBytes: 16 << 20, RejectStatus: 503, DrainTimeout: 30 * time.Second, ServerTiming: true, AccessLog: "off",
 		MaxInflightBytes: SizeAuto, MaxConns: CountAuto,
-		LogLevel: slog.LevelInfo, UpstreamMemoryMetric: advice.MustParseSelector("process_resident_memory_bytes"),
+		LogLevel: slog.LevelInfo, UpstreamMemoryMetric: series.MustParse("process_resident_memory_bytes"),
 	}
 	if !reflect.DeepEqual(cfg, want) {
 		t.Errorf("defaults = %+v\nwant %+v", cfg, want)

@@ -1,4 +1,7 @@
-package advice
+// Package series picks series from a Prometheus exposition by name and
+// labels, the way PromQL writes an instant vector selector. The sidecar
+// reads its upstream's memory through one (LOOMGATE_UPSTREAM_MEMORY_METRIC).
+package series
 
 import (
 	"errors"
@@ -8,8 +11,8 @@ import (
 	dto "github.com/prometheus/client_model/go"
 )
 
-// ErrSelector is returned, wrapped with what is wrong, by ParseSelector.
-var ErrSelector = errors.New("advice: bad selector")
+// ErrSelector is returned, wrapped with what is wrong, by Parse.
+var ErrSelector = errors.New("series: bad selector")
 
 // Selector picks series from a Prometheus exposition by name and labels.
 // It is written the way PromQL writes an instant vector selector, limited
@@ -29,10 +32,10 @@ type Matcher struct {
 	Negate bool
 }
 
-// ParseSelector reads a selector such as process_resident_memory_bytes or
+// Parse reads a selector such as process_resident_memory_bytes or
 // jvm_memory_used_bytes{area="heap"}. Label values are double-quoted, with
 // \\, \" and \n as escapes; = and != are the only operators.
-func ParseSelector(s string) (Selector, error) {
+func Parse(s string) (Selector, error) {
 	p := selectorParser{s: s}
 	sel, err := p.parse()
 	if err != nil {
@@ -43,10 +46,10 @@ func ParseSelector(s string) (Selector, error) {
 	return sel, nil
 }
 
-// UnmarshalText is ParseSelector, for configuration parsers; the error
+// UnmarshalText is Parse, for configuration parsers; the error
 // says what is wrong without the package's prefix.
 func (s *Selector) UnmarshalText(text []byte) error {
-	sel, err := ParseSelector(string(text))
+	sel, err := Parse(string(text))
 	if err != nil {
 		return errors.New(strings.TrimPrefix(err.Error(), ErrSelector.Error()+": "))
 	}
@@ -54,10 +57,10 @@ func (s *Selector) UnmarshalText(text []byte) error {
 	return nil
 }
 
-// MustParseSelector is ParseSelector for selectors written in the program;
+// MustParse is Parse for selectors written in the program;
 // it panics on an error.
-func MustParseSelector(s string) Selector {
-	sel, err := ParseSelector(s)
+func MustParse(s string) Selector {
+	sel, err := Parse(s)
 	if err != nil {
 		panic(err)
 	}
@@ -198,7 +201,7 @@ func (p *selectorParser) quoted() (string, error) {
 	return "", errors.New("missing closing quote")
 }
 
-// String writes the selector so that ParseSelector reads it back.
+// String writes the selector so that Parse reads it back.
 func (s Selector) String() string {
 	if len(s.Matchers) == 0 {
 		return s.Name

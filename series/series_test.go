@@ -1,4 +1,4 @@
-package advice
+package series
 
 import (
 	"errors"
@@ -11,7 +11,7 @@ import (
 	"github.com/prometheus/common/model"
 )
 
-func TestParseSelector(t *testing.T) {
+func TestParse(t *testing.T) {
 	tests := []struct {
 		in      string
 		want    Selector
@@ -39,15 +39,15 @@ func TestParseSelector(t *testing.T) {
 		{in: `m{area="a" area2}`, wantErr: "want , or }"},
 	}
 	for _, tt := range tests {
-		got, err := ParseSelector(tt.in)
+		got, err := Parse(tt.in)
 		if tt.wantErr != "" {
 			if err == nil || !errors.Is(err, ErrSelector) || !strings.Contains(err.Error(), tt.wantErr) {
-				t.Errorf("ParseSelector(%q) = %v; want ErrSelector saying %q", tt.in, err, tt.wantErr)
+				t.Errorf("Parse(%q) = %v; want ErrSelector saying %q", tt.in, err, tt.wantErr)
 			}
 			continue
 		}
 		if err != nil || !reflect.DeepEqual(got, tt.want) {
-			t.Errorf("ParseSelector(%q) = %+v, %v; want %+v", tt.in, got, err, tt.want)
+			t.Errorf("Parse(%q) = %+v, %v; want %+v", tt.in, got, err, tt.want)
 		}
 	}
 }
@@ -92,17 +92,17 @@ func TestSelectorSum(t *testing.T) {
 		{`nothing_here`, 0, 0},
 	}
 	for _, tt := range tests {
-		got, n := MustParseSelector(tt.sel).Sum(families)
+		got, n := MustParse(tt.sel).Sum(families)
 		if got != tt.want || n != tt.wantSeries {
 			t.Errorf("%s: Sum = %v over %d series; want %v over %d", tt.sel, got, n, tt.want, tt.wantSeries)
 		}
 	}
 }
 
-// FuzzParseSelector checks that the parser never panics on what an
+// FuzzParse checks that the parser never panics on what an
 // operator may write, and that what it accepts it writes back in a form
 // that parses to the same selector.
-func FuzzParseSelector(f *testing.F) {
+func FuzzParse(f *testing.F) {
 	for _, s := range []string{
 		"process_resident_memory_bytes",
 		`jvm_memory_used_bytes{area="heap"}`,
@@ -112,34 +112,34 @@ func FuzzParseSelector(f *testing.F) {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, s string) {
-		sel, err := ParseSelector(s)
+		sel, err := Parse(s)
 		if err != nil {
 			if !errors.Is(err, ErrSelector) {
-				t.Fatalf("ParseSelector(%q) = %v; want an ErrSelector", s, err)
+				t.Fatalf("Parse(%q) = %v; want an ErrSelector", s, err)
 			}
 			return
 		}
 		if sel.Name == "" {
-			t.Fatalf("ParseSelector(%q) accepted an empty name", s)
+			t.Fatalf("Parse(%q) accepted an empty name", s)
 		}
-		again, err := ParseSelector(sel.String())
+		again, err := Parse(sel.String())
 		if err != nil || !reflect.DeepEqual(again, sel) {
-			t.Fatalf("ParseSelector(%q) = %+v, written %q, which parses to %+v, %v", s, sel, sel.String(), again, err)
+			t.Fatalf("Parse(%q) = %+v, written %q, which parses to %+v, %v", s, sel, sel.String(), again, err)
 		}
 	})
 }
 
-func ExampleParseSelector() {
-	sel, err := ParseSelector(`jvm_memory_used_bytes{area="heap", id!="Metaspace"}`)
+func ExampleParse() {
+	sel, err := Parse(`jvm_memory_used_bytes{area="heap", id!="Metaspace"}`)
 	if err != nil {
 		panic(err)
 	}
 	fmt.Println(sel.Name, len(sel.Matchers))
 	fmt.Println(sel)
-	_, err = ParseSelector(`jvm_memory_used_bytes{area=~"heap"}`)
+	_, err = Parse(`jvm_memory_used_bytes{area=~"heap"}`)
 	fmt.Println(err)
 	// Output:
 	// jvm_memory_used_bytes 2
 	// jvm_memory_used_bytes{area="heap",id!="Metaspace"}
-	// advice: bad selector: regular expression matchers are not supported; use = or !=
+	// series: bad selector: regular expression matchers are not supported; use = or !=
 }
