@@ -9,6 +9,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/loomgate/loomgate/field"
 )
 
 // Estimate is the estimator's judgement of the upstream, as the
@@ -90,17 +92,32 @@ type Config struct {
 	OnChange func(Change)
 }
 
-// Validate reports the problems of cfg, or nil.
+// Validate reports every problem of cfg as *field.Error values joined,
+// or nil.
 func (cfg Config) Validate() error {
 	var problems []error
-	if cfg.SetLimit == nil || cfg.State == nil || cfg.Estimate == nil {
-		problems = append(problems, errors.New("adaptive: SetLimit, State and Estimate are required"))
+	bad := func(name, format string, args ...any) {
+		problems = append(problems, &field.Error{Part: "adaptive", Field: name, Problem: fmt.Sprintf(format, args...)})
 	}
-	if cfg.Min < 0 || cfg.Max < 0 || cfg.Max > 0 && cfg.Max < max(cfg.Min, 1) {
-		problems = append(problems, fmt.Errorf("adaptive: Min %d and Max %d; want 0 ≤ Min ≤ Max, or Max 0 for no bound", cfg.Min, cfg.Max))
+	for _, f := range []struct {
+		name string
+		nil  bool
+	}{{"SetLimit", cfg.SetLimit == nil}, {"State", cfg.State == nil}, {"Estimate", cfg.Estimate == nil}} {
+		if f.nil {
+			bad(f.name, "is required")
+		}
 	}
-	if cfg.Tick < 0 || cfg.LiftAfter < 0 {
-		problems = append(problems, errors.New("adaptive: Tick and LiftAfter must not be negative"))
+	if cfg.Min < 0 {
+		bad("Min", "is %d; want 0 or more", cfg.Min)
+	}
+	if cfg.Max < 0 || cfg.Max > 0 && cfg.Max < max(cfg.Min, 1) {
+		bad("Max", "is %d; want 0 (no bound), or Min (%d) or more", cfg.Max, cfg.Min)
+	}
+	if cfg.Tick < 0 {
+		bad("Tick", "is %v; want 0 (the default) or more", cfg.Tick)
+	}
+	if cfg.LiftAfter < 0 {
+		bad("LiftAfter", "is %v; want 0 (the default) or more", cfg.LiftAfter)
 	}
 	return errors.Join(problems...)
 }

@@ -5,12 +5,14 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
 
+	"github.com/loomgate/loomgate/field"
 	"github.com/loomgate/loomgate/limiter"
 )
 
@@ -293,4 +295,23 @@ func TestHoldsWhenADependencySlows(t *testing.T) {
 			t.Errorf("limit within 20%% of 50 for %.0f%% of the three minutes; want 80%% (%v)", s*100, samples)
 		}
 	})
+}
+
+func TestValidateNamesEveryBadField(t *testing.T) {
+	err := Config{Min: -1, Max: -2, Tick: -time.Second, LiftAfter: -time.Second}.Validate()
+	var got []string
+	for _, e := range field.All(err) {
+		got = append(got, e.Field)
+	}
+	if want := "SetLimit State Estimate Min Max Tick LiftAfter"; strings.Join(got, " ") != want {
+		t.Errorf("Validate names %q; want %q (%v)", got, want, err)
+	}
+	ok := Config{SetLimit: func(int) {}, State: func() State { return State{} }, Estimate: func() Estimate { return Estimate{} }, Min: 4, Max: 4}
+	if err := ok.Validate(); err != nil {
+		t.Errorf("Min = Max = 4: %v; want no problem", err)
+	}
+	ok.Max = 3
+	if err := ok.Validate(); err == nil || !strings.Contains(err.Error(), "adaptive: Max is 3; want 0 (no bound), or Min (4) or more") {
+		t.Errorf("Max below Min: %v; want Max named", err)
+	}
 }

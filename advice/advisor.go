@@ -12,6 +12,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/loomgate/loomgate/field"
 	"github.com/loomgate/loomgate/route"
 	"github.com/loomgate/loomgate/series"
 	"github.com/prometheus/common/expfmt"
@@ -109,21 +110,12 @@ type Snapshot struct {
 	Recommendation Recommendation
 }
 
-// FieldError is a problem with one field of Config.
-type FieldError struct {
-	// Field is the field's name, e.g. "UpstreamMetricsURL".
-	Field string
-	// Problem says what is wrong.
-	Problem string
-}
-
-func (e *FieldError) Error() string { return "advice: " + e.Field + " " + e.Problem }
-
-// Validate reports every problem of cfg as FieldErrors joined, or nil.
+// Validate reports every problem of cfg as *field.Error values joined,
+// or nil.
 func (cfg Config) Validate() error {
 	var problems []error
-	bad := func(field, problem string) {
-		problems = append(problems, &FieldError{Field: field, Problem: problem})
+	bad := func(name, problem string) {
+		problems = append(problems, &field.Error{Part: "advice", Field: name, Problem: problem})
 	}
 	if cfg.State == nil {
 		bad("State", "is required")

@@ -7,6 +7,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/loomgate/loomgate/field"
 )
 
 // Rejections. Callers branch on them with errors.Is to choose the response.
@@ -164,21 +166,12 @@ type Config struct {
 	MaxInFlightBytes int64
 }
 
-// FieldError is a problem with one field of Config.
-type FieldError struct {
-	// Field is the Config field's name, e.g. "Workers".
-	Field string
-	// Problem says what is wrong and what is accepted.
-	Problem string
-}
-
-func (e *FieldError) Error() string { return "limiter: " + e.Field + " " + e.Problem }
-
-// Validate reports every problem of cfg as FieldErrors joined, or nil.
+// Validate reports every problem of cfg as *field.Error values joined,
+// or nil.
 func (cfg Config) Validate() error {
 	var problems []error
-	bad := func(field, format string, args ...any) {
-		problems = append(problems, &FieldError{Field: field, Problem: fmt.Sprintf(format, args...)})
+	bad := func(name, format string, args ...any) {
+		problems = append(problems, &field.Error{Part: "limiter", Field: name, Problem: fmt.Sprintf(format, args...)})
 	}
 	switch cfg.Mode {
 	case Fixed, Unbounded, Adaptive:

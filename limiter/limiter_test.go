@@ -10,6 +10,8 @@ import (
 	"testing"
 	"testing/synctest"
 	"time"
+
+	"github.com/loomgate/loomgate/field"
 )
 
 func mustNew(t testing.TB, cfg Config) *Limiter {
@@ -45,9 +47,9 @@ func TestNewRejectsBadConfig(t *testing.T) {
 			if err == nil || !strings.Contains(err.Error(), tt.want) {
 				t.Errorf("New(%+v) = %v; want an error containing %q", tt.cfg, err, tt.want)
 			}
-			var fe *FieldError
+			var fe *field.Error
 			if !errors.As(err, &fe) || !strings.HasPrefix(tt.want, fe.Field+" ") {
-				t.Errorf("New(%+v) = %v; want a FieldError naming the field of %q", tt.cfg, err, tt.want)
+				t.Errorf("New(%+v) = %v; want a *field.Error naming the field of %q", tt.cfg, err, tt.want)
 			}
 		})
 	}

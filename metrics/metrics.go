@@ -6,6 +6,7 @@ import (
 	"runtime"
 	"time"
 
+	"github.com/loomgate/loomgate/field"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 )
@@ -141,21 +142,12 @@ type Metrics struct {
 	dryRunWait   prometheus.Histogram
 }
 
-// FieldError is a problem with one field of Config.
-type FieldError struct {
-	// Field is the Config field's name, e.g. "UpstreamMetricsURL".
-	Field string
-	// Problem says what is wrong.
-	Problem string
-}
-
-func (e *FieldError) Error() string { return "metrics: " + e.Field + " " + e.Problem }
-
-// Validate reports every problem of cfg as FieldErrors joined, or nil.
+// Validate reports every problem of cfg as *field.Error values joined,
+// or nil.
 func (cfg Config) Validate() error {
 	var problems []error
-	bad := func(field, problem string) {
-		problems = append(problems, &FieldError{Field: field, Problem: problem})
+	bad := func(name, problem string) {
+		problems = append(problems, &field.Error{Part: "metrics", Field: name, Problem: problem})
 	}
 	if cfg.Registerer == nil {
 		bad("Registerer", "is required")

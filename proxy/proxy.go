@@ -18,6 +18,7 @@ import (
 
 	"github.com/valyala/fasthttp"
 
+	"github.com/loomgate/loomgate/field"
 	"github.com/loomgate/loomgate/internal/sniff"
 	"github.com/loomgate/loomgate/limiter"
 )
@@ -169,16 +170,6 @@ type Proxy struct {
 	served   chan struct{} // closed when Serve returns; nil before Serve
 }
 
-// FieldError is a problem with one field of Config.
-type FieldError struct {
-	// Field is the Config field's name, e.g. "Upstream".
-	Field string
-	// Problem says what is wrong.
-	Problem string
-}
-
-func (e *FieldError) Error() string { return "proxy: " + e.Field + " " + e.Problem }
-
 // ParseUpstream checks an upstream address and returns the host:port to
 // dial. It accepts exactly what the proxy can honour: plain HTTP to one
 // host and port. A path prefix would have to be rewritten into every
@@ -210,11 +201,12 @@ func ParseUpstream(raw string) (addr string, err error) {
 	return u.Host, nil
 }
 
-// Validate reports every problem of cfg as FieldErrors joined, or nil.
+// Validate reports every problem of cfg as *field.Error values joined,
+// or nil.
 func (cfg Config) Validate() error {
 	var problems []error
-	bad := func(field, problem string) {
-		problems = append(problems, &FieldError{Field: field, Problem: problem})
+	bad := func(name, problem string) {
+		problems = append(problems, &field.Error{Part: "proxy", Field: name, Problem: problem})
 	}
 	if _, err := ParseUpstream(cfg.Upstream); err != nil {
 		bad("Upstream", err.Error())

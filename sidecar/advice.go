@@ -65,7 +65,7 @@ type SettingsDoc struct {
 	QueueTimeoutSeconds float64  `json:"queue_timeout_seconds"`
 	Bulkhead            int      `json:"bulkhead"`
 	BulkheadWaitSeconds float64  `json:"bulkhead_wait_seconds"`
-	MaxInflightBytes    int64    `json:"max_inflight_bytes"`
+	MaxInFlightBytes    int64    `json:"max_inflight_bytes"`
 	MemoryBudgetBytes   int64    `json:"memory_budget_bytes"`
 }
 
@@ -206,7 +206,7 @@ func (s *Sidecar) advice(snap advice.Snapshot) AdviceDoc {
 			Inactive: InactiveVariables(s.cfg.Mode),
 			Workers:  s.cfg.Workers, QueueSize: s.cfg.QueueSize, QueueTimeoutSeconds: s.cfg.QueueTimeout.Seconds(),
 			Bulkhead: s.cfg.Bulkhead, BulkheadWaitSeconds: s.cfg.BulkheadWait.Seconds(),
-			MaxInflightBytes:  int64(s.cfg.MaxInflightBytes),
+			MaxInFlightBytes:  int64(s.cfg.MaxInFlightBytes),
 			MemoryBudgetBytes: int64(s.cfg.MemoryBudgetBytes),
 		},
 		Figures: FiguresDoc{

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/loomgate/loomgate/advice"
+	"github.com/loomgate/loomgate/field"
 	"github.com/loomgate/loomgate/limiter"
 	"github.com/loomgate/loomgate/proxy"
 	"github.com/loomgate/loomgate/route"
@@ -39,7 +40,7 @@ type Config struct {
 	BulkheadWait         time.Duration       `mode:"unbounded" env:"BULKHEAD_WAIT" envDefault:"0s" help:"unbounded: how long a request may wait for the bulkhead, 0 = fail fast" accepts:"a duration with a unit, e.g. 0s or 100ms, not negative, 0 unless LOOMGATE_BULKHEAD is above 0"`
 	RejectStatus         int                 `env:"REJECT_STATUS" envDefault:"503" help:"status of admission's rejections (queue full or timed out, bulkhead, memory), with Retry-After" accepts:"503 or 429"`
 	DryRun               bool                `env:"DRY_RUN" envDefault:"false" help:"admit every request, and count what the configured mode would have done (loomgate_dry_run_*)" accepts:"true or false"`
-	MaxInflightBytes     AutoSize            `env:"MAX_INFLIGHT_BYTES" envDefault:"auto" help:"memory bulkhead: bytes held by in-flight requests; auto = half the memory limit (GOMEMLIMIT, else the cgroup's), off without one; 0 = off" accepts:"auto, or a size in bytes, e.g. 0, 268435456, 256MiB or 1GB"`
+	MaxInFlightBytes     AutoSize            `env:"MAX_INFLIGHT_BYTES" envDefault:"auto" help:"memory bulkhead: bytes held by in-flight requests; auto = half the memory limit (GOMEMLIMIT, else the cgroup's), off without one; 0 = off" accepts:"auto, or a size in bytes, e.g. 0, 268435456, 256MiB or 1GB"`
 	UpstreamTimeout      time.Duration       `env:"UPSTREAM_TIMEOUT" envDefault:"60s" help:"per request, from admission to the last response byte" accepts:"a duration with a unit, e.g. 60s, above 0"`
 	HeaderTimeout        time.Duration       `env:"HEADER_TIMEOUT" envDefault:"10s" help:"longest a client may take to send a request's line, headers and first 8 KiB of body (408 beyond)" accepts:"a duration with a unit, e.g. 10s, above 0"`
 	BodyTimeout          time.Duration       `env:"BODY_TIMEOUT" envDefault:"10s" help:"longest pause in the rest of a request body, which streams while holding a worker (408 beyond)" accepts:"a duration with a unit, e.g. 10s, above 0"`
@@ -70,29 +71,19 @@ func (c Config) Limiter() limiter.Config {
 	}
 }
 
-// inflightBytes is MaxInflightBytes for the limiter: auto is resolved by
+// inflightBytes is MaxInFlightBytes for the limiter: auto is resolved by
 // New, and is checked here as none.
 func (c Config) inflightBytes() int64 {
-	if c.MaxInflightBytes == SizeAuto {
+	if c.MaxInFlightBytes == SizeAuto {
 		return 0
 	}
-	return int64(c.MaxInflightBytes)
+	return int64(c.MaxInFlightBytes)
 }
-
-// FieldError is a problem with one field of Config.
-type FieldError struct {
-	// Field is the Config field's name, e.g. "Workers".
-	Field string
-	// Problem says what is wrong, e.g. "is 0; want at least 1".
-	Problem string
-}
-
-func (e *FieldError) Error() string { return e.Field + " " + e.Problem }
 
 // ConfigError is every problem of a Config, so that an operator fixes them
 // in one round instead of one per restart.
 type ConfigError struct {
-	Problems []FieldError
+	Problems []field.Error
 }
 
 func (e *ConfigError) Error() string {
@@ -105,19 +96,14 @@ func (e *ConfigError) Error() string {
 	return b.String()
 }
 
-// The fields of the parts' configurations that are not named as in Config.
-var partFields = map[string]string{
-	"MaxInFlightBytes": "MaxInflightBytes", // limiter
-}
-
 // Validate reports every problem of c as a *ConfigError, or nil. The rules
 // of a part (the limiter's, the proxy's, the metrics') are the part's own,
-// from its Validate: they are stated once, and only their field names are
-// mapped here.
+// from its Validate: they are stated once, and a part names its fields as
+// Config does.
 func (c Config) Validate() error {
-	var problems []FieldError
-	bad := func(field, format string, args ...any) {
-		problems = append(problems, FieldError{Field: field, Problem: fmt.Sprintf(format, args...)})
+	var problems []field.Error
+	bad := func(name, format string, args ...any) {
+		problems = append(problems, field.Error{Field: name, Problem: fmt.Sprintf(format, args...)})
 	}
 	if err := validListen(c.Listen); err != nil {
 		bad("Listen", "%v", err)
@@ -200,16 +186,8 @@ func (c Config) Validate() error {
 		}.Validate(),
 	}
 	for _, err := range parts {
-		for _, e := range flatten(err) {
-			field, problem, ok := partProblem(e)
-			if !ok {
-				bad("", "%v", e)
-				continue
-			}
-			if f, renamed := partFields[field]; renamed {
-				field = f
-			}
-			bad(field, "%s", problem)
+		for _, e := range field.All(err) {
+			bad(e.Field, "%s", e.Problem)
 		}
 	}
 	if len(problems) > 0 {
@@ -219,7 +197,7 @@ func (c Config) Validate() error {
 }
 
 // dedupe keeps the first problem of each field: one line a variable.
-func dedupe(problems []FieldError) []FieldError {
+func dedupe(problems []field.Error) []field.Error {
 	seen := make(map[string]bool, len(problems))
 	out := problems[:0]
 	for _, p := range problems {
@@ -230,37 +208,6 @@ func dedupe(problems []FieldError) []FieldError {
 		out = append(out, p)
 	}
 	return out
-}
-
-// partProblem reads the field and the problem of a part's FieldError.
-func partProblem(err error) (field, problem string, ok bool) {
-	var le *limiter.FieldError
-	var pe *proxy.FieldError
-	var ae *advice.FieldError
-	switch {
-	case errors.As(err, &ae):
-		return ae.Field, ae.Problem, true
-	case errors.As(err, &le):
-		return le.Field, le.Problem, true
-	case errors.As(err, &pe):
-		return pe.Field, pe.Problem, true
-	}
-	return "", "", false
-}
-
-// flatten lists the errors joined in err.
-func flatten(err error) []error {
-	if err == nil {
-		return nil
-	}
-	if j, ok := err.(interface{ Unwrap() []error }); ok {
-		var all []error
-		for _, e := range j.Unwrap() {
-			all = append(all, flatten(e)...)
-		}
-		return all
-	}
-	return []error{err}
 }
 
 func validListen(addr string) error {

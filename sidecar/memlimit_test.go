@@ -100,8 +100,8 @@ func TestMemoryBulkheadFromCgroup(t *testing.T) {
 	if got := s.Stats().MaxBytes; got != bound {
 		t.Fatalf("memory bulkhead = %d; want half of the cgroup's %d = %d", got, limit, bound)
 	}
-	if got := s.Config().MaxInflightBytes; int64(got) != bound {
-		t.Errorf("Config().MaxInflightBytes = %v; want the resolved %d", got, bound)
+	if got := s.Config().MaxInFlightBytes; int64(got) != bound {
+		t.Errorf("Config().MaxInFlightBytes = %v; want the resolved %d", got, bound)
 	}
 
 	var held sync.WaitGroup

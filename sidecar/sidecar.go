@@ -80,17 +80,17 @@ func New(cfg Config, opts Options) (*Sidecar, error) {
 	if opts.Version == "" {
 		opts.Version = "dev"
 	}
-	if cfg.MaxInflightBytes == SizeAuto {
+	if cfg.MaxInFlightBytes == SizeAuto {
 		limit := ReadMemoryLimit(opts.CgroupRoot, opts.Getenv)
-		cfg.MaxInflightBytes = AutoSize(inflightBound(limit))
+		cfg.MaxInFlightBytes = AutoSize(inflightBound(limit))
 		if limit.Bytes > 0 {
 			opts.Logger.Info("memory bulkhead from the memory limit; set LOOMGATE_MAX_INFLIGHT_BYTES to choose, 0 for none",
-				"LOOMGATE_MAX_INFLIGHT_BYTES", cfg.MaxInflightBytes.String(), "limit", Size(limit.Bytes).String(), "source", limit.Source)
+				"LOOMGATE_MAX_INFLIGHT_BYTES", cfg.MaxInFlightBytes.String(), "limit", Size(limit.Bytes).String(), "source", limit.Source)
 		} else {
 			// The configuration line then shows 0, which reads as a
 			// choice; say it is auto's answer, and why.
 			opts.Logger.Info("no memory bulkhead: LOOMGATE_MAX_INFLIGHT_BYTES=auto found no memory limit (neither GOMEMLIMIT nor a cgroup limit); set it to bound the bytes requests in flight hold",
-				"LOOMGATE_MAX_INFLIGHT_BYTES", cfg.MaxInflightBytes.String())
+				"LOOMGATE_MAX_INFLIGHT_BYTES", cfg.MaxInFlightBytes.String())
 		}
 	}
 	if cfg.MaxConns == CountAuto {
@@ -130,7 +130,7 @@ func New(cfg Config, opts Options) (*Sidecar, error) {
 		Mode:    cfg.Mode,
 		Workers: cfg.Workers, QueueSize: cfg.QueueSize, QueueTimeout: cfg.QueueTimeout,
 		Bulkhead: cfg.Bulkhead, BulkheadWait: cfg.BulkheadWait,
-		MaxInFlightBytes:  int64(cfg.MaxInflightBytes),
+		MaxInFlightBytes:  int64(cfg.MaxInFlightBytes),
 		MemoryBudgetBytes: int64(cfg.MemoryBudgetBytes),
 		OverheadBytes:     proxy.RequestOverheadBytes,
 	}

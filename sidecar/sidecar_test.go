@@ -144,7 +144,7 @@ func TestConfigProblemsNameTheirFields(t *testing.T) {
 		{[]string{"LOOMGATE_UPSTREAM=https://svc:8443"}, []string{"Upstream"}},
 		{[]string{"LOOMGATE_WORKERS=0", "LOOMGATE_BULKHEAD=-1"}, []string{"Workers", "Bulkhead"}},
 		{[]string{"LOOMGATE_BULKHEAD_WAIT=1s"}, []string{"BulkheadWait"}},
-		{[]string{"LOOMGATE_MAX_INFLIGHT_BYTES=-1"}, []string{"MaxInflightBytes"}},
+		{[]string{"LOOMGATE_MAX_INFLIGHT_BYTES=-1"}, []string{"MaxInFlightBytes"}},
 		{[]string{"LOOMGATE_LISTEN=:99999"}, []string{"Listen"}},
 		{[]string{"LOOMGATE_LISTEN=127.0.0.1:7000", "LOOMGATE_ADMIN_LISTEN=127.0.0.1:7000"}, []string{"AdminListen"}},
 		{[]string{"LOOMGATE_UPSTREAM_METRICS_URL=ftp://x/metrics"}, []string{"UpstreamMetricsURL"}},
