@@ -40,7 +40,7 @@ func Main(ctx context.Context, environ []string, stdout, stderr io.Writer, versi
 	if n := SetRuntimeMemoryLimit(ReadMemoryLimit("", nil), nil); n > 0 {
 		log.Info("Go runtime memory limit from the cgroup; set GOMEMLIMIT to choose", "limit", Size(n).String())
 	}
-	s, err := New(cfg, Options{Logger: log, AccessLog: stdout, Version: version})
+	s, err := build(cfg, Options{Logger: log, AccessLog: stdout, Version: version})
 	if err != nil {
 		log.Error("cannot start", "err", err)
 		return 1

@@ -71,6 +71,13 @@ func New(cfg Config, opts Options) (*Sidecar, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
+	return build(cfg, opts)
+}
+
+// build builds the parts from a cfg already validated: ParseEnv validates
+// what it returns, so that a start from the environment checks each rule
+// once.
+func build(cfg Config, opts Options) (*Sidecar, error) {
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
