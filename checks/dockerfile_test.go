@@ -27,6 +27,7 @@ import (
 	"mvdan.cc/sh/v3/shell"
 
 	"github.com/loomgate/loomgate/sidecar"
+	"github.com/loomgate/loomgate/sidecar/sidecartest"
 )
 
 // No Docker engine runs where these tests run, so they check the Dockerfile
@@ -454,7 +455,7 @@ func TestDockerfileBuild(t *testing.T) {
 	if runtime.GOOS != "linux" {
 		t.Skipf("the image's binary is a linux one; this test builds and runs it, so it needs linux, not %s", runtime.GOOS)
 	}
-	goTool := requireTool(t, "go", "golang-go")
+	goTool := sidecartest.RequireTool(t, "go", "golang-go")
 
 	const version, commit = "v0.0.0-dockerfile-test", "0123456789abcdef0123456789abcdef01234567"
 	gb := findGoBuild(t, parseDockerfile(t, fromRepoRoot("Dockerfile")), map[string]string{"VERSION": version, "COMMIT": commit})

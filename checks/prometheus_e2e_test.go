@@ -19,6 +19,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/loomgate/loomgate/sidecar/sidecartest"
 	"go.yaml.in/yaml/v2"
 )
 
@@ -34,7 +35,7 @@ func TestPrometheusAlertFires(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts Prometheus and loads a sidecar for about 15 s; run without -short")
 	}
-	promBin := requireTool(t, "prometheus", "prometheus")
+	promBin := sidecartest.RequireTool(t, "prometheus", "prometheus")
 	const (
 		workers = 2
 		service = 150 * time.Millisecond
@@ -212,7 +213,7 @@ func startPrometheus(t *testing.T, bin, target string, alertFor, limit time.Dura
 		t.Fatal(err)
 	}
 	addr := freePort(t)
-	out := new(syncBuffer)
+	out := new(sidecartest.SyncBuffer)
 	cmd := exec.Command(bin,
 		"--config.file="+configFile,
 		"--storage.tsdb.path="+filepath.Join(dir, "data"),

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/grafana/grafana-foundation-sdk/go/dashboard"
+	"github.com/loomgate/loomgate/sidecar/sidecartest"
 	monitoringv1 "github.com/prometheus-operator/prometheus-operator/pkg/apis/monitoring/v1"
 	appsv1 "k8s.io/api/apps/v1"
 )
@@ -466,7 +467,7 @@ func TestRulesMemoryThreshold(t *testing.T) {
 // output if it fails.
 func runPromtool(t *testing.T, args ...string) string {
 	t.Helper()
-	promtool := requireTool(t, "promtool", "prometheus")
+	promtool := sidecartest.RequireTool(t, "promtool", "prometheus")
 	cmd := exec.Command(promtool, args...)
 	cmd.Dir = fromRepoRoot("deploy", "prometheus")
 	out, err := cmd.CombinedOutput()
@@ -506,7 +507,7 @@ func TestDashboardExpressionsParse(t *testing.T) {
 	if err := os.WriteFile(file, b.Bytes(), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	promtool := requireTool(t, "promtool", "prometheus")
+	promtool := sidecartest.RequireTool(t, "promtool", "prometheus")
 	out, err := exec.Command(promtool, "check", "rules", file).CombinedOutput()
 	if err != nil {
 		t.Fatalf("promtool check rules on the dashboard's and rules' expressions: %v\n%s\n%s", err, out, b.String())

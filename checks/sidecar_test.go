@@ -1,10 +1,8 @@
 package checks
 
 import (
-	"bytes"
 	"net"
 	"path/filepath"
-	"sync"
 	"testing"
 	"time"
 
@@ -51,23 +49,4 @@ func freePort(t testing.TB) string {
 	}
 	defer ln.Close()
 	return ln.Addr().String()
-}
-
-// syncBuffer is a bytes.Buffer safe to write from a process's pipe copier
-// while a test reads it.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/chromedp/chromedp"
+	"github.com/loomgate/loomgate/sidecar/sidecartest"
 )
 
 // screenshotPath is where TestStatusPageInBrowser keeps its screenshot when
@@ -24,7 +25,7 @@ func TestStatusPageInBrowser(t *testing.T) {
 	if testing.Short() {
 		t.Skip("drives a browser under load")
 	}
-	chromium := requireTool(t, "chromium", "chromium")
+	chromium := sidecartest.RequireTool(t, "chromium", "chromium")
 	const workers, clients = 4, 20
 	upURL, _ := slowUpstream(t, 200*time.Millisecond)
 	s := startSidecar(t, map[string]string{

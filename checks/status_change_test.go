@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/chromedp/chromedp"
+	"github.com/loomgate/loomgate/sidecar/sidecartest"
 )
 
 // statusView is what the status page shows, read from its elements.
@@ -48,7 +49,7 @@ func TestStatusPageUnderChangingLoad(t *testing.T) {
 	if testing.Short() {
 		t.Skip("drives a browser under load")
 	}
-	chromium := requireTool(t, "chromium", "chromium")
+	chromium := sidecartest.RequireTool(t, "chromium", "chromium")
 	const workers, light, heavy = 4, 3, 8
 	upURL, _ := slowUpstream(t, 50*time.Millisecond)
 	s := startSidecar(t, map[string]string{

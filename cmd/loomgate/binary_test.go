@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/loomgate/loomgate/sidecar"
+	"github.com/loomgate/loomgate/sidecar/sidecartest"
 )
 
 var (
@@ -153,7 +154,7 @@ func TestDrainOnSIGTERM(t *testing.T) {
 		"LOOMGATE_LISTEN=" + traffic, "LOOMGATE_ADMIN_LISTEN=" + admin, "LOOMGATE_UPSTREAM=" + upURL,
 		"LOOMGATE_MODE=fixed", "LOOMGATE_WORKERS=2", "LOOMGATE_DRAIN_TIMEOUT=20s",
 	}
-	stderr := &syncBuffer{}
+	stderr := &sidecartest.SyncBuffer{}
 	cmd.Stderr = stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -238,25 +239,6 @@ func metricsText(t testing.TB, admin string) string {
 	return string(b)
 }
 
-// syncBuffer is a bytes.Buffer safe to write from a process's pipe copier
-// while a test reads it.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // TestHalfSentRequestDoesNotHoldTheDrain: a client that sent half of its
 // headers and stopped is cut at the header timeout, so a SIGTERM drains in
 // that time and exits 0, not at the drain timeout with 1.
@@ -268,7 +250,7 @@ func TestHalfSentRequestDoesNotHoldTheDrain(t *testing.T) {
 		"LOOMGATE_LISTEN=" + traffic, "LOOMGATE_ADMIN_LISTEN=" + admin, "LOOMGATE_UPSTREAM=" + upURL,
 		"LOOMGATE_HEADER_TIMEOUT=1s", "LOOMGATE_DRAIN_TIMEOUT=20s",
 	}
-	stderr := &syncBuffer{}
+	stderr := &sidecartest.SyncBuffer{}
 	cmd.Stderr = stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)

@@ -238,7 +238,7 @@ func TestAccessLogJSON(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var lines syncBuffer
+	var lines sidecartest.SyncBuffer
 	s, err := sidecar.New(cfg, sidecar.Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), AccessLog: &lines, Version: version})
 	if err != nil {
 		t.Fatal(err)

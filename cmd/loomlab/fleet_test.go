@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/loomgate/loomgate/bench/fleet"
+	"github.com/loomgate/loomgate/sidecar/sidecartest"
 )
 
 // TestFleetScenario runs the fleet scenario cut down to two replicas and
@@ -20,8 +21,8 @@ func TestFleetScenario(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts two replicas, HAProxy and Prometheus for about 20 s")
 	}
-	haproxy := requireTool(t, "haproxy", "haproxy")
-	prometheus := requireTool(t, "prometheus", "prometheus")
+	haproxy := sidecartest.RequireTool(t, "haproxy", "haproxy")
+	prometheus := sidecartest.RequireTool(t, "prometheus", "prometheus")
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	res, err := fleet.Run(ctx, fleet.Config{

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"net"
@@ -49,25 +48,6 @@ func labBinary(t testing.TB) string {
 		t.Fatal(binErr)
 	}
 	return binPath
-}
-
-// syncBuffer is a bytes.Buffer that a process's output and a test may use
-// at once.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 // startStub runs the experiment upstream in this process on loopback and

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/loomgate/loomgate/bench/overhead"
+	"github.com/loomgate/loomgate/sidecar/sidecartest"
 )
 
 // TestOverheadScenario runs the overhead scenario cut down to a few
@@ -18,9 +19,9 @@ func TestOverheadScenario(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts an upstream and four proxies")
 	}
-	haproxy := requireTool(t, "haproxy", "haproxy")
-	nginx := requireTool(t, "nginx", "nginx")
-	wrk := requireTool(t, "wrk", "wrk")
+	haproxy := sidecartest.RequireTool(t, "haproxy", "haproxy")
+	nginx := sidecartest.RequireTool(t, "nginx", "nginx")
+	wrk := sidecartest.RequireTool(t, "wrk", "wrk")
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	res, err := overhead.Run(ctx, overhead.Config{

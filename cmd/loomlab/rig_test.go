@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/loomgate/loomgate/bench"
+	"github.com/loomgate/loomgate/sidecar/sidecartest"
 	"github.com/loomgate/loomgate/stub"
 )
 
@@ -53,7 +54,7 @@ func TestStubCommandRefusesBadInput(t *testing.T) {
 func TestStubCommandServes(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	var stderr syncBuffer
+	var stderr sidecartest.SyncBuffer
 	done := make(chan int, 1)
 	// The variables set the defaults; the flag overrides STUB_DB_POOL.
 	env := envOf(map[string]string{"STUB_LISTEN": "127.0.0.1:0", "STUB_POOL": "3", "STUB_DB_POOL": "99"})

@@ -1,7 +1,9 @@
 // Package sidecartest runs a sidecar in the test's process on loopback,
 // built from LOOMGATE_* variables as the binary builds it, and reads its
 // metrics: for the end-to-end tests of the commands and of the repository
-// checks, which would otherwise each keep a copy.
+// checks, which would otherwise each keep a copy. So are the external
+// tools those tests drive (RequireTool) and a buffer written while a test
+// reads it (SyncBuffer).
 package sidecartest
 
 import (
