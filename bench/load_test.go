@@ -14,29 +14,9 @@ import (
 	"time"
 
 	"github.com/loomgate/loomgate/stub"
+	"github.com/loomgate/loomgate/stub/stubtest"
 	"github.com/valyala/fasthttp"
 )
-
-// startStub serves a stub on a loopback port for the test's duration and
-// returns its base URL.
-func startStub(t testing.TB, cfg stub.Config) string {
-	t.Helper()
-	s, err := stub.New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	go s.Serve(ln)
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		s.Shutdown(ctx)
-	})
-	return "http://" + ln.Addr().String()
-}
 
 // startHanging serves 200s from a handler that blocks until the test ends,
 // and counts the requests it received.
@@ -64,7 +44,7 @@ func startHanging(t *testing.T) (string, func() int) {
 }
 
 func TestRunClosedLoopAgainstStub(t *testing.T) {
-	base := startStub(t, stub.Config{})
+	base := stubtest.Start(t, stub.Config{})
 	var progress bytes.Buffer
 	res, err := Run(context.Background(), Config{
 		URL:         base + "/wait?ms=50",
@@ -106,7 +86,7 @@ func TestRunClosedLoopAgainstStub(t *testing.T) {
 }
 
 func TestRunReadsUpstreamMemory(t *testing.T) {
-	base := startStub(t, stub.Config{})
+	base := stubtest.Start(t, stub.Config{})
 	run := func(rss func() (int64, error)) (Result, string) {
 		t.Helper()
 		var progress bytes.Buffer
@@ -156,7 +136,7 @@ func TestRunReadsUpstreamMemory(t *testing.T) {
 }
 
 func TestRunCountsTimeouts(t *testing.T) {
-	base := startStub(t, stub.Config{})
+	base := stubtest.Start(t, stub.Config{})
 	res, err := Run(context.Background(), Config{
 		URL: base + "/wait?ms=1000", Concurrency: 2, Window: time.Second, Timeout: 150 * time.Millisecond,
 	})
@@ -172,7 +152,7 @@ func TestRunCountsTimeouts(t *testing.T) {
 }
 
 func TestRunCountsStatusErrors(t *testing.T) {
-	base := startStub(t, stub.Config{})
+	base := stubtest.Start(t, stub.Config{})
 	res, err := Run(context.Background(), Config{URL: base + "/wait?ms=bad", Concurrency: 2, Window: 300 * time.Millisecond})
 	if err != nil {
 		t.Fatalf("Run = %v", err)
@@ -250,7 +230,7 @@ func TestRunUnreachable(t *testing.T) {
 }
 
 func TestRunBadAdmin(t *testing.T) {
-	base := startStub(t, stub.Config{})
+	base := stubtest.Start(t, stub.Config{})
 	for _, admin := range []string{base + "/wait?ms=0", "localhost:9090"} {
 		_, err := Run(context.Background(), Config{URL: base + "/wait?ms=0", Concurrency: 1, Window: time.Second, AdminURL: admin})
 		if !errors.Is(err, ErrAdmin) && !errors.Is(err, ErrConfig) {
@@ -291,7 +271,7 @@ func closedEngine(tgt target, users int, end time.Time) *engine {
 // /wait?ms=0 on loopback: one request, its timing and its bookkeeping.
 // Allocations here would be paid several thousand times a second at c1000.
 func BenchmarkWorkerOnce(b *testing.B) {
-	base := startStub(b, stub.Config{})
+	base := stubtest.Start(b, stub.Config{})
 	tgt, err := parseTarget(base + "/wait?ms=0")
 	if err != nil {
 		b.Fatal(err)
@@ -312,7 +292,7 @@ func BenchmarkWorkerOnce(b *testing.B) {
 // BenchmarkClosedLoop is 64 virtual users against /wait?ms=0, the rig's
 // and the stub's cost together; req/s is what one process reaches.
 func BenchmarkClosedLoop(b *testing.B) {
-	base := startStub(b, stub.Config{})
+	base := stubtest.Start(b, stub.Config{})
 	tgt, err := parseTarget(base + "/wait?ms=0")
 	if err != nil {
 		b.Fatal(err)
@@ -348,7 +328,7 @@ func BenchmarkClosedLoop(b *testing.B) {
 }
 
 func TestOpenRateAgainstStub(t *testing.T) {
-	base := startStub(t, stub.Config{})
+	base := stubtest.Start(t, stub.Config{})
 	var progress bytes.Buffer
 	res, err := RunOpen(context.Background(), OpenConfig{
 		URL: base + "/wait?ms=1", Rate: 200, Warmup: 200 * time.Millisecond, Window: 2 * time.Second,
@@ -480,7 +460,7 @@ func TestOpenCancelled(t *testing.T) {
 // Flows put each flow's clients on its own path of one host, counted in
 // one window; ErrorPause spaces a client's requests after a failed one.
 func TestRunFlows(t *testing.T) {
-	base := startStub(t, stub.Config{})
+	base := stubtest.Start(t, stub.Config{})
 	res, err := Run(context.Background(), Config{
 		URL: base, Flows: []Flow{{Path: "/wait?ms=20", Clients: 2}, {Path: "/wait?ms=50", Clients: 1}},
 		Warmup: 200 * time.Millisecond, Window: time.Second,

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/loomgate/loomgate/stub"
+	"github.com/loomgate/loomgate/stub/stubtest"
 )
 
 // stubLauncher starts only the stub an arm describes, on a loopback port,
@@ -170,7 +171,7 @@ func TestScenarios(t *testing.T) {
 }
 
 func TestScenarioPathsAreValidStubRequests(t *testing.T) {
-	base := startStub(t, stub.Config{})
+	base := stubtest.Start(t, stub.Config{})
 	var wg sync.WaitGroup
 	for _, sc := range Scenarios() {
 		wg.Go(func() {

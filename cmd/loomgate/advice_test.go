@@ -19,6 +19,7 @@ import (
 
 	"github.com/loomgate/loomgate/sidecar"
 	"github.com/loomgate/loomgate/sidecar/sidecartest"
+	"github.com/loomgate/loomgate/stub/stubtest"
 
 	"github.com/valyala/fasthttp"
 
@@ -146,7 +147,7 @@ func TestAdviceHiddenPool(t *testing.T) {
 	if testing.Short() {
 		t.Skip("13 s of load")
 	}
-	up := startStub(t, stub.Config{Pool: 50})
+	up := stubtest.Start(t, stub.Config{Pool: 50})
 	s := startSidecar(t, map[string]string{"LOOMGATE_UPSTREAM": up})
 	// A whole 5 s bucket at the low load makes the baseline.
 	calm := startAdviceLoad(t, s.URL, "/wait?ms=100", 10, 0)
@@ -197,7 +198,7 @@ func TestAdviceOwnQueue(t *testing.T) {
 	if testing.Short() {
 		t.Skip("4 s of load")
 	}
-	up := startStub(t, stub.Config{})
+	up := stubtest.Start(t, stub.Config{})
 	s := startSidecar(t, map[string]string{"LOOMGATE_UPSTREAM": up, "LOOMGATE_MODE": "fixed", "LOOMGATE_WORKERS": "20"})
 	load := startAdviceLoad(t, s.URL, "/wait?ms=100", 200, 0)
 	time.Sleep(4 * time.Second)
@@ -250,7 +251,7 @@ func TestAdviceBytesPerRequest(t *testing.T) {
 	if testing.Short() {
 		t.Skip("6 s of load")
 	}
-	up := startStub(t, stub.Config{})
+	up := stubtest.Start(t, stub.Config{})
 	s := sidecartest.Start(t, map[string]string{
 		"LOOMGATE_UPSTREAM":               up,
 		"LOOMGATE_UPSTREAM_METRICS_URL":   up + "/metrics",
@@ -311,7 +312,7 @@ func TestMemoryBulkheadEndToEnd(t *testing.T) {
 		t.Skip("3 s of load")
 	}
 	const budget = 20*proxy.RequestOverheadBytes + 64<<10
-	up := startStub(t, stub.Config{})
+	up := stubtest.Start(t, stub.Config{})
 	s := startSidecar(t, map[string]string{"LOOMGATE_UPSTREAM": up, "LOOMGATE_MAX_INFLIGHT_BYTES": strconv.Itoa(budget)})
 	gets := startAdviceLoad(t, s.URL, "/wait?ms=50", 60, 0)
 	// Uploads of a declared 100 KiB weigh more than a GET.

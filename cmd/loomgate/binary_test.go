@@ -11,9 +11,7 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -22,41 +20,17 @@ import (
 	"github.com/loomgate/loomgate/sidecar/sidecartest"
 )
 
-var (
-	binOnce sync.Once
-	binDir  string
-	binPath string
-	binErr  error
-)
+// loomgateBin is this command, built once per test run, for tests of what
+// only a real process shows: exit codes, signals, stderr.
+var loomgateBin = &sidecartest.Binary{Name: "loomgate"}
 
 func TestMain(m *testing.M) {
 	code := m.Run()
-	if binDir != "" {
-		os.RemoveAll(binDir)
-	}
+	loomgateBin.Remove()
 	os.Exit(code)
 }
 
-// loomgateBinary builds the command once per test run, for tests of what
-// only a real process shows: exit codes, signals, stderr.
-func loomgateBinary(t testing.TB) string {
-	t.Helper()
-	binOnce.Do(func() {
-		binDir, binErr = os.MkdirTemp("", "loomgate-bin")
-		if binErr != nil {
-			return
-		}
-		binPath = filepath.Join(binDir, "loomgate")
-		out, err := exec.Command("go", "build", "-o", binPath, ".").CombinedOutput()
-		if err != nil {
-			binErr = fmt.Errorf("go build: %v\n%s", err, out)
-		}
-	})
-	if binErr != nil {
-		t.Fatal(binErr)
-	}
-	return binPath
-}
+func loomgateBinary(t testing.TB) string { return loomgateBin.Path(t) }
 
 // TestBadVariableExits2 runs the built binary with each kind of bad input
 // and checks it refuses to start, naming the variable.

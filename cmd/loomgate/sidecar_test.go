@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -18,7 +17,6 @@ import (
 
 	"github.com/loomgate/loomgate/sidecar"
 	"github.com/loomgate/loomgate/sidecar/sidecartest"
-	"github.com/loomgate/loomgate/stub"
 )
 
 // testSidecar is a sidecar running in this process on loopback.
@@ -29,27 +27,6 @@ type testSidecar = sidecartest.Sidecar
 func startSidecar(t testing.TB, env map[string]string) *testSidecar {
 	t.Helper()
 	return sidecartest.Start(t, env, sidecar.Options{})
-}
-
-// startStub runs the experiment upstream in this process on loopback and
-// returns its base URL.
-func startStub(t testing.TB, cfg stub.Config) string {
-	t.Helper()
-	st, err := stub.New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	go st.Serve(ln)
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		st.Shutdown(ctx)
-	})
-	return "http://" + ln.Addr().String()
 }
 
 var slowUpstream = sidecartest.SlowUpstream

@@ -16,6 +16,7 @@ import (
 	"github.com/loomgate/loomgate/bench"
 	"github.com/loomgate/loomgate/sidecar/sidecartest"
 	"github.com/loomgate/loomgate/stub"
+	"github.com/loomgate/loomgate/stub/stubtest"
 )
 
 func envOf(vars map[string]string) func(string) (string, bool) {
@@ -183,7 +184,7 @@ func TestBenchCommandListsScenarios(t *testing.T) {
 }
 
 func TestBenchCommandAgainstURL(t *testing.T) {
-	base := startStub(t, stub.Config{})
+	base := stubtest.Start(t, stub.Config{})
 	out := filepath.Join(t.TempDir(), "results")
 	var stdout, stderr bytes.Buffer
 	code := benchCommand(context.Background(), []string{
@@ -233,7 +234,7 @@ func TestBenchCommandScenario(t *testing.T) {
 }
 
 func TestBenchCommandRateAgainstURL(t *testing.T) {
-	base := startStub(t, stub.Config{})
+	base := stubtest.Start(t, stub.Config{})
 	out := filepath.Join(t.TempDir(), "results")
 	var stdout, stderr bytes.Buffer
 	begin := time.Now()

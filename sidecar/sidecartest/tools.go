@@ -2,8 +2,10 @@ package sidecartest
 
 import (
 	"bytes"
+	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"sync"
 	"testing"
 )
@@ -43,4 +45,46 @@ func (s *SyncBuffer) String() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.b.String()
+}
+
+// Binary is the test's own command built once per test run, for tests of
+// what only a real process shows: exit codes, signals, stderr, a child
+// with limits of its own. The zero value is ready; TestMain calls Remove
+// after the tests.
+type Binary struct {
+	// Name is the file's name, e.g. "loomgate".
+	Name string
+
+	once sync.Once
+	dir  string
+	path string
+	err  error
+}
+
+// Path builds the package in the test's working directory (its own
+// folder, as go test runs it) on first use and returns the binary's path.
+func (b *Binary) Path(t testing.TB) string {
+	t.Helper()
+	b.once.Do(func() {
+		b.dir, b.err = os.MkdirTemp("", b.Name+"-bin")
+		if b.err != nil {
+			return
+		}
+		b.path = filepath.Join(b.dir, b.Name)
+		out, err := exec.Command("go", "build", "-o", b.path, ".").CombinedOutput()
+		if err != nil {
+			b.err = fmt.Errorf("go build: %v\n%s", err, out)
+		}
+	})
+	if b.err != nil {
+		t.Fatal(b.err)
+	}
+	return b.path
+}
+
+// Remove deletes what Path built.
+func (b *Binary) Remove() {
+	if b.dir != "" {
+		os.RemoveAll(b.dir)
+	}
 }
