@@ -141,7 +141,11 @@ func (inProcess) Launch(ctx context.Context, arm bench.Arm) (bench.Target, func(
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		s.Run(runCtx, ln, adminLn)
+		// A sidecar that ends on its own (a listener lost, a drain cut
+		// short) leaves the run's figures without their cause: say so.
+		if err := s.Run(runCtx, ln, adminLn); err != nil {
+			fmt.Fprintf(os.Stderr, "loomgate bench: arm %q: the in-process sidecar stopped: %v\n", arm.Label, err)
+		}
 	}()
 	stop := func() {
 		cancel()
