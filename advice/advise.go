@@ -32,13 +32,14 @@ type Settings struct {
 	OverheadBytes int64
 }
 
-// ModeName is the mode's name, as LOOMGATE_MODE writes it.
-func (s Settings) ModeName() string {
+// mode is the mode in force; a Settings that names none is unbounded,
+// LOOMGATE_MODE's default.
+func (s Settings) mode() limiter.Mode {
 	switch s.Mode {
 	case limiter.Fixed, limiter.Adaptive:
-		return s.Mode.String()
+		return s.Mode
 	}
-	return "unbounded"
+	return limiter.Unbounded
 }
 
 // queued reports whether the setting in force limits admission and queues
@@ -77,8 +78,8 @@ func (s Settings) otherMode() Setting {
 // Recommendation is what the advice recommends, with its reasons and what
 // each alternative would do.
 type Recommendation struct {
-	// Mode is the mode to run: "fixed" or "unbounded".
-	Mode string
+	// Mode is the mode to run.
+	Mode limiter.Mode
 	// Workers is the LOOMGATE_WORKERS to set in fixed mode; 0 when the
 	// advice names none.
 	Workers int
@@ -137,7 +138,7 @@ const (
 //     request known, the bulkhead that keeps in-flight memory under it
 //     caps the rest.
 func Advise(s Settings, f Figures) Recommendation {
-	r := Recommendation{Mode: s.ModeName()}
+	r := Recommendation{Mode: s.mode()}
 	if f.Requests < MinRequests {
 		r.Summary = fmt.Sprintf("Not enough traffic to advise yet: %d %s finished in the last %s; the advice needs %d.",
 			f.Requests, plural(int(f.Requests), "request", "requests"), roundSpan(f.Span), MinRequests)
@@ -164,7 +165,7 @@ func Advise(s Settings, f Figures) Recommendation {
 		if memCap > 0 && memCap < advise {
 			advise = memCap
 		}
-		r.Mode, r.Workers, r.Bulkhead = "fixed", advise, advise
+		r.Mode, r.Workers, r.Bulkhead = limiter.Fixed, advise, advise
 		r.Summary = fmt.Sprintf("The upstream is saturated; more admission will not help. Cap admission at %d: LOOMGATE_MODE=fixed with LOOMGATE_WORKERS=%d if clients can wait in loomgate's queue, or LOOMGATE_MODE=unbounded with LOOMGATE_BULKHEAD=%d to fail fast.",
 			advise, advise, advise)
 		recommended = &Setting{Name: "recommended", Fixed: true, Limit: advise, QueueSize: max(s.QueueSize, 1), Wait: max(s.QueueTimeout, time.Second)}
@@ -219,14 +220,14 @@ func Advise(s Settings, f Figures) Recommendation {
 			advise = memCap
 		}
 		if s.queued() {
-			r.Mode, r.Workers = "fixed", advise
+			r.Mode, r.Workers = limiter.Fixed, advise
 			r.Summary = fmt.Sprintf("Raise LOOMGATE_WORKERS to %d or switch to LOOMGATE_MODE=unbounded.", advise)
 			if capped {
 				r.Summary = fmt.Sprintf("Raise LOOMGATE_WORKERS to %d, as far as the memory budget allows.", advise)
 			}
 			recommended = &Setting{Name: "recommended", Fixed: true, Limit: advise, QueueSize: s.QueueSize, Wait: s.QueueTimeout}
 		} else {
-			r.Mode, r.Bulkhead = "unbounded", advise
+			r.Mode, r.Bulkhead = limiter.Unbounded, advise
 			r.Summary = fmt.Sprintf("Raise LOOMGATE_BULKHEAD to %d or set it to 0 to admit every request.", advise)
 			if capped {
 				r.Summary = fmt.Sprintf("Raise LOOMGATE_BULKHEAD to %d, as far as the memory budget allows.", advise)
@@ -234,7 +235,7 @@ func Advise(s Settings, f Figures) Recommendation {
 			recommended = &Setting{Name: "recommended", Limit: advise, Wait: s.BulkheadWait}
 		}
 	default:
-		r.Mode = "unbounded"
+		r.Mode = limiter.Unbounded
 		r.Reasons = append(r.Reasons,
 			fmt.Sprintf("Requests spend %.0f%% of their time in loomgate's queue.", 100*f.QueueShare),
 			notSaturated(f))

@@ -75,7 +75,7 @@ func TestAdviceStandsOnceFollowed(t *testing.T) {
 					t.Errorf("no cap was advised, and once applied the advice is Workers=%d, Bulkhead=%d", r.Workers, r.Bulkhead)
 				}
 			} else {
-				if r.Mode != "fixed" || r.Workers > workers {
+				if r.Mode != limiter.Fixed || r.Workers > workers {
 					t.Errorf("WORKERS=%d applied; the advice is now mode %s, Workers=%d; want it kept, or lower", workers, r.Mode, r.Workers)
 				}
 				if most := readableUp(1.25 * float64(workers)); r.Probe > most {

@@ -245,7 +245,7 @@ func (s *Sidecar) advice(snap advice.Snapshot) AdviceDoc {
 			Routes:               []RouteDoc{},
 		},
 		Recommendation: RecommendationDoc{
-			Mode: r.Mode, Workers: r.Workers, QueueSize: r.QueueSize, Bulkhead: r.Bulkhead, Probe: r.Probe,
+			Mode: r.Mode.String(), Workers: r.Workers, QueueSize: r.QueueSize, Bulkhead: r.Bulkhead, Probe: r.Probe,
 			Summary: r.Summary, Reasons: append([]string{}, r.Reasons...), Predictions: []PredictionDoc{},
 		},
 		History: make([]BucketDoc, 0, len(snap.History)),
