@@ -333,7 +333,10 @@ func TestOpenScenarioPhysicsThroughTheSidecar(t *testing.T) {
 	if off := unb400.Throughput/400 - 1; off < -0.1 || off > 0.1 || unb400.Counts.OK != unb400.Due {
 		t.Errorf("unbounded at 400 rps: %.0f 2xx/s, counts %+v; want the rate, all served", unb400.Throughput, unb400.Counts)
 	}
-	if p := unb400.Sidecar.PeakInFlight; p < 30 || p > 80 || unb400.Sidecar.Alerted {
+	// A peak, not a mean: a stall of a busy machine hands the sidecar the
+	// arrivals due meanwhile at once, so it may reach a few times 40; what
+	// matters is that nothing caps it and nothing queues.
+	if p := unb400.Sidecar.PeakInFlight; p < 30 || p > 160 || unb400.Sidecar.Alerted {
 		t.Errorf("unbounded at 400 rps: peak in flight %d, alert %v; want about 400 x 0.1 s = 40, no queue", p, unb400.Sidecar.Alerted)
 	}
 }
