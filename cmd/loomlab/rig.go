@@ -69,9 +69,9 @@ An upstream for experiments. Each request runs on its own goroutine unless
   /ws?ms=N&iters=M  WebSocket echo, each message after N ms and M rounds
   /metrics          Prometheus: process memory, in flight, pools
 
-HTTP/2 with prior knowledge (h2c) on the same port is gRPC: the health
-service, and loomgate.stub.v1.Stub's Wait and CPU, whose StringValue
-request is a query ("ms=200", "iters=1000").
+HTTP/2 with prior knowledge (h2c) on the same port serves the same paths,
+and gRPC: the health service, and loomgate.stub.v1.Stub's Wait and CPU,
+whose StringValue request is a query ("ms=200", "iters=1000").
 
 Every flag's default can also be set by the STUB_* variable named after it.
 
