@@ -65,8 +65,8 @@ type Config struct {
 
 	// Timeout bounds each request; one that takes longer is counted as a
 	// timeout error. Requests still in flight when the window closes are cut
-	// there, whatever Timeout says, so a run never outlasts Warmup + Window
-	// by more than a scrape.
+	// there (over h2c and gRPC a scrape later), whatever Timeout says, so a
+	// run never outlasts Warmup + Window by more than a scrape.
 	// If zero, 30 s.
 	Timeout time.Duration
 
@@ -645,7 +645,14 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 		label: cfg.Label, progress: cfg.Progress,
 		start: fmt.Sprintf("%d users on %s%s, warm-up %s, window %s",
 			cfg.Concurrency, cfg.URL, overWhat(cfg.Proto, conns), cfg.Warmup, cfg.Window),
-		pace:          closedPacing{uris: uris, errorPause: cfg.ErrorPause},
+		pace: closedPacing{uris: uris, errorPause: cfg.ErrorPause},
+		// HTTP/2 cancels a stream the moment its request is cut, and
+		// loomgate ends it then: the requests in service would count a
+		// fraction of their service time, and those queued behind them
+		// none, in the window's last reading of the sidecar. Cut a
+		// scrape later, they end after it. (An HTTP/1.1 request cut by
+		// closing its connection runs to its end in the sidecar.)
+		tail:          closedTail(cfg.Proto),
 		proto:         cfg.Proto,
 		conns:         conns,
 		closedSidecar: true,
@@ -727,6 +734,15 @@ func RunOpen(ctx context.Context, cfg OpenConfig) (OpenResult, error) {
 	}
 	say(cfg.Progress, "%s: %s", cfg.Label, res.summary())
 	return res, nil
+}
+
+// closedTail is how long past a closed loop's window its requests in
+// flight may run.
+func closedTail(p Proto) time.Duration {
+	if p.multiplexed() {
+		return scrapeEvery
+	}
+	return 0
 }
 
 // clientURIs is the request URI of each of cfg's virtual users.
