@@ -345,7 +345,7 @@ func Scenarios() []Scenario {
 				"over HTTP/1.1 (a connection per user), h2c and gRPC (streams on 4 shared connections); " +
 				"read the sidecar's CPU per request and memory across the arms at the same load",
 			Path:   "/wait?ms=50",
-			Levels: []int{25, 100},
+			Levels: []int{50, 100},
 			Arms: []Arm{
 				{Label: "fixed 200", Sidecar: Sidecar{Mode: "fixed", Workers: 200}, Proto: HTTP1},
 				{Label: "fixed 200", Sidecar: Sidecar{Mode: "fixed", Workers: 200}, Proto: H2C},
