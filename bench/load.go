@@ -115,7 +115,11 @@ type Config struct {
 	Proto Proto
 
 	// Conns is how many connections an H2C or GRPC run opens; each user
-	// sends on one of them, in turn. It must be zero for HTTP/1.1.
+	// sends on one of them, in turn. A target that allows fewer streams
+	// on a connection than it is given (Go's servers allow 250 unless
+	// told otherwise; loomgate and the stub 10000) makes the rest wait
+	// in the rig, and the wait counts in their latency. It must be zero
+	// for HTTP/1.1.
 	// If zero, DefaultConns.
 	Conns int
 }
