@@ -252,7 +252,7 @@ func grpcCall(uri string) (method string, msg []byte, err error) {
 		method = "/" + stub.GRPCService + "/CPU"
 	}
 	if parts := strings.Split(method, "/"); len(parts) != 3 || parts[1] == "" || parts[2] == "" {
-		return "", nil, fmt.Errorf("%w: URL %q: with grpc the path is the method, /package.Service/Method, or /wait or /cpu for the stub's", ErrConfig, uri)
+		return "", nil, fmt.Errorf("%w: URL %q: with grpc the path is the method, /package.Service/Method, or /wait or /cpu for the stub's Wait and CPU", ErrConfig, uri)
 	}
 	// An empty StringValue marshals to nothing: the empty request any
 	// method reads as its own.

@@ -173,6 +173,9 @@ func RunScenario(ctx context.Context, sc Scenario, l Launcher, opts ScenarioOpti
 	if opts.Levels != nil {
 		levels = opts.Levels
 	}
+	if err := opts.checkProtos(sc); err != nil {
+		return nil, err
+	}
 	return eachRun(ctx, sc, l, opts, len(levels), func(i int) string { return fmt.Sprintf("c%d", levels[i]) },
 		func(ctx context.Context, t Target, arm Arm, i int, label string) (Result, error) {
 			proto, conns, armLabel := opts.protoOf(arm)
@@ -194,6 +197,9 @@ func RunOpenScenario(ctx context.Context, sc Scenario, l Launcher, opts Scenario
 	rates := sc.Rates
 	if opts.Rates != nil {
 		rates = opts.Rates
+	}
+	if err := opts.checkProtos(sc); err != nil {
+		return nil, err
 	}
 	return eachRun(ctx, sc, l, opts, len(rates), func(i int) string { return fmtRate(rates[i]) + " rps" },
 		func(ctx context.Context, t Target, arm Arm, i int, label string) (OpenResult, error) {
@@ -222,6 +228,23 @@ func (opts ScenarioOptions) protoOf(arm Arm) (Proto, int, string) {
 	}
 	conns := cmp.Or(opts.Conns, DefaultConns)
 	return p, conns, fmt.Sprintf("%s over %s, %d connections", arm.Label, p, conns)
+}
+
+// checkProtos reports, before anything is launched, an arm whose protocol
+// cannot drive the scenario's path: gRPC calls only what the stub's
+// service has, /wait and /cpu.
+func (opts ScenarioOptions) checkProtos(sc Scenario) error {
+	for _, arm := range sc.Arms {
+		p, conns, _ := opts.protoOf(arm)
+		if _, err := checkProto(p, conns); err != nil {
+			return fmt.Errorf("%s: arm %q: %w", sc.Name, arm.Label, err)
+		}
+		if checkURIs(p, "http://127.0.0.1"+sc.Path) != nil {
+			return fmt.Errorf("%w: scenario %s, arm %q: over grpc its path %s is no method of the stub's, whose Wait and CPU are /wait and /cpu",
+				ErrConfig, sc.Name, arm.Label, sc.Path)
+		}
+	}
+	return nil
 }
 
 // eachRun runs n loads (levels or rates, named by load) through every arm

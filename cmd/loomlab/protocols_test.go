@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"io"
 	"strings"
 	"testing"
 	"time"
@@ -102,5 +103,19 @@ func TestBenchCommandProto(t *testing.T) {
 	}
 	if want := "4 users on " + base + "/wait?ms=10 over grpc on 2 connections"; !strings.Contains(stderr.String(), want) {
 		t.Errorf("stderr lacks %q:\n%s", want, stderr.String())
+	}
+}
+
+// TestBenchCommandProtoScenarioRefused: a scenario whose path the stub's
+// gRPC service does not have is refused before anything is launched.
+func TestBenchCommandProtoScenarioRefused(t *testing.T) {
+	launched := bench.LauncherFunc(func(context.Context, bench.Arm) (bench.Target, func(), error) {
+		t.Error("launched a scenario that cannot run")
+		return bench.Target{}, nil, context.Canceled
+	})
+	var stderr bytes.Buffer
+	code := benchCommand(context.Background(), []string{"--scenario", "pool", "--proto", "grpc"}, launched, io.Discard, &stderr)
+	if want := "over grpc its path /db?ms=200 is no method of the stub's"; code != 2 || !strings.Contains(stderr.String(), want) {
+		t.Errorf("bench --scenario pool --proto grpc = %d, %q; want 2 and %q", code, stderr.String(), want)
 	}
 }

@@ -356,6 +356,9 @@ Flags:
 			Rates: rates, Warmup: *warmup, Window: *window, Timeout: *timeout, MaxInFlight: *maxInFlight, Progress: stderr,
 			Proto: proto, Conns: *conns,
 		})
+		if errors.Is(err, bench.ErrConfig) && len(results) == 0 {
+			return fail("%v", err)
+		}
 		rep := report.Report[bench.OpenResult]{Title: "loomgate bench: " + openSc.Name, Description: openSc.Description, Generated: time.Now(), Results: results}
 		return finish(rep, err, *out, stdout, stderr)
 	case isClosed && open:
@@ -377,6 +380,9 @@ Flags:
 			Levels: levels, Warmup: *warmup, Window: *window, Timeout: *timeout, Progress: stderr,
 			Proto: proto, Conns: *conns,
 		})
+		if errors.Is(err, bench.ErrConfig) && len(results) == 0 {
+			return fail("%v", err)
+		}
 		rep := report.Report[bench.Result]{Title: "loomgate bench: " + sc.Name, Description: sc.Description, Generated: time.Now(), Results: results}
 		return finish(rep, err, *out, stdout, stderr)
 	case *target == "":
