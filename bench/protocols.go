@@ -189,12 +189,19 @@ func (s *streams) sender(uri string) func(time.Time) answer {
 	return grpcSender(s.conns[s.pick(len(s.conns))], method, msg)
 }
 
-// checkURIs reports the first URI a gRPC run could not call.
+// checkURIs reports the first URI a run over p could not use: h2c and
+// gRPC are cleartext (prior knowledge; no TLS), and gRPC calls a method.
 func checkURIs(p Proto, uris ...string) error {
-	if p != GRPC {
+	if !p.multiplexed() {
 		return nil
 	}
 	for _, u := range uris {
+		if strings.HasPrefix(u, "https:") {
+			return fmt.Errorf("%w: URL %q: %s is HTTP/2 on cleartext; want an http:// URL", ErrConfig, u, p)
+		}
+		if p != GRPC {
+			continue
+		}
 		if _, _, err := grpcCall(u); err != nil {
 			return err
 		}

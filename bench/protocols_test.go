@@ -119,6 +119,7 @@ func TestProtoConfigRefused(t *testing.T) {
 		{URL: "http://127.0.0.1:1/wait", Concurrency: 1, Proto: "h3"},
 		{URL: "http://127.0.0.1:1/wait", Concurrency: 1, Proto: GRPC, Conns: -1},
 		{URL: "http://127.0.0.1:1/no/such/method/here", Concurrency: 1, Proto: GRPC},
+		{URL: "https://127.0.0.1:1/wait", Concurrency: 1, Proto: H2C},
 	} {
 		if _, err := Run(context.Background(), cfg); !errors.Is(err, ErrConfig) {
 			t.Errorf("Run(%+v) = %v; want ErrConfig", cfg, err)
