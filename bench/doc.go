@@ -28,6 +28,15 @@
 // window, whenever it was sent; successes (2xx) and errors, by kind, are
 // counted apart.
 //
+// # Protocols
+//
+// Config.Proto picks what is spoken: HTTP/1.1 (fasthttp, a connection per
+// closed-loop user), h2c (net/http with unencrypted HTTP/2) or gRPC (a
+// unary call through a grpc ClientConn). Over HTTP/2 the requests are
+// streams on Config.Conns connections that all users share, as HTTP/2
+// clients send them (protocols.go); pacing and recording are the same,
+// and a gRPC status is counted as the HTTP/1.1 answer it stands for.
+//
 // # Physics
 //
 // Every Result carries a Verdict from Physics.Check: unsaturated, the

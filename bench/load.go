@@ -65,8 +65,8 @@ type Config struct {
 
 	// Timeout bounds each request; one that takes longer is counted as a
 	// timeout error. Requests still in flight when the window closes are cut
-	// there, whatever Timeout says, so a run never outlasts Warmup + Window
-	// by more than a scrape.
+	// there (over h2c and gRPC a scrape later), whatever Timeout says, so a
+	// run never outlasts Warmup + Window by more than a scrape.
 	// If zero, 30 s.
 	Timeout time.Duration
 
@@ -107,6 +107,21 @@ type Config struct {
 	// only a failed connection makes it wait (10 ms): any answer, even a
 	// 503, is followed by the next request at once.
 	ErrorPause time.Duration
+
+	// Proto is the protocol spoken. With H2C or GRPC the virtual users'
+	// requests are streams on Conns shared connections, not one
+	// connection each.
+	// If empty, HTTP/1.1.
+	Proto Proto
+
+	// Conns is how many connections an H2C or GRPC run opens; each user
+	// sends on one of them, in turn. A target that allows fewer streams
+	// on a connection than it is given (Go's servers allow 250 unless
+	// told otherwise; loomgate and the stub 10000) makes the rest wait
+	// in the rig, and the wait counts in their latency. It must be zero
+	// for HTTP/1.1.
+	// If zero, DefaultConns.
+	Conns int
 }
 
 // Flow is closed-loop clients on one path.
@@ -164,6 +179,12 @@ type OpenConfig struct {
 	// Label starts each progress line, e.g. "[2/6] open fixed 200 1200 rps".
 	// If empty, the rate.
 	Label string
+
+	// Proto and Conns are as in Config: with H2C or GRPC, requests are
+	// streams on Conns shared connections, and MaxInFlight caps the
+	// streams.
+	Proto Proto
+	Conns int
 
 	// send, if set, replaces the HTTP request, so the pacer and the
 	// accounting can be tested in a bubble of fake time.
@@ -249,6 +270,8 @@ type level struct {
 	progress       io.Writer
 	send           func(time.Time) answer
 	pace           pacing
+	proto          Proto
+	conns          int  // with a multiplexed proto
 	closedSidecar  bool // read the sidecar over the window only
 	// liveLine is the progress line's figures for the last secs seconds.
 	liveLine func(e *engine, phase string, secs float64) string
@@ -278,6 +301,9 @@ type engine struct {
 
 	mu      sync.Mutex // guards clients
 	clients []*fasthttp.HostClient
+	// streams are the shared connections of an h2c or gRPC run, nil
+	// over HTTP/1.1.
+	streams *streams
 
 	stop atomic.Bool
 
@@ -337,6 +363,12 @@ func execute(ctx context.Context, lv level) (*engine, watched, error) {
 			hc.CloseIdleConnections()
 		}
 	}()
+	if lv.proto.multiplexed() && lv.send == nil {
+		if e.streams, err = newStreams(tgt, lv.proto, lv.conns, e.conns.dial); err != nil {
+			return nil, watched{}, err
+		}
+		defer e.streams.close()
+	}
 
 	runCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -457,6 +489,26 @@ func (e *engine) newClient(conns int) *fasthttp.HostClient {
 	return hc
 }
 
+// userSender is what a closed-loop user sends for uri: its own
+// connection over HTTP/1.1, the next shared one over h2c and gRPC.
+func (e *engine) userSender(uri string) func(time.Time) answer {
+	if e.streams != nil {
+		return e.streams.sender(uri)
+	}
+	return e.sender(e.newClient(1), uri)
+}
+
+// workerSenders returns what makes an open-loop worker's sender: over
+// HTTP/1.1 all workers share one client of up to maxInFlight
+// connections, over h2c and gRPC the shared connections.
+func (e *engine) workerSenders(maxInFlight int) func() func(time.Time) answer {
+	if e.streams != nil {
+		return func() func(time.Time) answer { return e.streams.sender(e.tgt.raw) }
+	}
+	hc := e.newClient(maxInFlight)
+	return func() func(time.Time) answer { return e.sender(hc, e.tgt.raw) }
+}
+
 // sender returns a client's own request for uri on hc, or the test's: its
 // request and response objects are reused for every request it sends.
 func (e *engine) sender(hc *fasthttp.HostClient, uri string) func(time.Time) answer {
@@ -573,6 +625,13 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	if err != nil {
 		errs = append(errs, err)
 	}
+	conns, err := checkProto(cfg.Proto, cfg.Conns)
+	if err == nil {
+		err = checkURIs(cfg.Proto, uris...)
+	}
+	if err != nil {
+		errs = append(errs, err)
+	}
 	if cfg.Warmup < 0 || cfg.Window < 0 || cfg.Timeout < 0 || cfg.ErrorPause < 0 {
 		errs = append(errs, fmt.Errorf("%w: Warmup %v, Window %v, Timeout %v, ErrorPause %v: none may be negative",
 			ErrConfig, cfg.Warmup, cfg.Window, cfg.Timeout, cfg.ErrorPause))
@@ -588,8 +647,18 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 		url: cfg.URL, admin: cfg.AdminURL, upstreamRSS: cfg.UpstreamRSS,
 		warmup: cfg.Warmup, window: cfg.Window, timeout: cfg.Timeout,
 		label: cfg.Label, progress: cfg.Progress,
-		start:         fmt.Sprintf("%d users on %s, warm-up %s, window %s", cfg.Concurrency, cfg.URL, cfg.Warmup, cfg.Window),
-		pace:          closedPacing{uris: uris, errorPause: cfg.ErrorPause},
+		start: fmt.Sprintf("%d users on %s%s, warm-up %s, window %s",
+			cfg.Concurrency, cfg.URL, overWhat(cfg.Proto, conns), cfg.Warmup, cfg.Window),
+		pace: closedPacing{uris: uris, errorPause: cfg.ErrorPause},
+		// HTTP/2 cancels a stream the moment its request is cut, and
+		// loomgate ends it then: the requests in service would count a
+		// fraction of their service time, and those queued behind them
+		// none, in the window's last reading of the sidecar. Cut a
+		// scrape later, they end after it. (An HTTP/1.1 request cut by
+		// closing its connection runs to its end in the sidecar.)
+		tail:          closedTail(cfg.Proto),
+		proto:         cfg.Proto,
+		conns:         conns,
 		closedSidecar: true,
 		liveLine:      closedLine(),
 	}
@@ -598,7 +667,7 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 		return Result{}, err
 	}
 	res := e.tally.result()
-	res.URL, res.Arm, res.Concurrency = cfg.URL, e.tgt.label, cfg.Concurrency
+	res.URL, res.Arm, res.Concurrency = cfg.URL, e.tgt.label+overWhat(cfg.Proto, conns), cfg.Concurrency
 	res.Sidecar, res.UpstreamMemoryBytes = w.sidecar, w.upstream
 	if err != nil {
 		return res, err
@@ -622,6 +691,13 @@ func RunOpen(ctx context.Context, cfg OpenConfig) (OpenResult, error) {
 	if _, err := parseTarget(cfg.URL); err != nil {
 		errs = append(errs, err)
 	}
+	conns, err := checkProto(cfg.Proto, cfg.Conns)
+	if err == nil {
+		err = checkURIs(cfg.Proto, cfg.URL)
+	}
+	if err != nil {
+		errs = append(errs, err)
+	}
 	if !(cfg.Rate > 0) || cfg.Rate > maxRate {
 		errs = append(errs, fmt.Errorf("%w: Rate %v: want a rate above 0 and at most %d requests per second", ErrConfig, cfg.Rate, maxRate))
 	}
@@ -641,9 +717,11 @@ func RunOpen(ctx context.Context, cfg OpenConfig) (OpenResult, error) {
 		url: cfg.URL, admin: cfg.AdminURL,
 		warmup: cfg.Warmup, window: cfg.Window, timeout: cfg.Timeout, tail: OpenTail,
 		label: cfg.Label, progress: cfg.Progress, send: cfg.send,
-		start: fmt.Sprintf("%s rps on %s, at most %d in flight, warm-up %s, window %s",
-			fmtRate(cfg.Rate), cfg.URL, cfg.MaxInFlight, cfg.Warmup, cfg.Window),
+		start: fmt.Sprintf("%s rps on %s%s, at most %d in flight, warm-up %s, window %s",
+			fmtRate(cfg.Rate), cfg.URL, overWhat(cfg.Proto, conns), cfg.MaxInFlight, cfg.Warmup, cfg.Window),
 		pace:     op,
+		proto:    cfg.Proto,
+		conns:    conns,
 		liveLine: openLine(),
 	}
 	e, w, err := execute(ctx, lv)
@@ -651,7 +729,7 @@ func RunOpen(ctx context.Context, cfg OpenConfig) (OpenResult, error) {
 		return OpenResult{}, err
 	}
 	res := e.tally.openResult()
-	res.URL, res.Arm, res.Rate, res.MaxInFlight = cfg.URL, e.tgt.label, cfg.Rate, cfg.MaxInFlight
+	res.URL, res.Arm, res.Rate, res.MaxInFlight = cfg.URL, e.tgt.label+overWhat(cfg.Proto, conns), cfg.Rate, cfg.MaxInFlight
 	res.Due, res.PeakInFlight = op.dueWin, int(e.peakInFlight.Load())
 	res.Counts.NotSent += op.notSentWin
 	res.Sidecar = w.openSidecar
@@ -660,6 +738,15 @@ func RunOpen(ctx context.Context, cfg OpenConfig) (OpenResult, error) {
 	}
 	say(cfg.Progress, "%s: %s", cfg.Label, res.summary())
 	return res, nil
+}
+
+// closedTail is how long past a closed loop's window its requests in
+// flight may run.
+func closedTail(p Proto) time.Duration {
+	if p.multiplexed() {
+		return scrapeEvery
+	}
+	return 0
 }
 
 // clientURIs is the request URI of each of cfg's virtual users.

@@ -32,10 +32,12 @@ const connectPause = 10 * time.Millisecond
 func (p closedPacing) drive(ctx context.Context, e *engine) {
 	var wg sync.WaitGroup
 	for _, uri := range p.uris {
-		// One connection per virtual user, as a real client has: C users
-		// hold C connections, so the target sees C concurrent requests
-		// and not however many a shared pool happens to open.
-		send, rec := e.sender(e.newClient(1), uri), e.tally.newRecorder()
+		// One connection per virtual user over HTTP/1.1, as a real
+		// client has: C users hold C connections, so the target sees C
+		// concurrent requests and not however many a shared pool
+		// happens to open. Over HTTP/2, C streams on the shared
+		// connections.
+		send, rec := e.userSender(uri), e.tally.newRecorder()
 		wg.Go(func() {
 			defer rec.flush()
 			for !e.stop.Load() && closedOnce(e, send, rec, p.errorPause) {
@@ -114,12 +116,12 @@ func (p *openPacing) drive(ctx context.Context, e *engine) {
 	// a queue of the rig's own.
 	jobs := make(chan time.Time)
 	var wg sync.WaitGroup
-	// As many connections as requests in flight, and no wait for one: the
-	// cap is enforced, and counted, here.
-	hc := e.newClient(p.maxInFlight)
+	// As many connections (or streams) as requests in flight, and no wait
+	// for one: the cap is enforced, and counted, here.
+	newSender := e.workerSenders(p.maxInFlight)
 	worker := func(due time.Time) {
 		defer wg.Done()
-		rec, send := e.tally.newRecorder(), e.sender(hc, e.tgt.raw)
+		rec, send := e.tally.newRecorder(), newSender()
 		defer rec.flush()
 		for ok := true; ok; due, ok = <-jobs {
 			e.do(send, rec, due)

@@ -83,6 +83,15 @@ type SidecarStats struct {
 	// MemoryBytes is the highest resident memory of the sidecar's process
 	// during the window, 0 if it was not exposed.
 	MemoryBytes int64
+
+	// CPUPerRequest is the CPU time (user and system) the sidecar's
+	// process spent over the window per request it finished in it, from
+	// process_cpu_seconds_total and loomgate_requests_total: what the
+	// sidecar costs per request. Its resolution is the kernel's 10 ms of
+	// CPU, so a window needs seconds of it to be read to 1%. It is the
+	// whole process's: a sidecar in the rig's process counts the rig and
+	// the stub too. 0 when unknown.
+	CPUPerRequest time.Duration
 }
 
 // OpenResult is one level of open-loop load: what became of the requests

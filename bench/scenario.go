@@ -55,6 +55,11 @@ type Arm struct {
 	// see, such as the stub's db pool; the physics check and the narrative
 	// use it as the ceiling. If zero, the sidecar's own limit is used.
 	Capacity Capacity
+
+	// Proto is what the rig speaks to the arm's sidecar; the sidecar
+	// speaks it on to the stub. When set, the results' arm names it.
+	// If empty, HTTP/1.1.
+	Proto Proto
 }
 
 // Sidecar is the part of a sidecar's configuration an arm varies. Zero
@@ -150,6 +155,11 @@ type ScenarioOptions struct {
 	// MaxInFlight caps an open loop's requests in flight. If zero,
 	// DefaultMaxInFlight().
 	MaxInFlight int
+	// Proto, if set, replaces every arm's protocol. Conns is the
+	// connections an h2c or gRPC run's streams share; if zero,
+	// DefaultConns.
+	Proto Proto
+	Conns int
 	// Progress receives progress lines. If nil, nothing is written.
 	Progress io.Writer
 }
@@ -163,14 +173,18 @@ func RunScenario(ctx context.Context, sc Scenario, l Launcher, opts ScenarioOpti
 	if opts.Levels != nil {
 		levels = opts.Levels
 	}
+	if err := opts.checkProtos(sc); err != nil {
+		return nil, err
+	}
 	return eachRun(ctx, sc, l, opts, len(levels), func(i int) string { return fmt.Sprintf("c%d", levels[i]) },
 		func(ctx context.Context, t Target, arm Arm, i int, label string) (Result, error) {
+			proto, conns, armLabel := opts.protoOf(arm)
 			res, err := Run(ctx, Config{
 				URL: t.URL + sc.Path, AdminURL: t.AdminURL, UpstreamRSS: t.UpstreamRSS, Capacity: arm.Capacity,
 				Concurrency: levels[i], Warmup: cmp.Or(opts.Warmup, sc.Warmup), Window: cmp.Or(opts.Window, sc.Window),
-				Timeout: opts.Timeout, Progress: opts.Progress, Label: label,
+				Timeout: opts.Timeout, Progress: opts.Progress, Label: label, Proto: proto, Conns: conns,
 			})
-			res.Scenario, res.Arm = sc.Name, arm.Label
+			res.Scenario, res.Arm = sc.Name, armLabel
 			return res, err
 		})
 }
@@ -184,16 +198,53 @@ func RunOpenScenario(ctx context.Context, sc Scenario, l Launcher, opts Scenario
 	if opts.Rates != nil {
 		rates = opts.Rates
 	}
+	if err := opts.checkProtos(sc); err != nil {
+		return nil, err
+	}
 	return eachRun(ctx, sc, l, opts, len(rates), func(i int) string { return fmtRate(rates[i]) + " rps" },
 		func(ctx context.Context, t Target, arm Arm, i int, label string) (OpenResult, error) {
+			proto, conns, armLabel := opts.protoOf(arm)
 			res, err := RunOpen(ctx, OpenConfig{
 				URL: t.URL + sc.Path, AdminURL: t.AdminURL,
 				Rate: rates[i], Warmup: cmp.Or(opts.Warmup, sc.Warmup), Window: cmp.Or(opts.Window, sc.Window),
 				Timeout: opts.Timeout, MaxInFlight: opts.MaxInFlight, Progress: opts.Progress, Label: label,
+				Proto: proto, Conns: conns,
 			})
-			res.Scenario, res.Arm = sc.Name, arm.Label
+			res.Scenario, res.Arm = sc.Name, armLabel
 			return res, err
 		})
+}
+
+// protoOf is the protocol and connections an arm is driven with, and its
+// name in the results: the arm's label, and the protocol when one was
+// asked for ("fixed 50 over grpc, 4 connections").
+func (opts ScenarioOptions) protoOf(arm Arm) (Proto, int, string) {
+	p := cmp.Or(opts.Proto, arm.Proto)
+	if p == "" {
+		return p, 0, arm.Label
+	}
+	if !p.multiplexed() {
+		return p, 0, arm.Label + " over " + p.String()
+	}
+	conns := cmp.Or(opts.Conns, DefaultConns)
+	return p, conns, fmt.Sprintf("%s over %s, %d connections", arm.Label, p, conns)
+}
+
+// checkProtos reports, before anything is launched, an arm whose protocol
+// cannot drive the scenario's path: gRPC calls only what the stub's
+// service has, /wait and /cpu.
+func (opts ScenarioOptions) checkProtos(sc Scenario) error {
+	for _, arm := range sc.Arms {
+		p, conns, _ := opts.protoOf(arm)
+		if _, err := checkProto(p, conns); err != nil {
+			return fmt.Errorf("%s: arm %q: %w", sc.Name, arm.Label, err)
+		}
+		if checkURIs(p, "http://127.0.0.1"+sc.Path) != nil {
+			return fmt.Errorf("%w: scenario %s, arm %q: over grpc its path %s is no method of the stub's, whose Wait and CPU are /wait and /cpu",
+				ErrConfig, sc.Name, arm.Label, sc.Path)
+		}
+	}
+	return nil
 }
 
 // eachRun runs n loads (levels or rates, named by load) through every arm
@@ -309,6 +360,24 @@ func Scenarios() []Scenario {
 			},
 			Warmup: 3 * time.Second, Window: 5 * time.Second,
 		},
+		hiddenPool(GRPC),
+		hiddenPool(H2C),
+		{
+			Name: "protocols",
+			Description: "what each protocol costs the sidecar: a 50 ms call through a fixed pool of 200 that never fills, " +
+				"over HTTP/1.1 (a connection per user), h2c and gRPC (streams on 4 shared connections); " +
+				"read the sidecar's CPU per request and memory across the arms at the same load",
+			Path:   "/wait?ms=50",
+			Levels: []int{50, 100},
+			Arms: []Arm{
+				{Label: "fixed 200", Sidecar: Sidecar{Mode: "fixed", Workers: 200}, Proto: HTTP1},
+				{Label: "fixed 200", Sidecar: Sidecar{Mode: "fixed", Workers: 200}, Proto: H2C},
+				{Label: "fixed 200", Sidecar: Sidecar{Mode: "fixed", Workers: 200}, Proto: GRPC},
+			},
+			// The CPU figure is read to 10 ms: a window of thousands of
+			// requests reads it to about 1%.
+			Warmup: 2 * time.Second, Window: 5 * time.Second,
+		},
 		{
 			Name: "open",
 			Description: "a 200 ms downstream call at a fixed arrival rate, behind a fixed pool of 200 " +
@@ -329,6 +398,36 @@ func Scenarios() []Scenario {
 			// window.
 			Warmup: 3 * time.Second, Window: 5 * time.Second,
 		},
+	}
+}
+
+// hiddenPool is the pool scenario of an HTTP/2 protocol: an upstream with
+// a hidden pool of 50 workers, 200 ms a call, behind a sidecar fixed at
+// the pool and behind an unbounded one. Both serve 50 / 0.2 s = 250 rps
+// once the users outnumber the pool; the fixed sidecar holds the excess
+// in its own queue, where its metrics show the wait, the unbounded one
+// passes it on to wait unseen inside the upstream, where only its service
+// time grows. Over HTTP/2 every user is a stream on a few connections:
+// what is measured is that loomgate queues streams, not connections.
+func hiddenPool(p Proto) Scenario {
+	const pool, hold = 50, 200 * time.Millisecond
+	capacity := Capacity{Limit: pool, Hold: hold}
+	what := map[Proto]string{GRPC: "unary gRPC calls", H2C: "plain HTTP/2 GETs (h2c)"}[p]
+	return Scenario{
+		Name: string(p),
+		Description: fmt.Sprintf("%s to an upstream with a hidden pool of %d workers at 200 ms, streams on %d shared connections: "+
+			"throughput stops at %d / 0.2 s = %d rps in both arms; fixed at the pool, the excess waits in loomgate's queue (its queue time); "+
+			"unbounded, inside the upstream (loomgate's service time)", what, pool, DefaultConns, pool, pool*5),
+		Path:   "/wait?ms=200",
+		Levels: []int{25, 50, 100, 200},
+		Arms: []Arm{
+			{Label: "fixed 50, stub pool 50", Sidecar: Sidecar{Mode: "fixed", Workers: pool},
+				Stub: stub.Config{Pool: pool}, Capacity: capacity, Proto: p},
+			{Label: "unbounded, stub pool 50", Sidecar: Sidecar{Mode: "unbounded"},
+				Stub: stub.Config{Pool: pool}, Capacity: capacity, Proto: p},
+		},
+		// c200 through 50 workers takes 0.8 s a call.
+		Warmup: 3 * time.Second, Window: 5 * time.Second,
 	}
 }
 

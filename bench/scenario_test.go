@@ -131,7 +131,7 @@ func TestRunScenarioErrors(t *testing.T) {
 }
 
 func TestScenarios(t *testing.T) {
-	want := []string{"crossover", "fairfight", "pool", "cpu", "memory", "hidden", "open"}
+	want := []string{"crossover", "fairfight", "pool", "cpu", "memory", "hidden", "grpc", "h2c", "protocols", "open"}
 	if got := ScenarioNames(); !reflect.DeepEqual(got, want) {
 		t.Fatalf("ScenarioNames() = %v; want %v", got, want)
 	}

@@ -37,6 +37,7 @@ const (
 	metricLimit       = "loomgate_limit"
 	metricRequests    = "loomgate_requests_total"
 	metricRSS         = "process_resident_memory_bytes"
+	metricCPU         = "process_cpu_seconds_total"
 )
 
 // scrapeEvery is how often the sidecar, and the upstream's memory, are
@@ -67,6 +68,7 @@ type sample struct {
 	inFlight, inFlightMax float64
 	limit                 float64
 	rss                   float64
+	cpu                   float64 // seconds, cumulative
 
 	// outcomes is loomgate_requests_total by outcome, nil without it.
 	outcomes map[string]float64
@@ -101,6 +103,7 @@ func parseSample(r io.Reader) (sample, error) {
 	s.inFlightMax = max(gauge(families, metricInFlightMax), s.inFlight)
 	s.limit = gauge(families, metricLimit)
 	s.rss = gauge(families, metricRSS)
+	s.cpu = gauge(families, metricCPU)
 	for _, m := range families[metricRequests].GetMetric() {
 		for _, l := range m.GetLabel() {
 			if l.GetName() == "outcome" {
@@ -358,14 +361,31 @@ func (sp *span) stats() *SidecarStats {
 	}
 	first, last := sp.first, sp.last
 	return &SidecarStats{
-		Loomgate:     last.loomgate,
-		QueueWait:    meanOver(first.queueSum, last.queueSum, first.queueCount, last.queueCount),
-		Service:      meanOver(first.serviceSum, last.serviceSum, first.serviceCount, last.serviceCount),
-		PeakInFlight: int(sp.peakIn),
-		PeakQueued:   int(sp.peakQueued),
-		Limit:        int(last.limit),
-		MemoryBytes:  int64(sp.peakRSS),
+		Loomgate:      last.loomgate,
+		QueueWait:     meanOver(first.queueSum, last.queueSum, first.queueCount, last.queueCount),
+		Service:       meanOver(first.serviceSum, last.serviceSum, first.serviceCount, last.serviceCount),
+		PeakInFlight:  int(sp.peakIn),
+		PeakQueued:    int(sp.peakQueued),
+		Limit:         int(last.limit),
+		MemoryBytes:   int64(sp.peakRSS),
+		CPUPerRequest: cpuPerRequest(first, last),
 	}
+}
+
+// cpuPerRequest is the CPU time the process spent between two readings
+// over the requests the sidecar finished between them, whatever their
+// outcome: what a request costs it, rejections included. 0 when either is
+// unknown.
+func cpuPerRequest(first, last sample) time.Duration {
+	var n float64
+	for k, v := range last.outcomes {
+		n += v - first.outcomes[k]
+	}
+	cpu := last.cpu - first.cpu
+	if n <= 0 || cpu <= 0 {
+		return 0
+	}
+	return time.Duration(math.Round(cpu / n * float64(time.Second)))
 }
 
 // meanOver is Δsum / Δcount in seconds, rounded to the microsecond, or 0

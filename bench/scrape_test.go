@@ -100,11 +100,14 @@ func TestSpanStats(t *testing.T) {
 	// Baseline at the window's start: its peaks cover the warm-up and
 	// must not count.
 	sp.add(sample{loomgate: true, queueSum: 100, queueCount: 1000, serviceSum: 200, serviceCount: 1000,
-		inFlightMax: 999, queuedMax: 999, limit: 200, rss: 100 << 20})
+		inFlightMax: 999, queuedMax: 999, limit: 200, rss: 100 << 20,
+		cpu: 10, outcomes: map[string]float64{"ok": 1000}})
 	sp.add(sample{loomgate: true, queueSum: 150, queueCount: 1500, serviceSum: 300, serviceCount: 1500,
-		inFlightMax: 200, queuedMax: 780, limit: 200, rss: 300 << 20})
+		inFlightMax: 200, queuedMax: 780, limit: 200, rss: 300 << 20,
+		cpu: 10.02, outcomes: map[string]float64{"ok": 1500}})
 	sp.add(sample{loomgate: true, queueSum: 4100, queueCount: 5000, serviceSum: 1215, serviceCount: 5000,
-		inFlightMax: 199, queuedMax: 801, limit: 200, rss: 250 << 20})
+		inFlightMax: 199, queuedMax: 801, limit: 200, rss: 250 << 20,
+		cpu: 10.25, outcomes: map[string]float64{"ok": 5000, "rejected_queue_full": 1000}})
 	got := sp.stats()
 	want := &SidecarStats{
 		Loomgate:     true,
@@ -114,6 +117,8 @@ func TestSpanStats(t *testing.T) {
 		PeakQueued:   801,
 		Limit:        200,
 		MemoryBytes:  300 << 20,
+		// 0.25 s of CPU over 4000 answered and 1000 rejected.
+		CPUPerRequest: 50 * time.Microsecond,
 	}
 	if *got != *want {
 		t.Errorf("stats =\n%+v\nwant\n%+v", *got, *want)

@@ -18,9 +18,10 @@
 //	                  service (look-up, downstream call, write)
 //	/ws?ms=N&iters=M  WebSocket echo: each message answered after a pool
 //	                  worker (with Config.Pool), N ms and M rounds of CPU
-//	HTTP/2 (h2c)      gRPC on the same port: loomgate.stub.v1.Stub's Wait and
-//	                  CPU take a StringValue query ("ms=200", "iters=1000")
-//	                  and answer what /wait and /cpu do; and grpc.health.v1
+//	HTTP/2 (h2c)      on the same port: gRPC calls to loomgate.stub.v1.Stub's
+//	                  Wait and CPU, which take a StringValue query ("ms=200",
+//	                  "iters=1000") and answer what /wait and /cpu do, and to
+//	                  grpc.health.v1; any other request as over HTTP/1.1
 //	/metrics          Prometheus text format: process and Go runtime collectors,
 //	                  loomgate_stub_in_flight, loomgate_stub_requests_total{path}
 //	                  and the occupancy of the hidden pools

@@ -3,7 +3,9 @@ package stub
 import (
 	"context"
 	"net"
+	"net/http"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -24,21 +26,27 @@ import (
 //     a Pool worker (when there is a pool), ms milliseconds (with to, drawn
 //     from ms to to) and iters rounds of CPU work, from the handshake's
 //     query (/ws?ms=50&iters=1000).
-//   - HTTP/2 with prior knowledge on the same port is gRPC (what the
-//     sidecar forwards as h2c): the service loomgate.stub.v1.Stub, whose
-//     unary methods Wait and CPU take a google.protobuf.StringValue with a
-//     query ("ms=200", "ms=100&to=300", "iters=1000000") and answer one
-//     with what /wait and /cpu answer, through the same pool; and the
-//     standard health service, grpc.health.v1.Health. A bad query is
-//     INVALID_ARGUMENT.
+//   - HTTP/2 with prior knowledge on the same port (what the sidecar
+//     forwards as h2c) is gRPC for calls (content-type application/grpc):
+//     the service loomgate.stub.v1.Stub, whose unary methods Wait and CPU
+//     take a google.protobuf.StringValue with a query ("ms=200",
+//     "ms=100&to=300", "iters=1000000") and answer one with what /wait and
+//     /cpu answer, through the same pool; and the standard health service,
+//     grpc.health.v1.Health. A bad query is INVALID_ARGUMENT. Every other
+//     HTTP/2 request is served as HTTP/1.1's is, by the same handler: the
+//     lab drives plain h2c (GET /wait?ms=200) as well as gRPC.
 
 // GRPCService is the stub's gRPC service name.
 const GRPCService = "loomgate.stub.v1.Stub"
 
-// protocols is the stub's WebSocket and gRPC side.
+// protocols is the stub's WebSocket and HTTP/2 side.
 type protocols struct {
 	ws   fasthttp.RequestHandler
 	grpc *grpc.Server
+	// h2 serves the HTTP/2 connections: gRPC calls go to grpc (its
+	// ServeHTTP), other requests to the stub's own handler. One port
+	// answers both, as the service behind a sidecar would.
+	h2 *http.Server
 
 	mu    sync.Mutex
 	conns chan net.Conn
@@ -65,11 +73,47 @@ func (s *Server) newProtocols() *protocols {
 		HandlerType: (*any)(nil),
 		Methods:     []grpc.MethodDesc{method("Wait", routeWait), method("CPU", routeCPU)},
 	}, s)
-	go pr.grpc.Serve(pr)
+	protos := new(http.Protocols)
+	protos.SetUnencryptedHTTP2(true)
+	pr.h2 = &http.Server{
+		Protocols: protos,
+		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if strings.HasPrefix(r.Header.Get("Content-Type"), "application/grpc") {
+				pr.grpc.ServeHTTP(w, r)
+				return
+			}
+			s.serveHTTP(w, r)
+		}),
+		// As on the sidecar: streams beyond a connection's limit would
+		// wait in the client, where no experiment sees them.
+		HTTP2: &http.HTTP2Config{MaxConcurrentStreams: 10000},
+	}
+	go pr.h2.Serve(pr)
 	return pr
 }
 
-// serveH2 hands an HTTP/2 connection to the gRPC server.
+// serveHTTP serves a plain HTTP/2 request with the HTTP/1.1 handler, so
+// that every endpoint's cost is the same whichever protocol asks.
+// fasthttp's RequestCtx.Init makes a context outside a server; the stub's
+// handler needs only the request line and writes only a status and a
+// body. /ws is HTTP/1.1's alone.
+func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
+	var ctx fasthttp.RequestCtx
+	var req fasthttp.Request
+	req.Header.SetMethod(r.Method)
+	req.SetRequestURI(r.URL.RequestURI())
+	ctx.Init(&req, nil, nil)
+	if routeOf(ctx.Path()) == routeWS {
+		http.Error(w, "/ws is a WebSocket: HTTP/1.1 only", http.StatusBadRequest)
+		return
+	}
+	s.handle(&ctx)
+	w.Header().Set("Content-Type", string(ctx.Response.Header.ContentType()))
+	w.WriteHeader(ctx.Response.StatusCode())
+	w.Write(ctx.Response.Body())
+}
+
+// serveH2 hands an HTTP/2 connection to the HTTP/2 server.
 func (pr *protocols) serveH2(c net.Conn) {
 	select {
 	case pr.conns <- c:
@@ -78,7 +122,7 @@ func (pr *protocols) serveH2(c net.Conn) {
 	}
 }
 
-// Accept, Close and Addr make protocols the gRPC server's listener.
+// Accept, Close and Addr make protocols the HTTP/2 server's listener.
 func (pr *protocols) Accept() (net.Conn, error) {
 	select {
 	case c := <-pr.conns:
@@ -100,19 +144,16 @@ func (pr *protocols) Close() error {
 
 func (pr *protocols) Addr() net.Addr { return &net.TCPAddr{} }
 
-// shutdown lets calls in flight finish until ctx ends.
+// shutdown lets requests and calls in flight finish until ctx ends.
 func (pr *protocols) shutdown(ctx context.Context) {
 	pr.Close()
-	stopped := make(chan struct{})
-	go func() {
-		pr.grpc.GracefulStop()
-		close(stopped)
-	}()
-	select {
-	case <-stopped:
-	case <-ctx.Done():
-		pr.grpc.Stop()
+	// The HTTP/2 server's Shutdown sends each connection a GOAWAY and
+	// waits for its streams, gRPC calls included; grpc.Server.Stop then
+	// ends what is left of them.
+	if pr.h2.Shutdown(ctx) != nil {
+		pr.h2.Close()
 	}
+	pr.grpc.Stop()
 }
 
 // grpcWork serves Wait and CPU.

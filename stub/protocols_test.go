@@ -2,6 +2,8 @@ package stub
 
 import (
 	"context"
+	"io"
+	"net/http"
 	"strings"
 	"testing"
 	"time"
@@ -77,5 +79,39 @@ func TestGRPC(t *testing.T) {
 		t.Errorf("HTTP/1.1 = %v, %v", resp, err)
 	} else {
 		resp.Body.Close()
+	}
+}
+
+// TestH2C: a plain HTTP/2 request (prior knowledge) is served as its
+// HTTP/1.1 twin is, through the same pool, on the port gRPC shares.
+func TestH2C(t *testing.T) {
+	s, url := start(t, Config{Pool: 1})
+	protos := new(http.Protocols)
+	protos.SetUnencryptedHTTP2(true)
+	h2 := &http.Client{Transport: &http.Transport{Protocols: protos}, Timeout: 5 * time.Second}
+	for _, tc := range []struct {
+		path   string
+		status int
+		body   string
+	}{
+		{"/wait?ms=20", 200, "waited 20 ms\n"},
+		{"/cpu?iters=1000", 200, "cpu iters=1000 "},
+		{"/wait?ms=x", 400, "not a whole number"},
+		{"/nope", 404, "not found"},
+		{"/ws", 400, "WebSocket"},
+	} {
+		resp, err := h2.Get(url + tc.path)
+		if err != nil {
+			t.Errorf("GET %s over h2c: %v", tc.path, err)
+			continue
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.ProtoMajor != 2 || resp.StatusCode != tc.status || !strings.Contains(string(body), tc.body) {
+			t.Errorf("GET %s = HTTP/%d %d %q; want HTTP/2 %d with %q", tc.path, resp.ProtoMajor, resp.StatusCode, body, tc.status, tc.body)
+		}
+	}
+	if p := s.poolOcc.peak.Load(); p != 1 {
+		t.Errorf("pool peak %d; want 1: h2c requests go through the pool", p)
 	}
 }

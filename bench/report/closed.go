@@ -2,8 +2,10 @@ package report
 
 import (
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/loomgate/loomgate/bench"
 	"github.com/loomgate/loomgate/bench/internal/format"
@@ -49,6 +51,13 @@ func closedKind() kind[bench.Result] {
 			}),
 			{head: "sidecar memory", when: func(rows []R) bool { _, memory, _ := knownColumns(rows); return memory },
 				cell: func(r R) string { return format.Bytes(sidecarMemory(r)) }},
+			{head: "sidecar CPU/req", when: func(rows []R) bool { return slices.ContainsFunc(rows, func(r R) bool { return sidecarCPU(r) > 0 }) },
+				cell: func(r R) string {
+					if d := sidecarCPU(r); d > 0 {
+						return fmt.Sprintf("%.1f µs", float64(d)/float64(time.Microsecond))
+					}
+					return ""
+				}},
 			{head: "upstream memory", when: func(rows []R) bool { _, _, upstream := knownColumns(rows); return upstream },
 				cell: func(r R) string { return format.Bytes(upstreamMemory(r)) }},
 		},
@@ -94,6 +103,14 @@ func sidecarMemory(r bench.Result) int64 {
 		return 0
 	}
 	return r.Sidecar.MemoryBytes
+}
+
+// sidecarCPU is the sidecar's CPU time per request, 0 when unknown.
+func sidecarCPU(r bench.Result) time.Duration {
+	if r.Sidecar == nil {
+		return 0
+	}
+	return r.Sidecar.CPUPerRequest
 }
 
 // upstreamMemory is the upstream's peak resident memory, 0 when unknown.

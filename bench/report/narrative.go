@@ -167,7 +167,7 @@ func divergence(a, b series) string {
 	}
 	top := common[len(common)-1]
 	if first < 0 {
-		return fmt.Sprintf("%s and %s stay within %.0f%% of each other at every level (%.0f and %.0f rps at c%d): the admission policy is not what limits throughput here.",
+		return fmt.Sprintf("%s and %s stay within %.0f%% of each other at every level (%.0f and %.0f rps at c%d): what sets them apart is not what limits throughput here.",
 			a.arm, b.arm, 100*bench.Tolerance, top.a.RPS, top.b.RPS, top.a.Concurrency)
 	}
 	hi, lo := top.a, top.b

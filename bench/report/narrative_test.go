@@ -68,7 +68,7 @@ func TestNarrativeSameCeiling(t *testing.T) {
 	results := synthetic("cpu", "fixed 200", bench.Capacity{}, [4]float64{8, 1700, 4.7, 0}, [4]float64{128, 1790, 71, 0})
 	results = append(results, synthetic("cpu", "unbounded", bench.Capacity{}, [4]float64{8, 1710, 4.7, 0}, [4]float64{128, 1760, 72, 0})...)
 	got := strings.Join(Narrative(results), "\n")
-	want := "fixed 200 and unbounded stay within 10% of each other at every level (1790 and 1760 rps at c128): the admission policy is not what limits throughput here."
+	want := "fixed 200 and unbounded stay within 10% of each other at every level (1790 and 1760 rps at c128): what sets them apart is not what limits throughput here."
 	if !strings.Contains(got, want) {
 		t.Errorf("Narrative lacks\n%s\nin\n%s", want, got)
 	}

@@ -131,7 +131,13 @@ type sidecarRecord struct {
 	PeakQueued   int     `json:"peak_queued"`
 	Limit        int     `json:"limit"`
 	MemoryBytes  int64   `json:"memory_bytes"`
+	// CPUPerRequestUS is 0 in files from before it was measured.
+	CPUPerRequestUS float64 `json:"cpu_per_request_us"`
 }
+
+func us(d time.Duration) float64 { return float64(d) / float64(time.Microsecond) }
+
+func fromUS(v float64) time.Duration { return time.Duration(math.Round(v * float64(time.Microsecond))) }
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
 
@@ -155,6 +161,7 @@ func toRecord(r bench.Result) record {
 		rec.Sidecar = &sidecarRecord{
 			Loomgate: sc.Loomgate, QueueMS: ms(sc.QueueWait), ServiceMS: ms(sc.Service),
 			PeakInFlight: sc.PeakInFlight, PeakQueued: sc.PeakQueued, Limit: sc.Limit, MemoryBytes: sc.MemoryBytes,
+			CPUPerRequestUS: us(sc.CPUPerRequest),
 		}
 	}
 	return rec
@@ -178,6 +185,7 @@ func (rec record) result() bench.Result {
 		r.Sidecar = &bench.SidecarStats{
 			Loomgate: sc.Loomgate, QueueWait: fromMS(sc.QueueMS), Service: fromMS(sc.ServiceMS),
 			PeakInFlight: sc.PeakInFlight, PeakQueued: sc.PeakQueued, Limit: sc.Limit, MemoryBytes: sc.MemoryBytes,
+			CPUPerRequest: fromUS(sc.CPUPerRequestUS),
 		}
 	}
 	return r
@@ -239,6 +247,7 @@ var closedCSV = func() []csvColumn[record] {
 			}
 			return ""
 		}},
+		sc("cpu_per_request_us", func(s *sidecarRecord) string { return fmtFloat(s.CPUPerRequestUS) }),
 	}
 }()
 
@@ -247,7 +256,7 @@ var csvColumns = names(closedCSV)
 
 // csvAdded are the columns added to csvColumns since results.csv was first
 // written: files from before lack them, and read as if they were empty.
-var csvAdded = map[string]bool{"upstream_memory_bytes": true}
+var csvAdded = map[string]bool{"upstream_memory_bytes": true, "cpu_per_request_us": true}
 
 // ReadCSV reads what WriteCSV wrote. Columns are found by their header, so
 // a file with columns added later still reads.
@@ -294,6 +303,9 @@ func ReadCSV(r io.Reader) ([]bench.Result, error) {
 				Loomgate: p.bool("sidecar_loomgate"), QueueMS: p.float("queue_ms"), ServiceMS: p.float("service_ms"),
 				PeakInFlight: p.int("peak_in_flight"), PeakQueued: p.int("peak_queued"), Limit: p.int("limit"),
 				MemoryBytes: p.int64("memory_bytes"),
+			}
+			if p.str("cpu_per_request_us") != "" {
+				rec.Sidecar.CPUPerRequestUS = p.float("cpu_per_request_us")
 			}
 		}
 		if p.err != nil {

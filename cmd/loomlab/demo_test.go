@@ -25,7 +25,7 @@ func TestDemoEndToEnd(t *testing.T) {
 		t.Fatalf("demo exit %d\nstdout:\n%s\nstderr:\n%s", code, &stdout, &stderr)
 	}
 	table := stdout.String()
-	for _, want := range []string{"| fixed 200 | 10 |", "| unbounded | 10 |", "| sidecar memory | upstream memory | physics |", "Physics check"} {
+	for _, want := range []string{"| fixed 200 | 10 |", "| unbounded | 10 |", "| sidecar memory | sidecar CPU/req | upstream memory | physics |", "Physics check"} {
 		if !strings.Contains(table, want) {
 			t.Errorf("demo output lacks %q:\n%s", want, table)
 		}

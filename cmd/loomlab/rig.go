@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -69,9 +70,9 @@ An upstream for experiments. Each request runs on its own goroutine unless
   /ws?ms=N&iters=M  WebSocket echo, each message after N ms and M rounds
   /metrics          Prometheus: process memory, in flight, pools
 
-HTTP/2 with prior knowledge (h2c) on the same port is gRPC: the health
-service, and loomgate.stub.v1.Stub's Wait and CPU, whose StringValue
-request is a query ("ms=200", "iters=1000").
+HTTP/2 with prior knowledge (h2c) on the same port serves the same paths,
+and gRPC: the health service, and loomgate.stub.v1.Stub's Wait and CPU,
+whose StringValue request is a query ("ms=200", "iters=1000").
 
 Every flag's default can also be set by the STUB_* variable named after it.
 
@@ -196,6 +197,8 @@ func benchCommand(ctx context.Context, args []string, launcher bench.Launcher, s
 	inProc := fs.Bool("in-process", false, "run a scenario's stub and sidecar in this process instead of as processes of their own (memory figures are then the whole process's)")
 	scenarioName := fs.String("scenario", "", "run a scenario, which starts its own stub and sidecar, instead of --url: "+strings.Join(allScenarioNames(), ", ")+"; list describes them")
 	caseNames := fs.String("cases", "", "with --scenario advice: the cases to run, comma-separated (default all)")
+	protoFlag := fs.String("proto", "", "protocol: http1, h2c (HTTP/2 with prior knowledge, a GET per request) or grpc (a unary call per request: the URL's path is the method, or /wait and /cpu for the stub's, and its query the request); with a scenario it replaces the arms' (default http1, or the scenario's)")
+	conns := fs.Int("conns", 0, fmt.Sprintf("with --proto h2c or grpc: the connections every user's or request's streams share, as HTTP/2 clients share few (default %d)", bench.DefaultConns))
 	fs.Usage = func() {
 		fmt.Fprint(stderr, `Usage: loomgate bench --url URL [flags]
        loomgate bench --url URL --rate R[,R2,...] [flags]
@@ -206,6 +209,10 @@ think time; one separate run per level, a warm-up, then a window in which
 only completed requests count. Progress goes to stderr, a markdown table and
 a few sentences to stdout. Every row is checked against X = C / R and, when
 the limit is known, X <= N / S; rows more than 10% off are flagged.
+
+With --proto h2c or grpc, each user's requests are streams on --conns
+connections shared by all, not a connection of its own; a gRPC call's
+RESOURCE_EXHAUSTED or UNAVAILABLE counts as a 503 does.
 
 With --rate, open-loop load instead: each request is sent when it is due,
 rate per second, whether or not earlier ones were answered, on as many
@@ -230,16 +237,28 @@ Flags:
 		return fail("unexpected argument %q; flags come as --name value (loomgate bench -h)", fs.Arg(0))
 	}
 
+	proto, err := bench.ParseProto(*protoFlag)
+	if err != nil {
+		return fail("--proto %q: want http1, h2c or grpc", *protoFlag)
+	}
+	if !setFlags(fs)["proto"] {
+		proto = "" // the scenario's arms say
+	}
+	switch {
+	case *conns < 0 || setFlags(fs)["conns"] && *conns == 0:
+		return fail("--conns %d: want at least 1 connection", *conns)
+	case *conns > 0 && *scenarioName == "" && (proto == "" || proto == bench.HTTP1):
+		return fail("--conns goes with --proto h2c or grpc: over HTTP/1.1 every user has a connection of its own")
+	}
+
 	if *inProc && launcher != nil {
 		launcher = inProcess{}
 	}
-	setFlags := map[string]bool{}
-	fs.Visit(func(f *flag.Flag) { setFlags[f.Name] = true })
 	open := *ratesFlag != ""
 	if open && *levelsFlag != "" {
 		return fail("-c and --rate are exclusive: -c is closed-loop users, --rate open-loop arrivals per second")
 	}
-	if *maxInFlight < 0 || setFlags["max-in-flight"] && *maxInFlight == 0 {
+	if *maxInFlight < 0 || setFlags(fs)["max-in-flight"] && *maxInFlight == 0 {
 		return fail("--max-in-flight %d: want at least 1 request", *maxInFlight)
 	}
 	var rates []float64
@@ -272,6 +291,9 @@ Flags:
 		}
 	}
 
+	if (proto != "" || *conns > 0) && slices.Contains([]string{adviceScenario, overheadScenario, fleetScenario}, *scenarioName) {
+		return fail("--scenario %s speaks HTTP/1.1; --proto and --conns go with --url and the other scenarios", *scenarioName)
+	}
 	if *scenarioName == adviceScenario {
 		return runAdviceMatrix(ctx, launcher, *caseNames, stdout, stderr)
 	}
@@ -332,7 +354,11 @@ Flags:
 		}
 		results, err := bench.RunOpenScenario(ctx, openSc, launcher, bench.ScenarioOptions{
 			Rates: rates, Warmup: *warmup, Window: *window, Timeout: *timeout, MaxInFlight: *maxInFlight, Progress: stderr,
+			Proto: proto, Conns: *conns,
 		})
+		if errors.Is(err, bench.ErrConfig) && len(results) == 0 {
+			return fail("%v", err)
+		}
 		rep := report.Report[bench.OpenResult]{Title: "loomgate bench: " + openSc.Name, Description: openSc.Description, Generated: time.Now(), Results: results}
 		return finish(rep, err, *out, stdout, stderr)
 	case isClosed && open:
@@ -352,7 +378,11 @@ Flags:
 		}
 		results, err := bench.RunScenario(ctx, sc, launcher, bench.ScenarioOptions{
 			Levels: levels, Warmup: *warmup, Window: *window, Timeout: *timeout, Progress: stderr,
+			Proto: proto, Conns: *conns,
 		})
+		if errors.Is(err, bench.ErrConfig) && len(results) == 0 {
+			return fail("%v", err)
+		}
 		rep := report.Report[bench.Result]{Title: "loomgate bench: " + sc.Name, Description: sc.Description, Generated: time.Now(), Results: results}
 		return finish(rep, err, *out, stdout, stderr)
 	case *target == "":
@@ -374,19 +404,19 @@ Flags:
 		*window = benchWindow
 	}
 	if open {
-		return benchOpen(ctx, *target, *admin, rates, *warmup, *window, *timeout, *maxInFlight, *out, stdout, stderr)
+		return benchOpen(ctx, *target, *admin, rates, *warmup, *window, *timeout, *maxInFlight, proto, *conns, *out, stdout, stderr)
 	}
 	if levels == nil {
 		levels, _ = parseLevels(benchLevels)
 	}
 	var results []bench.Result
-	var err error
 	for i, c := range levels {
 		var res bench.Result
 		res, err = bench.Run(ctx, bench.Config{
 			URL: *target, AdminURL: *admin, Concurrency: c,
 			Warmup: *warmup, Window: *window, Timeout: *timeout,
 			Progress: stderr, Label: fmt.Sprintf("[%d/%d] c%d", i+1, len(levels), c),
+			Proto: proto, Conns: *conns,
 		})
 		if err != nil {
 			break
@@ -396,7 +426,7 @@ Flags:
 	if errors.Is(err, bench.ErrConfig) {
 		return fail("%v", err)
 	}
-	rep := report.Report[bench.Result]{Title: "loomgate bench: " + *target, Generated: time.Now(), Results: results}
+	rep := report.Report[bench.Result]{Title: "loomgate bench: " + *target + overProto(proto, *conns), Generated: time.Now(), Results: results}
 	return finish(rep, err, *out, stdout, stderr)
 }
 
@@ -467,20 +497,23 @@ func armLabels(arms []bench.Arm) string {
 	s := make([]string, len(arms))
 	for i, a := range arms {
 		s[i] = a.Label
+		if a.Proto != "" {
+			s[i] += " over " + a.Proto.String()
+		}
 	}
 	return strings.Join(s, "; ")
 }
 
 // benchOpen drives a URL at each rate in turn and prints the results.
 func benchOpen(ctx context.Context, target, admin string, rates []float64, warmup, window, timeout time.Duration, maxInFlight int,
-	out string, stdout, stderr io.Writer) int {
+	proto bench.Proto, conns int, out string, stdout, stderr io.Writer) int {
 	var results []bench.OpenResult
 	var err error
 	for i, rate := range rates {
 		var res bench.OpenResult
 		res, err = bench.RunOpen(ctx, bench.OpenConfig{
 			URL: target, AdminURL: admin, Rate: rate, Warmup: warmup, Window: window, Timeout: timeout,
-			MaxInFlight: maxInFlight, Progress: stderr,
+			MaxInFlight: maxInFlight, Progress: stderr, Proto: proto, Conns: conns,
 			Label: fmt.Sprintf("[%d/%d] %s rps", i+1, len(rates), strconv.FormatFloat(rate, 'f', -1, 64)),
 		})
 		if err != nil {
@@ -492,8 +525,24 @@ func benchOpen(ctx context.Context, target, admin string, rates []float64, warmu
 		fmt.Fprintf(stderr, "loomgate bench: %v\n", err)
 		return 2
 	}
-	rep := report.Report[bench.OpenResult]{Title: "loomgate bench: " + target, Generated: time.Now(), Results: results}
+	rep := report.Report[bench.OpenResult]{Title: "loomgate bench: " + target + overProto(proto, conns), Generated: time.Now(), Results: results}
 	return finish(rep, err, out, stdout, stderr)
+}
+
+// overProto names the protocol of a --url run in its report's title, if
+// it is not HTTP/1.1.
+func overProto(p bench.Proto, conns int) string {
+	if p == "" || p == bench.HTTP1 {
+		return ""
+	}
+	return fmt.Sprintf(" over %s, %d connections", p, cmp.Or(conns, bench.DefaultConns))
+}
+
+// setFlags is the names of the flags given on the command line.
+func setFlags(fs *flag.FlagSet) map[string]bool {
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	return set
 }
 
 // parseRates reads "800,1200,3000": requests per second, fractions allowed.

@@ -106,7 +106,7 @@ func TestBenchCommandRefusesBadInput(t *testing.T) {
 		code int
 		want string
 	}{
-		{nil, 2, "give --url URL (your service, or its sidecar) or --scenario NAME (crossover, fairfight, pool, cpu, memory, hidden, open, advice, overhead, fleet)"},
+		{nil, 2, "give --url URL (your service, or its sidecar) or --scenario NAME (crossover, fairfight, pool, cpu, memory, hidden, grpc, h2c, protocols, open, advice, overhead, fleet)"},
 		{[]string{"--url", "http://127.0.0.1:1/", "-c", "10,x"}, 2, `-c "10,x": "x" is not a level`},
 		{[]string{"--url", "http://127.0.0.1:1/", "-c", "0"}, 2, `"0" is not a level`},
 		{[]string{"--url", "127.0.0.1:8080"}, 2, `--url "127.0.0.1:8080": want an http:// or https:// URL`},
@@ -114,7 +114,7 @@ func TestBenchCommandRefusesBadInput(t *testing.T) {
 		{[]string{"--url", "http://127.0.0.1:1/", "--window", "-1s"}, 2, "--window -1s: want a duration that is not negative"},
 		{[]string{"--url", "http://127.0.0.1:1/", "--scenario", "pool"}, 2, "--url and --scenario are exclusive"},
 		{[]string{"--scenario", "pool", "--admin", "http://127.0.0.1:9090"}, 2, "--admin goes with --url"},
-		{[]string{"--scenario", "nope"}, 2, `--scenario "nope": want one of crossover, fairfight, pool, cpu, memory, hidden, open, advice, overhead, fleet, or list`},
+		{[]string{"--scenario", "nope"}, 2, `--scenario "nope": want one of crossover, fairfight, pool, cpu, memory, hidden, grpc, h2c, protocols, open, advice, overhead, fleet, or list`},
 		{[]string{"--scenario", "nope", "--rate", "10"}, 2, `--scenario "nope": want one of`},
 		{[]string{"--url", "http://127.0.0.1:1/", "--rate", "10", "-c", "5"}, 2, "-c and --rate are exclusive"},
 		{[]string{"--url", "http://127.0.0.1:1/", "--rate", "10,0"}, 2, `--rate "10,0": "0" is not a rate`},
@@ -136,6 +136,11 @@ func TestBenchCommandRefusesBadInput(t *testing.T) {
 		{[]string{"--url", "http://127.0.0.1:1/", "-c"}, 2, "-c needs a value"},
 		{[]string{"--url", "http://127.0.0.1:1/", "--in-process=maybe"}, 2, `--in-process "maybe": want true or false`},
 		{[]string{"--url", "http://127.0.0.1:1/", "stray"}, 2, `unexpected argument "stray"`},
+		{[]string{"--url", "http://127.0.0.1:1/", "--proto", "h3"}, 2, `--proto "h3": want http1, h2c or grpc`},
+		{[]string{"--url", "http://127.0.0.1:1/", "--conns", "2"}, 2, "--conns goes with --proto h2c or grpc"},
+		{[]string{"--url", "http://127.0.0.1:1/", "--proto", "grpc", "--conns", "0"}, 2, "--conns 0: want at least 1 connection"},
+		{[]string{"--url", "http://127.0.0.1:1/", "--proto", "grpc"}, 2, "with grpc the path is the method"},
+		{[]string{"--scenario", "overhead", "--proto", "h2c"}, 2, "--scenario overhead speaks HTTP/1.1"},
 	}
 	for _, tt := range tests {
 		var stderr bytes.Buffer
