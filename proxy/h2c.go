@@ -281,6 +281,14 @@ func (h *h2) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if err == limiter.ErrMustWait {
 		err = p.admit.Acquire(ctx, st.bytes)
 		st.admittedAt = time.Now()
+		// A permit handed over as the stream was cancelled (the client
+		// left, or its deadline passed, while it waited) would send the
+		// upstream a request nobody reads and count a service time of
+		// nothing: one more look, as the HTTP/1.1 path takes.
+		if err == nil && ctx.Err() != nil {
+			p.admit.Release(st.bytes)
+			err = ctx.Err()
+		}
 	}
 	if err != nil {
 		h.rejected(w, r, st, err)

@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -405,5 +406,53 @@ func TestGRPCManyCallsOneConnection(t *testing.T) {
 	cancel()
 	for range calls {
 		<-errs
+	}
+}
+
+// lateAdmitter hands every waiting request its permit only once the
+// request's context has ended: the worst timing of a permit freed as a
+// queued stream is cancelled.
+type lateAdmitter struct {
+	granted, released atomic.Int64
+}
+
+func (a *lateAdmitter) TryAcquire(int64) error { return limiter.ErrMustWait }
+
+func (a *lateAdmitter) Acquire(ctx context.Context, _ int64) error {
+	<-ctx.Done()
+	a.granted.Add(1)
+	return nil
+}
+
+func (a *lateAdmitter) Release(int64) { a.released.Add(1) }
+
+// TestH2CStreamCancelledAsItIsAdmittedNeverReachesTheUpstream: a stream
+// whose client left (or whose deadline passed) while it waited is not
+// forwarded when a permit comes at that moment: the permit goes back, and
+// the request counts client_closed, not a service time of nothing.
+func TestH2CStreamCancelledAsItIsAdmittedNeverReachesTheUpstream(t *testing.T) {
+	var hits atomic.Int64
+	up := h2cUpstream(t, func(w http.ResponseWriter, r *http.Request) {
+		hits.Add(1)
+		io.WriteString(w, "ok")
+	})
+	adm := &lateAdmitter{}
+	tp := startProxy(t, up, limiter.Config{Mode: limiter.Unbounded}, func(c *Config) { c.Admitter = adm })
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+tp.addr+"/left", nil)
+	if resp, err := h2cClient().Do(req); err == nil {
+		resp.Body.Close()
+		t.Fatalf("the request was answered %d; want it cancelled by its client", resp.StatusCode)
+	}
+	o := tp.rec.wait(t, 1)[0]
+	if o.Kind != ClientClosed || o.Admitted {
+		t.Errorf("outcome %v, admitted %v; want client_closed, not admitted", o.Kind, o.Admitted)
+	}
+	if h := hits.Load(); h != 0 {
+		t.Errorf("the upstream served %d requests; want none", h)
+	}
+	if g, r := adm.granted.Load(), adm.released.Load(); g != 1 || r != 1 {
+		t.Errorf("%d permits granted, %d released; want the one back", g, r)
 	}
 }
