@@ -466,7 +466,11 @@ func (e *exchange) finish(now time.Time) {
 	if e.admitted {
 		o.Queue = e.admittedAt.Sub(e.start)
 		o.Service = e.servedAt.Sub(e.admittedAt)
-		e.p.admit.Release(e.bytes)
+		if e.p.clocked != nil {
+			e.p.clocked.ReleaseAt(now, e.bytes)
+		} else {
+			e.p.admit.Release(e.bytes)
+		}
 	} else if e.asked {
 		// Rejected: the whole wait was queueing, up to the rejection.
 		o.Queue = e.rejectedAt.Sub(e.start)

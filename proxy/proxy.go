@@ -42,6 +42,16 @@ type reserver interface {
 	TryReserve(bytes int64) bool
 }
 
+// clockedAdmitter is what an Admitter may also offer: TryAcquire and Release
+// at a clock reading the proxy has taken anyway (the request's start, the
+// end of its response), so that admission reads no clock of its own; a
+// clock reading costs as much as the rest of a pass-through admission.
+// limiter.Limiter has it.
+type clockedAdmitter interface {
+	TryAcquireAt(now time.Time, bytes int64) error
+	ReleaseAt(now time.Time, bytes int64)
+}
+
 // Sizes that bound what one request can hold in the proxy's memory.
 const (
 	// MaxHeaderBytes bounds a request's line and headers; beyond it the
@@ -141,7 +151,8 @@ type Proxy struct {
 	rejectStatus int
 	retryAfter   func(Kind) time.Duration
 	reserve      func(int) int64
-	reserver     reserver // nil: response bodies are buffered uncharged
+	reserver     reserver        // nil: response bodies are buffered uncharged
+	clocked      clockedAdmitter // nil: the Admitter reads its own clock
 	shadow       *limiter.Shadow
 	log          *slog.Logger
 
@@ -275,6 +286,7 @@ func New(cfg Config) (*Proxy, error) {
 		maxClientConns: cfg.MaxClientConns,
 	}
 	p.reserver, _ = cfg.Admitter.(reserver)
+	p.clocked, _ = cfg.Admitter.(clockedAdmitter)
 	p.upgrades.max = int64(cfg.MaxUpgraded)
 	p.upgrades.idle = cfg.UpgradedIdleTimeout
 	p.upgrades.closed = cfg.UpgradedClosed
@@ -584,10 +596,15 @@ func (p *Proxy) admitRequest(ctx *fasthttp.RequestCtx, e *exchange) bool {
 		e.ticket = p.shadow.Arrive(e.bytes)
 	}
 	e.asked = true
-	err := p.admit.TryAcquire(e.bytes)
 	// Admitted at once, the request did not queue: its admission is its
 	// start, and needs no clock read of its own.
 	e.admittedAt = e.start
+	var err error
+	if p.clocked != nil {
+		err = p.clocked.TryAcquireAt(e.start, e.bytes)
+	} else {
+		err = p.admit.TryAcquire(e.bytes)
+	}
 	if err == limiter.ErrMustWait {
 		err = p.wait(ctx.Conn(), e.bytes)
 		e.admittedAt = time.Now()
