@@ -461,6 +461,7 @@ func (e *exchange) CloseWithError(writeErr error) error {
 func (e *exchange) finish(now time.Time) {
 	o := &e.outcome
 	o.Total = now.Sub(e.start)
+	o.End = now
 	o.Bytes = e.bytes
 	o.Admission, o.Admitted = e.asked, e.admitted
 	if e.admitted {
