@@ -12,6 +12,7 @@ import (
 
 	"github.com/valyala/fasthttp"
 
+	"github.com/loomgate/loomgate/internal/header"
 	"github.com/loomgate/loomgate/limiter"
 )
 
@@ -62,6 +63,9 @@ type exchange struct {
 	outcome                     Outcome
 	// ticket is the request's place in a dry run's shadow, nil without.
 	ticket *limiter.Ticket
+	// fields are the request's fields prepareRequest rewrites, noted when
+	// admission checked its header block.
+	fields header.Fields
 	// upgrading is set for an Upgrade request (WebSocket), read once by
 	// admission and again when the admitted request is passed on.
 	upgrading bool
@@ -149,7 +153,7 @@ func (e *exchange) forward(ctx *fasthttp.RequestCtx) {
 
 	out := &ctx.Response.Header
 	resp.Header.CopyTo(out)
-	if responseFields(out)&fieldHop != 0 {
+	if responseFields(out)&header.HopFields != 0 {
 		e.names = removeHopHeaders(out, e.names)
 	}
 	// The upstream closing its connection says nothing about the client's.
@@ -208,11 +212,10 @@ func (e *exchange) prepareRequest(ctx *fasthttp.RequestCtx) {
 	// The client's "Connection: close" is about its own connection; left
 	// in, it would make fasthttp close a pooled upstream connection.
 	h.ResetConnectionClose()
-	fields := requestFields(h)
-	if fields&fieldHop != 0 {
+	if e.fields&header.HopFields != 0 {
 		e.names = removeHopHeaders(h, e.names)
 	}
-	if fields&fieldExpect != 0 {
+	if e.fields&header.Expect != 0 {
 		// fasthttp already answered "100 Continue"; the upstream must not
 		// be asked to answer it again.
 		h.DelBytes(headerExpect)
@@ -223,7 +226,7 @@ func (e *exchange) prepareRequest(ctx *fasthttp.RequestCtx) {
 	h.SetNoDefaultContentType(true)
 	ctx.Request.UseHostHeader = true
 	if t := h.RequestURI(); len(t) > 0 && t[0] != '/' {
-		if authority, ok := absoluteAuthority(t); ok {
+		if authority, ok := header.AbsoluteAuthority(t); ok {
 			// Absolute form: the target's authority is the host (RFC 9112,
 			// 3.2.2), and the target goes on in origin form, as fasthttp
 			// writes it from the parsed URI.
@@ -494,7 +497,7 @@ func (e *exchange) finish(now time.Time) {
 	e.outcome = Outcome{}
 	e.start, e.admittedAt, e.servedAt = time.Time{}, time.Time{}, time.Time{}
 	e.asked, e.admitted, e.streaming, e.handedOff, e.bytes = false, false, false, false, 0
-	e.upgrading = false
+	e.upgrading, e.fields = false, 0
 	e.ended, e.continuedCtx = nil, nil
 	e.rejectedAt = time.Time{}
 	// Keep scratch buffers, but not a large body's: a pool full of 64 KiB

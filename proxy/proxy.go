@@ -18,6 +18,7 @@ import (
 
 	"github.com/valyala/fasthttp"
 
+	"github.com/loomgate/loomgate/internal/header"
 	"github.com/loomgate/loomgate/internal/sniff"
 	"github.com/loomgate/loomgate/limiter"
 )
@@ -545,18 +546,22 @@ func (e *exchange) pass(ctx *fasthttp.RequestCtx) {
 // whether the request was admitted; if not, it has answered it.
 func (p *Proxy) admitRequest(ctx *fasthttp.RequestCtx, e *exchange) bool {
 	req := &ctx.Request
-	if !validVersion(req.Header.Protocol()) {
+	if !header.ValidVersion(req.Header.Protocol()) {
 		ctx.SetConnectionClose()
 		e.respond(ctx, fasthttp.StatusHTTPVersionNotSupported, BadRequest, msgVersion)
 		return false
 	}
-	if !validFields(req.Header.RawHeaders()) {
+	// One pass over the header block checks it and notes the fields
+	// prepareRequest will rewrite.
+	fields, ok := header.Scan(req.Header.RawHeaders())
+	if !ok {
 		ctx.SetConnectionClose()
 		e.respond(ctx, fasthttp.StatusBadRequest, BadRequest, msgMalformed)
 		return false
 	}
+	e.fields = fields
 	if t := req.Header.RequestURI(); len(t) > 0 && t[0] != '/' {
-		if authority, ok := absoluteAuthority(t); ok && !validAuthority(authority) {
+		if authority, ok := header.AbsoluteAuthority(t); ok && !header.ValidAuthority(authority) {
 			e.respond(ctx, fasthttp.StatusBadRequest, BadRequest, msgMalformed)
 			return false
 		}
@@ -741,7 +746,7 @@ func (p *Proxy) handleMalformed(ctx *fasthttp.RequestCtx, err error) {
 		// in case it still reads; recorded as nginx's 499, as for a client
 		// that leaves later.
 		kind, msg, recorded = ClientClosed, msgClientClosed, StatusClientClosed
-	case errors.As(err, &netErr) && netErr.Timeout() && bareLFBlock(err):
+	case errors.As(err, &netErr) && netErr.Timeout() && header.BareLFBlock(err):
 		// A complete header block with bare LF line ends: fasthttp frames
 		// a block only at its CRLFCRLF and waited for one. The client did
 		// not stall; its framing is one loomgate does not take (RFC 9112,
