@@ -13,6 +13,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/loomgate/loomgate/internal/header"
+	"github.com/loomgate/loomgate/internal/peer"
 	"github.com/loomgate/loomgate/limiter"
 )
 
@@ -165,10 +166,10 @@ func (e *exchange) forward(ctx *fasthttp.RequestCtx) {
 	// milliseconds, and the check costs a syscall, so quick requests skip
 	// it.
 	if e.age() >= clientCheckAfter {
-		switch peekPeer(ctx.Conn()) {
-		case peerReset:
+		switch peer.Peek(ctx.Conn()) {
+		case peer.Reset:
 			e.outcome.Kind = ClientClosed
-		case peerEnded:
+		case peer.Ended:
 			// Closed, or half-closed and still reading: only sending tells
 			// them apart. The header goes out at once, and a client that
 			// closed answers it with a reset, looked for once the response
@@ -448,7 +449,7 @@ func (e *exchange) CloseWithError(writeErr error) error {
 		o.Kind = ClientTimeout
 	case writeErr != nil && o.Kind == OK:
 		o.Kind = ClientClosed
-	case e.ended != nil && o.Kind == OK && peekPeer(e.ended) == peerReset:
+	case e.ended != nil && o.Kind == OK && peer.Peek(e.ended) == peer.Reset:
 		// It had closed: the response's header came back as a reset.
 		o.Kind = ClientClosed
 	}

@@ -19,6 +19,8 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/loomgate/loomgate/internal/header"
+	"github.com/loomgate/loomgate/internal/listen"
+	"github.com/loomgate/loomgate/internal/peer"
 	"github.com/loomgate/loomgate/internal/sniff"
 	"github.com/loomgate/loomgate/limiter"
 )
@@ -162,7 +164,7 @@ type Proxy struct {
 	host   string // upstream host:port, for requests that arrive without Host
 
 	exchanges  sync.Pool
-	departures departures
+	departures peer.Departures
 	upgrades   upgrades
 	h2         *h2 // HTTP/2 with prior knowledge
 
@@ -176,7 +178,7 @@ type Proxy struct {
 	// other's mark, so a shutdown during start-up stops the Serve that
 	// starts after it.
 	mu       sync.Mutex
-	ln       atomic.Pointer[listener]
+	ln       atomic.Pointer[listen.Listener]
 	stopping bool
 	served   chan struct{} // closed when Serve returns; nil before Serve
 }
@@ -369,7 +371,7 @@ func New(cfg Config) (*Proxy, error) {
 // Shutdown, or the listener's error if it failed for good. A Proxy
 // serves one listener once.
 func (p *Proxy) Serve(ln net.Listener) error {
-	l := newListener(ln, p.maxClientConns, &p.acceptErrors, p.acceptFailed)
+	l := listen.New(ln, p.maxClientConns, &p.acceptErrors, p.acceptFailed)
 	p.mu.Lock()
 	if p.stopping || p.served != nil {
 		stopping := p.stopping
@@ -387,7 +389,7 @@ func (p *Proxy) Serve(ln net.Listener) error {
 	// HTTP/2 connections go to p.h2; fasthttp gets the rest unwrapped. A
 	// connection that sends nothing in the header timeout is closed
 	// without an answer, as fasthttp would.
-	sn := sniff.New(l, p.h2.serve, p.server.ReadTimeout, l.connClosed)
+	sn := sniff.New(l, p.h2.serve, p.server.ReadTimeout, l.ConnClosed)
 	sn.RefuseBareLF(p.refuseBareLF)
 	err := p.server.Serve(sn)
 	p.mu.Lock()
@@ -482,7 +484,7 @@ func (p *Proxy) connState(c net.Conn, st fasthttp.ConnState) {
 // connDone gives back a closed client connection's place.
 func (p *Proxy) connDone() {
 	if ln := p.ln.Load(); ln != nil {
-		ln.connClosed()
+		ln.ConnClosed()
 	}
 }
 
@@ -492,7 +494,7 @@ func (p *Proxy) ClientConns() int64 {
 	if ln == nil {
 		return 0
 	}
-	return ln.open.Load()
+	return ln.Open()
 }
 
 // AcceptErrors is the number of failed accepts retried so far (out of
@@ -628,7 +630,7 @@ func (p *Proxy) admitRequest(ctx *fasthttp.RequestCtx, e *exchange) bool {
 // wait is the slow path of admission: the request waits, and its client is
 // watched so that a client who leaves ends the wait.
 func (p *Proxy) wait(conn net.Conn, bytes int64) error {
-	ctx, done := p.departures.wait(conn)
+	ctx, done := p.departures.Wait(conn)
 	defer done()
 	if err := p.admit.Acquire(ctx, bytes); err != nil {
 		return err
@@ -638,7 +640,7 @@ func (p *Proxy) wait(conn net.Conn, bytes int64) error {
 	// first peek: one more look at admission keeps a client that left
 	// while queued from reaching the upstream. Only requests that waited
 	// pay for it; one admitted at once never comes here.
-	if peerGone(conn) {
+	if peer.Gone(conn) {
 		p.admit.Release(bytes)
 		return context.Canceled
 	}
@@ -693,7 +695,7 @@ func (c *continued) Close() error {
 	e := (*exchange)(c)
 	ctx := e.continuedCtx
 	kind, status := ClientTimeout, fasthttp.StatusRequestTimeout
-	if peerGone(ctx.Conn()) {
+	if peer.Gone(ctx.Conn()) {
 		kind, status = ClientClosed, StatusClientClosed
 	}
 	// After a failed read fasthttp calls handleMalformed next, with the
