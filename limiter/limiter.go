@@ -775,8 +775,9 @@ func (l *Limiter) Stats() Stats {
 
 // advance carries the integral of waiters up to now, at the count that held
 // since the last change; the caller holds l.mu and calls it before changing
-// the count. Clock readings under the lock follow one another, so now is
-// never before since; if it were, the change would count as made at since.
+// the count. A reading taken under the lock is never before since, but
+// ReleaseAt's is the caller's, taken a moment before: if it is before since,
+// the change counts as made at since, microseconds late.
 func (l *Limiter) advance(now time.Time) {
 	d := int64(now.Sub(l.since))
 	if d <= 0 {
