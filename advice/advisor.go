@@ -17,6 +17,8 @@ import (
 	"github.com/loomgate/loomgate/series"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
+
+	"github.com/loomgate/loomgate/internal/outcome"
 )
 
 // State is a snapshot of admission, read by the sampler.
@@ -64,21 +66,6 @@ type Config struct {
 // UpstreamMemoryMetric is not set: the resident memory that every
 // Prometheus client library's process collector exports.
 const DefaultMemoryMetric = "process_resident_memory_bytes"
-
-// Sample is one finished request.
-type Sample struct {
-	// Method and Target are the request line's, for the route class.
-	Method, Target []byte
-	// Admission is set when the request reached admission, admitted or
-	// not; only those have a queue wait to record.
-	Admission bool
-	// Admitted is set when the request went to the upstream.
-	Admitted bool
-	// Answered is set when the upstream answered in full, below 500: only
-	// those service times say what the work costs.
-	Answered       bool
-	Queue, Service time.Duration
-}
 
 // Advisor keeps the window of the last minutes and turns it into figures,
 // an estimate of the upstream and a recommendation.
@@ -165,12 +152,17 @@ func New(cfg Config) (*Advisor, error) {
 	return &Advisor{cfg: cfg, window: newWindow(time.Now())}, nil
 }
 
-// Record adds one finished request. It does not allocate.
-func (a *Advisor) Record(s *Sample) {
-	if !s.Admission {
+// Record adds one finished request, at its End (the clock is read only if
+// End is zero). It does not allocate.
+func (a *Advisor) Record(o *outcome.Record) {
+	if !o.Admission {
 		return
 	}
-	a.window.record(time.Now(), a.cfg.Routes.Class(s.Method, s.Target), s)
+	now := o.End
+	if now.IsZero() {
+		now = time.Now()
+	}
+	a.window.record(now, a.cfg.Routes.Class(o.Method, o.Target), o)
 }
 
 // Routes are the route classes the Advisor sorts requests into.

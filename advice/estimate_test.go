@@ -1,13 +1,15 @@
 package advice
 
 import (
-	"github.com/loomgate/loomgate/limiter"
-	"github.com/loomgate/loomgate/route"
-
 	"math"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/loomgate/loomgate/route"
+
+	"github.com/loomgate/loomgate/internal/outcome"
+	"github.com/loomgate/loomgate/limiter"
 )
 
 var t0 = time.Date(2026, 1, 2, 3, 4, 0, 0, time.UTC)
@@ -53,8 +55,8 @@ func feed(w *window, r *route.Classes, stages ...stage) time.Time {
 					at := t0.Add(time.Duration(sec)*time.Second + time.Duration(i)*time.Second/time.Duration(f.perSecond+1))
 					d := f.lo + time.Duration(float64(f.hi-f.lo)*(float64(i)+0.5)/float64(f.perSecond))
 					target := []byte(f.path)
-					w.record(at, r.Class([]byte("GET"), target), &Sample{Method: []byte("GET"), Target: target,
-						Admission: true, Admitted: true, Answered: true, Service: d})
+					w.record(at, r.Class([]byte("GET"), target), &outcome.Record{Method: []byte("GET"), Target: target,
+						Admission: true, Admitted: true, UpstreamStatus: 200, Service: d})
 				}
 			}
 		}
@@ -212,7 +214,7 @@ func TestRecordDoesNotAllocate(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := &Sample{Method: []byte("GET"), Target: []byte("/users/7?x=1"), Admission: true, Admitted: true, Answered: true, Service: 40 * time.Millisecond}
+	s := &outcome.Record{Method: []byte("GET"), Target: []byte("/users/7?x=1"), Admission: true, Admitted: true, UpstreamStatus: 200, Service: 40 * time.Millisecond}
 	a.Record(s) // the class is made once
 	if n := testing.AllocsPerRun(1000, func() { a.Record(s) }); n != 0 {
 		t.Errorf("Record allocates %v times per call; want 0", n)
@@ -221,7 +223,7 @@ func TestRecordDoesNotAllocate(t *testing.T) {
 
 func BenchmarkRecord(b *testing.B) {
 	a, _ := New(Config{State: func() State { return State{} }})
-	s := Sample{Method: []byte("GET"), Target: []byte("/users/7?x=1"), Admission: true, Admitted: true, Answered: true, Queue: time.Millisecond, Service: 40 * time.Millisecond}
+	s := outcome.Record{Method: []byte("GET"), Target: []byte("/users/7?x=1"), Admission: true, Admitted: true, UpstreamStatus: 200, Queue: time.Millisecond, Service: 40 * time.Millisecond}
 	b.ReportAllocs()
 	b.RunParallel(func(pb *testing.PB) {
 		s := s

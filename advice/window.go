@@ -5,6 +5,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/loomgate/loomgate/internal/outcome"
 	"github.com/loomgate/loomgate/route"
 )
 
@@ -358,13 +359,20 @@ func lowestMean(counts []uint32, share float64) float64 {
 
 // record adds one finished request at now, in class. It allocates
 // nothing: it is called on every request.
-func (w *window) record(now time.Time, class int, s *Sample) {
+func (w *window) record(now time.Time, class int, s *outcome.Record) {
 	if !s.Admission {
 		return // a bad request never met admission; it tells nothing here
 	}
 	// The indexes and the bucket's position are computed before the lock,
 	// to keep it short: every request takes it.
-	qi, si, ti := bucketIndex(s.Queue), bucketIndex(s.Service), bucketIndex(s.Queue+s.Service)
+	qi, si, ti := bucketIndex(s.Queue), bucketIndex(s.Service), 0
+	if s.Queue == 0 {
+		// Admitted at once, as most requests are without a limit: the
+		// total is the service time, and its logarithm is taken once.
+		ti = si
+	} else {
+		ti = bucketIndex(s.Queue + s.Service)
+	}
 	n, sec := w.position(now)
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -389,7 +397,7 @@ func (w *window) record(now time.Time, class int, s *Sample) {
 	b.service += s.Service
 	l.servHist[si]++
 	l.totalHist[ti]++
-	if s.Answered && class >= 0 && class < classes {
+	if s.Answered() && class >= 0 && class < classes {
 		t, st := &b.class[class], &l.sec[sec].class[class]
 		t.n++
 		t.service += s.Service

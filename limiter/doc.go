@@ -20,6 +20,9 @@
 // its own: no context, no timer, no allocation; a caller that makes the
 // context of a wait only when there is one calls Acquire when it answers
 // ErrMustWait. A waiting request costs no goroutine or timer of its own.
+// TryAcquireAt and ReleaseAt take a clock reading the caller has already;
+// in pass-through (Unbounded without a bulkhead) they take no lock that
+// every request shares.
 //
 // RequestSeconds keeps the time-integrals of the requests in flight and
 // waiting, updated at every admission, release and departure from the

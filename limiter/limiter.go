@@ -272,13 +272,19 @@ type Limiter struct {
 	// it was made (a synctest bubble is one such place).
 	free  *waiter
 	nfree int
-	// since is when used or waiting last changed, and the integrals below
-	// hold their time-integrals up to it (RequestSeconds): whole
+	// since is when waiting last changed, and waitingSecs and waitingNanos
+	// hold its time-integral up to it (RequestSeconds): whole
 	// request-seconds plus nanoseconds under one second, so that neither
 	// overflows nor loses precision however long the process lives.
 	since                     time.Time
-	heldSecs, heldNanos       int64
 	waitingSecs, waitingNanos int64
+	// held is the time-integral of the permits held. It has locks of its
+	// own, so that pass-through admits without taking mu.
+	held *integral
+	// passThrough is set for Unbounded mode without a bulkhead, whose
+	// limit never changes from 0: nothing waits, used is not kept, and
+	// admission and release take no lock shared by every request.
+	passThrough bool
 
 	inFlight, queued, bytes             atomic.Int64
 	inFlightPeak, queuedPeak, bytesPeak atomic.Int64
@@ -331,7 +337,9 @@ func New(cfg Config) (*Limiter, error) {
 		l.codel, l.target, l.interval = true, cfg.QueueTarget, cfg.QueueInterval
 	}
 	l.limitNow.Store(int64(l.limit))
+	l.passThrough = cfg.Mode == Unbounded && l.limit == 0
 	l.since = time.Now()
+	l.held = newIntegral(l.since)
 	return l, nil
 }
 
@@ -344,11 +352,24 @@ func New(cfg Config) (*Limiter, error) {
 // wait only when there is one: it takes no context, no timer and allocates
 // nothing.
 func (l *Limiter) TryAcquire(bytes int64) error {
+	return l.TryAcquireAt(time.Now(), bytes)
+}
+
+// TryAcquireAt is TryAcquire for a caller that has read the clock already:
+// now, a reading taken for this request a moment ago, is when a request
+// admitted begins to hold its permit. A clock reading costs as much as the
+// rest of an admission in pass-through.
+func (l *Limiter) TryAcquireAt(now time.Time, bytes int64) error {
 	if err := l.reserveBytes(bytes); err != nil {
 		return err
 	}
+	if l.passThrough {
+		l.held.add(now, 1)
+		l.countAdmitted()
+		return nil
+	}
 	l.mu.Lock()
-	admitted, full := l.admitLocked()
+	admitted, full := l.admitLocked(now)
 	l.mu.Unlock()
 	switch {
 	case admitted:
@@ -365,9 +386,9 @@ func (l *Limiter) TryAcquire(bytes int64) error {
 // admitLocked takes a permit if one is free and reports whether it did,
 // and otherwise whether a wait is out of the question: no waiting in this
 // mode, or the queue at its bound. The caller holds l.mu.
-func (l *Limiter) admitLocked() (admitted, full bool) {
+func (l *Limiter) admitLocked(now time.Time) (admitted, full bool) {
 	if l.used < l.limit || l.limit == 0 {
-		l.advance(time.Now())
+		l.held.add(now, 1)
 		l.used++
 		return true, false
 	}
@@ -385,8 +406,13 @@ func (l *Limiter) Acquire(ctx context.Context, bytes int64) error {
 	if err := l.reserveBytes(bytes); err != nil {
 		return err
 	}
+	if l.passThrough {
+		l.held.add(time.Now(), 1)
+		l.countAdmitted()
+		return nil
+	}
 	l.mu.Lock()
-	switch admitted, full := l.admitLocked(); {
+	switch admitted, full := l.admitLocked(time.Now()); {
 	case admitted:
 		l.mu.Unlock()
 		l.countAdmitted()
@@ -597,19 +623,33 @@ func (l *Limiter) expire() {
 // goes straight to the oldest waiter, if any, so that a newcomer can never
 // take it first.
 func (l *Limiter) Release(bytes int64) {
+	l.ReleaseAt(time.Now(), bytes)
+}
+
+// ReleaseAt is Release for a caller that has read the clock already: now,
+// a reading taken a moment ago, is when the permit stops being held.
+func (l *Limiter) ReleaseAt(now time.Time, bytes int64) {
 	if l.inFlight.Add(-1) < 0 {
 		panic("limiter: released more than acquired")
 	}
+	if l.passThrough {
+		l.held.add(now, -1)
+		l.releaseBytes(bytes)
+		return
+	}
 	l.mu.Lock()
-	l.advance(time.Now())
 	// A permit goes on to a waiter only while the limit allows it: a
 	// lowered limit is reached by releases that hand nothing on.
 	if l.head != nil && (l.limit == 0 || l.used <= l.limit) {
+		// The permit changes hands at one instant: what is held does not
+		// change, what waits does.
+		l.advance(now)
 		// In flight rises before queued falls, so that a reader
 		// summing the two never sees the request vanish.
 		peak(&l.inFlightPeak, l.inFlight.Add(1))
 		l.decide(l.next(), nil)
 	} else {
+		l.held.add(now, -1)
 		l.used--
 	}
 	l.mu.Unlock()
@@ -627,10 +667,12 @@ func (l *Limiter) SetLimit(n int) {
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	l.advance(time.Now())
+	now := time.Now()
+	l.advance(now)
 	l.limit = n
 	l.limitNow.Store(int64(n))
 	for l.head != nil && (n == 0 || l.used < n) {
+		l.held.add(now, 1)
 		l.used++
 		peak(&l.inFlightPeak, l.inFlight.Add(1))
 		l.decide(l.next(), nil)
@@ -724,18 +766,17 @@ func (l *Limiter) Stats() Stats {
 	}
 }
 
-// advance carries the integrals of held permits and waiters up to now, at
-// the counts that held since the last change; the caller holds l.mu and
-// calls it before changing either count. Clock readings under the lock
-// follow one another, so now is never before since; if it were, the change
-// would count as made at since.
+// advance carries the integral of waiters up to now, at the count that held
+// since the last change; the caller holds l.mu and calls it before changing
+// the count. A reading taken under the lock is never before since, but
+// ReleaseAt's is the caller's, taken a moment before: if it is before since,
+// the change counts as made at since, microseconds late.
 func (l *Limiter) advance(now time.Time) {
 	d := int64(now.Sub(l.since))
 	if d <= 0 {
 		return
 	}
 	l.since = now
-	l.heldSecs, l.heldNanos = integrate(l.heldSecs, l.heldNanos, int64(l.used), d)
 	l.waitingSecs, l.waitingNanos = integrate(l.waitingSecs, l.waitingNanos, int64(l.waiting), d)
 }
 
@@ -762,11 +803,16 @@ func integrate(secs, nanos, n, d int64) (int64, int64) {
 // updated at every change of either count rather than sampled, and never
 // decrease; over any span, their increase divided by its length is the
 // mean concurrency (or queue depth) within it, bursts included.
+//
+// In flight may be read ahead by the changes made while it is read, some
+// microseconds each, which later readings absorb (see integral).
 func (l *Limiter) RequestSeconds() (inFlight, queued float64) {
 	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.advance(time.Now())
-	return seconds(l.heldSecs, l.heldNanos), seconds(l.waitingSecs, l.waitingNanos)
+	now := time.Now()
+	l.advance(now)
+	queued = seconds(l.waitingSecs, l.waitingNanos)
+	l.mu.Unlock()
+	return l.held.seconds(now), queued
 }
 
 func seconds(secs, nanos int64) float64 {

@@ -401,3 +401,28 @@ func BenchmarkAcquireRelease(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkTryAcquireAtReleaseAt is admission as the proxy asks for it:
+// at once, with the clock readings it has taken anyway (the request's
+// start and its end), so the Limiter reads no clock of its own.
+func BenchmarkTryAcquireAtReleaseAt(b *testing.B) {
+	for _, cfg := range []Config{
+		{Mode: Fixed, Workers: 1 << 20, QueueSize: 10, QueueTimeout: time.Second},
+		{Mode: Unbounded},
+		{Mode: Adaptive},
+	} {
+		b.Run(cfg.Mode.String(), func(b *testing.B) {
+			l := mustNew(b, cfg)
+			now := time.Now()
+			b.ReportAllocs()
+			b.RunParallel(func(pb *testing.PB) {
+				for pb.Next() {
+					if err := l.TryAcquireAt(now, 512); err != nil {
+						b.Fatal(err)
+					}
+					l.ReleaseAt(now, 512)
+				}
+			})
+		})
+	}
+}

@@ -3,6 +3,7 @@ package limiter
 import (
 	"context"
 	"errors"
+	"sync"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -137,5 +138,153 @@ func TestIntegrateCarriesNanosecondsIntoSeconds(t *testing.T) {
 	secs, nanos = integrate(0, 0, 1000, year)
 	if want := int64(1000 * 365 * 24 * 3600); secs != want || nanos != 0 {
 		t.Errorf("integrate(0, 0, 1000, a year) = %d, %d; want %d, 0", secs, nanos, want)
+	}
+}
+
+// Many requests admitted and released at once, in every mode, each held a
+// known time on synctest's clock, while readers read: the integral is the
+// sum of the holds exactly, and no reading is below an earlier one.
+func TestRequestSecondsExactUnderConcurrency(t *testing.T) {
+	for _, cfg := range []Config{
+		{Mode: Unbounded},
+		{Mode: Unbounded, Bulkhead: 8, BulkheadWait: time.Hour},
+		{Mode: Fixed, Workers: 8, QueueSize: 1000, QueueTimeout: time.Hour},
+		{Mode: Adaptive},
+	} {
+		t.Run(cfg.Mode.String(), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				l := mustNew(t, cfg)
+				const workers, rounds = 32, 50
+				var wg sync.WaitGroup
+				var want time.Duration // every hold, summed by the test
+				var wantMu sync.Mutex
+				for w := range workers {
+					wg.Go(func() {
+						for r := range rounds {
+							if err := l.Acquire(context.Background(), 0); err != nil {
+								t.Error(err)
+								return
+							}
+							hold := time.Duration(1+(w*rounds+r)%7) * time.Millisecond
+							time.Sleep(hold)
+							l.Release(0)
+							wantMu.Lock()
+							want += hold
+							wantMu.Unlock()
+						}
+					})
+				}
+				stop := make(chan struct{})
+				var readers sync.WaitGroup
+				for range 2 {
+					readers.Go(func() {
+						var last float64
+						for {
+							in, _ := l.RequestSeconds()
+							if in < last {
+								t.Errorf("RequestSeconds() in flight = %v after %v; want no decrease", in, last)
+							}
+							last = in
+							select {
+							case <-stop:
+								return
+							case <-time.After(3 * time.Millisecond):
+							}
+						}
+					})
+				}
+				wg.Wait()
+				close(stop)
+				readers.Wait()
+				in, _ := l.RequestSeconds()
+				if in != want.Seconds() {
+					t.Errorf("RequestSeconds() in flight = %v; want %v", in, want.Seconds())
+				}
+			})
+		})
+	}
+}
+
+// On the real clock, pass-through's lock-free admissions and releases from
+// many goroutines, read all along: readings never decrease, and the last is
+// within what the goroutines could have held, one request each at most.
+func TestRequestSecondsPassThroughRealClock(t *testing.T) {
+	l := mustNew(t, Config{Mode: Unbounded})
+	const workers = 8
+	start := time.Now()
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Go(func() {
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				if err := l.TryAcquire(64); err != nil {
+					t.Error(err)
+					return
+				}
+				l.Release(64)
+			}
+		})
+	}
+	var last float64
+	for range 200 {
+		in, queued := l.RequestSeconds()
+		if in < last || queued != 0 {
+			t.Fatalf("RequestSeconds() = %v, %v after %v; want no decrease, and 0 queued", in, queued, last)
+		}
+		last = in
+		time.Sleep(100 * time.Microsecond)
+	}
+	close(stop)
+	wg.Wait()
+	elapsed := time.Since(start).Seconds()
+	in, _ := l.RequestSeconds()
+	if in <= 0 || in > workers*elapsed {
+		t.Errorf("RequestSeconds() in flight = %v after %v s with %d goroutines; want above 0, at most %v", in, elapsed, workers, workers*elapsed)
+	}
+	if s := l.Stats(); s.InFlight != 0 || s.Bytes != 0 {
+		t.Errorf("Stats() = %+v after every release; want nothing in flight", s)
+	}
+	// Nothing held from here: the integral stays where it is.
+	time.Sleep(10 * time.Millisecond)
+	if again, _ := l.RequestSeconds(); again != in {
+		t.Errorf("RequestSeconds() in flight = %v with nothing held since %v; want no change", again, in)
+	}
+}
+
+func TestAddNanosKeepsNanosInASecond(t *testing.T) {
+	for _, tt := range []struct{ secs, nanos, v, wantSecs, wantNanos int64 }{
+		{0, 999_999_999, 1, 1, 0},
+		{1, 0, -1, 0, 999_999_999},
+		{5, 500_000_000, -2_700_000_000, 2, 800_000_000},
+		{0, 0, 3_000_000_001, 3, 1},
+	} {
+		s, n := addNanos(tt.secs, tt.nanos, tt.v)
+		if s != tt.wantSecs || n != tt.wantNanos {
+			t.Errorf("addNanos(%d, %d, %d) = %d, %d; want %d, %d", tt.secs, tt.nanos, tt.v, s, n, tt.wantSecs, tt.wantNanos)
+		}
+	}
+}
+
+// A shard whose changes wrap n·now − sum around int64 still gives the
+// integral: a thousand requests held for a year each, begun in one shard
+// and ended in another.
+func TestIntegralSurvivesAYear(t *testing.T) {
+	base := time.Unix(0, 0)
+	in := newIntegral(base)
+	year := 365 * 24 * time.Hour
+	for range 1000 {
+		in.add(base, 1)
+	}
+	for range 1000 {
+		in.add(base.Add(year), -1)
+	}
+	got := in.seconds(base.Add(2 * year))
+	if want := 1000 * year.Seconds(); got != want {
+		t.Errorf("integral of 1000 requests for a year = %v; want %v", got, want)
 	}
 }

@@ -9,6 +9,8 @@ import (
 	"github.com/loomgate/loomgate/field"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"github.com/loomgate/loomgate/internal/outcome"
 )
 
 // Buckets are the classic histogram buckets, in seconds, from 100µs to 60s:
@@ -37,11 +39,6 @@ type Config struct {
 	// Registerer receives every collector. Required; the process's
 	// metrics need not live in a global registry.
 	Registerer prometheus.Registerer
-	// Outcomes are the values of loomgate_requests_total's outcome label,
-	// each created at once so that rate() and alerts work before the
-	// first rejection. They come from the proxy, which owns the list.
-	// Required.
-	Outcomes []string
 	// Mode is "fixed" or "unbounded", for loomgate_mode_info.
 	Mode string
 	// QueueLimit is the queue's bound, 0 when there is none. (The
@@ -110,25 +107,12 @@ type Upgraded struct {
 	FromClient, ToClient uint64
 }
 
-// Sample is one finished request.
-type Sample struct {
-	// Outcome is one of Config.Outcomes; others are not counted.
-	Outcome string
-	// UpstreamStatus is the upstream's status code, 0 if it did not answer.
-	UpstreamStatus int
-	// Admission is set when the request reached admission, admitted or
-	// not; only those have a queue wait to record.
-	Admission bool
-	// Admitted is set when the request went to the upstream; only those
-	// have a service time.
-	Admitted              bool
-	Queue, Service, Total time.Duration
-}
-
-// Metrics records Samples and exports them with the admission state and the
-// advice's numbers.
+// Metrics records finished requests and exports them with the admission
+// state and the advice's numbers.
 type Metrics struct {
-	requests        map[string]prometheus.Counter
+	// requests is loomgate_requests_total's series, indexed by kind: no
+	// label lookup per request.
+	requests        [outcome.NumKinds]prometheus.Counter
 	upstreamClasses [5]prometheus.Counter
 	queueWait       prometheus.Histogram
 	service         prometheus.Histogram
@@ -151,9 +135,6 @@ func (cfg Config) Validate() error {
 	}
 	if cfg.Registerer == nil {
 		bad("Registerer", "is required")
-	}
-	if len(cfg.Outcomes) == 0 {
-		bad("Outcomes", "is required")
 	}
 	if cfg.State == nil {
 		bad("State", "is required")
@@ -187,17 +168,18 @@ func New(cfg Config) (*Metrics, error) {
 		cfg.Upgraded = func() Upgraded { return Upgraded{} }
 	}
 	m := &Metrics{
-		requests: make(map[string]prometheus.Counter, len(cfg.Outcomes)),
-		cfg:      cfg,
-		peaks:    newPeaks(time.Now(), cfg.TakePeaks),
+		cfg:   cfg,
+		peaks: newPeaks(time.Now(), cfg.TakePeaks),
 	}
 
 	requests := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "loomgate_requests_total",
 		Help: "Requests finished, by outcome.",
 	}, []string{"outcome"})
-	for _, o := range cfg.Outcomes {
-		m.requests[o] = requests.WithLabelValues(o)
+	// Every outcome's series exists from the start, so that rate() and
+	// alerts work before the first rejection.
+	for _, k := range outcome.Kinds() {
+		m.requests[k] = requests.WithLabelValues(k.String())
 	}
 	upstream := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "loomgate_upstream_responses_total",
@@ -318,20 +300,20 @@ func (m *Metrics) RecordUpgraded(life time.Duration) {
 }
 
 // Record adds one finished request. It does not allocate.
-func (m *Metrics) Record(s Sample) {
-	if c, ok := m.requests[s.Outcome]; ok {
-		c.Inc()
+func (m *Metrics) Record(o *outcome.Record) {
+	if o.Kind < outcome.NumKinds {
+		m.requests[o.Kind].Inc()
 	}
-	if class := s.UpstreamStatus / 100; class >= 1 && class <= 5 {
+	if class := o.UpstreamStatus / 100; class >= 1 && class <= 5 {
 		m.upstreamClasses[class-1].Inc()
 	}
-	if s.Admission {
-		m.queueWait.Observe(s.Queue.Seconds())
+	if o.Admission {
+		m.queueWait.Observe(o.Queue.Seconds())
 	}
-	if s.Admitted {
-		m.service.Observe(s.Service.Seconds())
+	if o.Admitted {
+		m.service.Observe(o.Service.Seconds())
 	}
-	m.total.Observe(s.Total.Seconds())
+	m.total.Observe(o.Total.Seconds())
 }
 
 // peakCollector exports the high-water marks of the last PeakWindow. A

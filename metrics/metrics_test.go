@@ -8,14 +8,9 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
-)
 
-// testOutcomes are the outcome label values the proxy reports.
-var testOutcomes = []string{
-	"ok", "upstream_error", "upstream_timeout",
-	"rejected_queue_full", "rejected_queue_timeout", "rejected_bulkhead", "rejected_memory",
-	"client_closed", "bad_request", "internal_error",
-}
+	"github.com/loomgate/loomgate/internal/outcome"
+)
 
 type fakeState struct {
 	state                    State
@@ -34,7 +29,7 @@ func newTestMetrics(t testing.TB) (*Metrics, *prometheus.Registry, *fakeState) {
 	reg := prometheus.NewRegistry()
 	fs := &fakeState{}
 	m, err := New(Config{
-		Registerer: reg, Outcomes: testOutcomes, Mode: "fixed", QueueLimit: 10, Version: "test",
+		Registerer: reg, Mode: "fixed", QueueLimit: 10, Version: "test",
 		State: fs.State, TakePeaks: fs.TakePeaks,
 	})
 	if err != nil {
@@ -51,22 +46,24 @@ func TestNewRequiresItsInputs(t *testing.T) {
 
 func TestRecord(t *testing.T) {
 	m, reg, _ := newTestMetrics(t)
-	m.Record(Sample{Outcome: "ok", UpstreamStatus: 200, Admission: true, Admitted: true, Queue: 2 * time.Millisecond, Service: 100 * time.Millisecond, Total: 103 * time.Millisecond})
-	m.Record(Sample{Outcome: "ok", UpstreamStatus: 503, Admission: true, Admitted: true, Service: 5 * time.Millisecond, Total: 6 * time.Millisecond})
-	m.Record(Sample{Outcome: "rejected_queue_timeout", Admission: true, Queue: 30 * time.Second, Total: 30 * time.Second})
-	m.Record(Sample{Outcome: "bad_request"})
+	m.Record(&outcome.Record{Kind: outcome.OK, UpstreamStatus: 200, Admission: true, Admitted: true, Queue: 2 * time.Millisecond, Service: 100 * time.Millisecond, Total: 103 * time.Millisecond})
+	m.Record(&outcome.Record{Kind: outcome.OK, UpstreamStatus: 503, Admission: true, Admitted: true, Service: 5 * time.Millisecond, Total: 6 * time.Millisecond})
+	m.Record(&outcome.Record{Kind: outcome.RejectedQueueTimeout, Admission: true, Queue: 30 * time.Second, Total: 30 * time.Second})
+	m.Record(&outcome.Record{Kind: outcome.BadRequest})
 
 	want := `
 # HELP loomgate_requests_total Requests finished, by outcome.
 # TYPE loomgate_requests_total counter
 loomgate_requests_total{outcome="bad_request"} 1
 loomgate_requests_total{outcome="client_closed"} 0
+loomgate_requests_total{outcome="client_timeout"} 0
 loomgate_requests_total{outcome="internal_error"} 0
 loomgate_requests_total{outcome="ok"} 2
 loomgate_requests_total{outcome="rejected_bulkhead"} 0
 loomgate_requests_total{outcome="rejected_memory"} 0
 loomgate_requests_total{outcome="rejected_queue_full"} 0
 loomgate_requests_total{outcome="rejected_queue_timeout"} 1
+loomgate_requests_total{outcome="rejected_upgraded"} 0
 loomgate_requests_total{outcome="upstream_error"} 0
 loomgate_requests_total{outcome="upstream_timeout"} 0
 # HELP loomgate_upstream_responses_total Responses received from the upstream, by status class.
@@ -161,7 +158,7 @@ loomgate_mode_info{mode="fixed"} 1
 
 func TestRecordDoesNotAllocate(t *testing.T) {
 	m, _, _ := newTestMetrics(t)
-	s := Sample{Outcome: "ok", UpstreamStatus: 200, Admission: true, Admitted: true, Queue: time.Millisecond, Service: time.Millisecond, Total: 2 * time.Millisecond}
+	s := &outcome.Record{Kind: outcome.OK, UpstreamStatus: 200, Admission: true, Admitted: true, Queue: time.Millisecond, Service: time.Millisecond, Total: 2 * time.Millisecond}
 	if n := testing.AllocsPerRun(1000, func() { m.Record(s) }); n != 0 {
 		t.Errorf("Record allocates %v times per call; want 0", n)
 	}
@@ -169,11 +166,12 @@ func TestRecordDoesNotAllocate(t *testing.T) {
 
 func BenchmarkRecord(b *testing.B) {
 	m, _, _ := newTestMetrics(b)
-	s := Sample{Outcome: "ok", UpstreamStatus: 200, Admission: true, Admitted: true, Queue: time.Millisecond, Service: 40 * time.Millisecond, Total: 42 * time.Millisecond}
+	s := outcome.Record{Kind: outcome.OK, UpstreamStatus: 200, Admission: true, Admitted: true, Queue: time.Millisecond, Service: 40 * time.Millisecond, Total: 42 * time.Millisecond}
 	b.ReportAllocs()
 	b.RunParallel(func(pb *testing.PB) {
+		s := s
 		for pb.Next() {
-			m.Record(s)
+			m.Record(&s)
 		}
 	})
 }
@@ -181,11 +179,11 @@ func BenchmarkRecord(b *testing.B) {
 func ExampleMetrics_Record() {
 	reg := prometheus.NewRegistry()
 	m, _ := New(Config{
-		Registerer: reg, Outcomes: testOutcomes, Mode: "unbounded", Version: "dev",
+		Registerer: reg, Mode: "unbounded", Version: "dev",
 		State:     func() State { return State{} },
 		TakePeaks: func() (int64, int64, int64) { return 0, 0, 0 },
 	})
-	m.Record(Sample{Outcome: "ok", UpstreamStatus: 200, Admission: true, Admitted: true, Service: 120 * time.Millisecond, Total: 121 * time.Millisecond})
+	m.Record(&outcome.Record{Kind: outcome.OK, UpstreamStatus: 200, Admission: true, Admitted: true, Service: 120 * time.Millisecond, Total: 121 * time.Millisecond})
 	n, _ := testutil.GatherAndCount(reg, "loomgate_service_seconds")
 	fmt.Println("service histograms:", n)
 	// Output: service histograms: 1

@@ -17,7 +17,7 @@ import (
 func TestAdviceGauges(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	_, err := New(Config{
-		Registerer: reg, Outcomes: testOutcomes, Mode: "unbounded",
+		Registerer: reg, Mode: "unbounded",
 		State: func() State { return State{} }, TakePeaks: func() (int64, int64, int64) { return 0, 0, 0 },
 		Advice: func() Advice {
 			return Advice{Capacity: 50, LowerBound: 10, Saturated: true, Workers: 50, Bulkhead: 50, ScrapeErrors: 3,
@@ -60,7 +60,7 @@ func TestAdviceGauges(t *testing.T) {
 
 func TestUnknownCapacityIsNaN(t *testing.T) {
 	reg := prometheus.NewRegistry()
-	if _, err := New(Config{Registerer: reg, Outcomes: testOutcomes, State: func() State { return State{} },
+	if _, err := New(Config{Registerer: reg, State: func() State { return State{} },
 		TakePeaks: func() (int64, int64, int64) { return 0, 0, 0 }}); err != nil {
 		t.Fatal(err)
 	}
@@ -94,7 +94,7 @@ func TestPeaksAreTheSameForEveryScraper(t *testing.T) {
 		var spike int64 // the limiter's peak since the last TakePeaks
 		reg := prometheus.NewRegistry()
 		m, err := New(Config{
-			Registerer: reg, Outcomes: testOutcomes, Mode: "fixed",
+			Registerer: reg, Mode: "fixed",
 			State: func() State { return State{} },
 			TakePeaks: func() (int64, int64, int64) {
 				mu.Lock()

@@ -14,7 +14,7 @@ func TestRequestSecondsCounters(t *testing.T) {
 	fs := &fakeState{}
 	in, q := 12.5, 0.75
 	_, err := New(Config{
-		Registerer: reg, Outcomes: testOutcomes, Mode: "fixed", Version: "test",
+		Registerer: reg, Mode: "fixed", Version: "test",
 		State: fs.State, TakePeaks: fs.TakePeaks,
 		RequestSeconds: func() (float64, float64) { return in, q },
 	})
@@ -81,7 +81,7 @@ func TestCapacityGauge(t *testing.T) {
 	fs := &fakeState{}
 	capacity := math.NaN()
 	_, err := New(Config{
-		Registerer: reg, Outcomes: testOutcomes, Mode: "unbounded", Version: "test",
+		Registerer: reg, Mode: "unbounded", Version: "test",
 		State: fs.State, TakePeaks: fs.TakePeaks,
 		Advice: func() Advice { return Advice{Capacity: capacity} },
 	})

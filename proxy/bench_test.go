@@ -127,8 +127,7 @@ func BenchmarkProxy(b *testing.B) {
 			b.ReportAllocs()
 			b.SetParallelism(8)
 			b.ResetTimer()
-			getLoop(b, client, "/item?id=1", bc.status)
-			b.StopTimer()
+			reportCPU(b, func() { getLoop(b, client, "/item?id=1", bc.status) })
 			close(up.release)
 			parked.Wait()
 		})
@@ -163,7 +162,7 @@ func BenchmarkBareFasthttp(b *testing.B) {
 			b.ReportAllocs()
 			b.SetParallelism(8)
 			b.ResetTimer()
-			getLoop(b, client, "/item?id=1", 200)
+			reportCPU(b, func() { getLoop(b, client, "/item?id=1", 200) })
 		})
 	}
 }

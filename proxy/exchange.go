@@ -12,6 +12,8 @@ import (
 
 	"github.com/valyala/fasthttp"
 
+	"github.com/loomgate/loomgate/internal/header"
+	"github.com/loomgate/loomgate/internal/peer"
 	"github.com/loomgate/loomgate/limiter"
 )
 
@@ -62,6 +64,9 @@ type exchange struct {
 	outcome                     Outcome
 	// ticket is the request's place in a dry run's shadow, nil without.
 	ticket *limiter.Ticket
+	// fields are the request's fields prepareRequest rewrites, noted when
+	// admission checked its header block.
+	fields header.Fields
 	// upgrading is set for an Upgrade request (WebSocket), read once by
 	// admission and again when the admitted request is passed on.
 	upgrading bool
@@ -149,7 +154,7 @@ func (e *exchange) forward(ctx *fasthttp.RequestCtx) {
 
 	out := &ctx.Response.Header
 	resp.Header.CopyTo(out)
-	if responseFields(out)&fieldHop != 0 {
+	if responseFields(out)&header.HopFields != 0 {
 		e.names = removeHopHeaders(out, e.names)
 	}
 	// The upstream closing its connection says nothing about the client's.
@@ -161,10 +166,10 @@ func (e *exchange) forward(ctx *fasthttp.RequestCtx) {
 	// milliseconds, and the check costs a syscall, so quick requests skip
 	// it.
 	if e.age() >= clientCheckAfter {
-		switch peekPeer(ctx.Conn()) {
-		case peerReset:
+		switch peer.Peek(ctx.Conn()) {
+		case peer.Reset:
 			e.outcome.Kind = ClientClosed
-		case peerEnded:
+		case peer.Ended:
 			// Closed, or half-closed and still reading: only sending tells
 			// them apart. The header goes out at once, and a client that
 			// closed answers it with a reset, looked for once the response
@@ -208,11 +213,10 @@ func (e *exchange) prepareRequest(ctx *fasthttp.RequestCtx) {
 	// The client's "Connection: close" is about its own connection; left
 	// in, it would make fasthttp close a pooled upstream connection.
 	h.ResetConnectionClose()
-	fields := requestFields(h)
-	if fields&fieldHop != 0 {
+	if e.fields&header.HopFields != 0 {
 		e.names = removeHopHeaders(h, e.names)
 	}
-	if fields&fieldExpect != 0 {
+	if e.fields&header.Expect != 0 {
 		// fasthttp already answered "100 Continue"; the upstream must not
 		// be asked to answer it again.
 		h.DelBytes(headerExpect)
@@ -223,7 +227,7 @@ func (e *exchange) prepareRequest(ctx *fasthttp.RequestCtx) {
 	h.SetNoDefaultContentType(true)
 	ctx.Request.UseHostHeader = true
 	if t := h.RequestURI(); len(t) > 0 && t[0] != '/' {
-		if authority, ok := absoluteAuthority(t); ok {
+		if authority, ok := header.AbsoluteAuthority(t); ok {
 			// Absolute form: the target's authority is the host (RFC 9112,
 			// 3.2.2), and the target goes on in origin form, as fasthttp
 			// writes it from the parsed URI.
@@ -445,7 +449,7 @@ func (e *exchange) CloseWithError(writeErr error) error {
 		o.Kind = ClientTimeout
 	case writeErr != nil && o.Kind == OK:
 		o.Kind = ClientClosed
-	case e.ended != nil && o.Kind == OK && peekPeer(e.ended) == peerReset:
+	case e.ended != nil && o.Kind == OK && peer.Peek(e.ended) == peer.Reset:
 		// It had closed: the response's header came back as a reset.
 		o.Kind = ClientClosed
 	}
@@ -461,12 +465,17 @@ func (e *exchange) CloseWithError(writeErr error) error {
 func (e *exchange) finish(now time.Time) {
 	o := &e.outcome
 	o.Total = now.Sub(e.start)
+	o.End = now
 	o.Bytes = e.bytes
 	o.Admission, o.Admitted = e.asked, e.admitted
 	if e.admitted {
 		o.Queue = e.admittedAt.Sub(e.start)
 		o.Service = e.servedAt.Sub(e.admittedAt)
-		e.p.admit.Release(e.bytes)
+		if e.p.clocked != nil {
+			e.p.clocked.ReleaseAt(now, e.bytes)
+		} else {
+			e.p.admit.Release(e.bytes)
+		}
 	} else if e.asked {
 		// Rejected: the whole wait was queueing, up to the rejection.
 		o.Queue = e.rejectedAt.Sub(e.start)
@@ -489,7 +498,7 @@ func (e *exchange) finish(now time.Time) {
 	e.outcome = Outcome{}
 	e.start, e.admittedAt, e.servedAt = time.Time{}, time.Time{}, time.Time{}
 	e.asked, e.admitted, e.streaming, e.handedOff, e.bytes = false, false, false, false, 0
-	e.upgrading = false
+	e.upgrading, e.fields = false, 0
 	e.ended, e.continuedCtx = nil, nil
 	e.rejectedAt = time.Time{}
 	// Keep scratch buffers, but not a large body's: a pool full of 64 KiB

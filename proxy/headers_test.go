@@ -2,9 +2,7 @@ package proxy
 
 import (
 	"bytes"
-	"fmt"
 	"net"
-	"os"
 	"strings"
 	"testing"
 	"time"
@@ -104,41 +102,4 @@ func TestAppendMillis(t *testing.T) {
 			t.Errorf("appendMillis(%v) = %s; want %s", tt.d, got, tt.want)
 		}
 	}
-}
-
-func TestBareLFBlock(t *testing.T) {
-	for _, tt := range []struct {
-		buf  string
-		want bool
-	}{
-		{"GET / HTTP/1.1\nHost: x\n\n", true},
-		{"GET / HTTP/1.1\r\nHost: x\n\r\n", true},
-		{"GET / HTTP/1.1\r\nHost: x\r\n\n", true},
-		{"GET / HTTP/1.1\nHost: x\n", false},
-		{"GET / HTTP/1.1\r\nHost: x\r\nX-A: \\n\n", false}, // a literal backslash-n, one LF
-		{"GET / HTTP/1.1\r\nHost: x\r\n", false},
-		{"GET / HTTP/1.1\nX-Long: " + strings.Repeat("a", 500) + "\n\n", true},
-	} {
-		// The error fasthttp gives a header read cut by a timeout.
-		err := fmt.Errorf("error when reading request headers: %w: buffer size=%d, contents: %s", os.ErrDeadlineExceeded, len(tt.buf), snippet([]byte(tt.buf)))
-		if got := bareLFBlock(err); got != tt.want {
-			t.Errorf("bareLFBlock(%q) = %v; want %v", tt.buf, got, tt.want)
-		}
-	}
-}
-
-// snippet is fasthttp's bufferSnippet.
-func snippet(b []byte) string {
-	n := len(b)
-	start := 200
-	end := n - start
-	if start >= end {
-		start = n
-		end = n
-	}
-	bStart, bEnd := b[:start], b[end:]
-	if len(bEnd) == 0 {
-		return fmt.Sprintf("%q", b)
-	}
-	return fmt.Sprintf("%q...%q", bStart, bEnd)
 }

@@ -132,37 +132,3 @@ func TestAwkwardButValidRequests(t *testing.T) {
 		})
 	}
 }
-
-func FuzzValidFields(f *testing.F) {
-	for _, tt := range malformedCases {
-		if _, headers, ok := strings.Cut(tt.raw, "\r\n"); ok {
-			f.Add(headers)
-		}
-	}
-	f.Add("Host: x\r\nX-A: 1\r\n continued\r\n\r\n")
-	f.Fuzz(func(t *testing.T, raw string) {
-		if !validFields([]byte(raw)) {
-			return
-		}
-		// Whatever is accepted has token names, and not both framings.
-		var length, coding bool
-		for _, line := range strings.Split(raw, "\n") {
-			line = strings.TrimSuffix(line, "\r")
-			if line == "" {
-				break
-			}
-			if line[0] == ' ' || line[0] == '\t' {
-				continue
-			}
-			name, _, _ := strings.Cut(line, ":")
-			if name == "" || strings.ContainsFunc(name, func(r rune) bool { return r > 0x7f || !tchar[r] }) {
-				t.Fatalf("validFields(%q) accepted the name %q", raw, name)
-			}
-			length = length || strings.EqualFold(name, "Content-Length")
-			coding = coding || strings.EqualFold(name, "Transfer-Encoding")
-		}
-		if length && coding {
-			t.Fatalf("validFields(%q) accepted Content-Length with Transfer-Encoding", raw)
-		}
-	})
-}

@@ -19,6 +19,9 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/loomgate/loomgate/field"
+	"github.com/loomgate/loomgate/internal/header"
+	"github.com/loomgate/loomgate/internal/listen"
+	"github.com/loomgate/loomgate/internal/peer"
 	"github.com/loomgate/loomgate/internal/sniff"
 	"github.com/loomgate/loomgate/limiter"
 )
@@ -41,6 +44,16 @@ type Admitter interface {
 // do not fit; limiter.Limiter has it.
 type reserver interface {
 	TryReserve(bytes int64) bool
+}
+
+// clockedAdmitter is what an Admitter may also offer: TryAcquire and Release
+// at a clock reading the proxy has taken anyway (the request's start, the
+// end of its response), so that admission reads no clock of its own; a
+// clock reading costs as much as the rest of a pass-through admission.
+// limiter.Limiter has it.
+type clockedAdmitter interface {
+	TryAcquireAt(now time.Time, bytes int64) error
+	ReleaseAt(now time.Time, bytes int64)
 }
 
 // Sizes that bound what one request can hold in the proxy's memory.
@@ -142,7 +155,8 @@ type Proxy struct {
 	rejectStatus int
 	retryAfter   func(Kind) time.Duration
 	reserve      func(int) int64
-	reserver     reserver // nil: response bodies are buffered uncharged
+	reserver     reserver        // nil: response bodies are buffered uncharged
+	clocked      clockedAdmitter // nil: the Admitter reads its own clock
 	shadow       *limiter.Shadow
 	log          *slog.Logger
 
@@ -151,7 +165,7 @@ type Proxy struct {
 	host   string // upstream host:port, for requests that arrive without Host
 
 	exchanges  sync.Pool
-	departures departures
+	departures peer.Departures
 	upgrades   upgrades
 	h2         *h2 // HTTP/2 with prior knowledge
 
@@ -165,7 +179,7 @@ type Proxy struct {
 	// other's mark, so a shutdown during start-up stops the Serve that
 	// starts after it.
 	mu       sync.Mutex
-	ln       atomic.Pointer[listener]
+	ln       atomic.Pointer[listen.Listener]
 	stopping bool
 	served   chan struct{} // closed when Serve returns; nil before Serve
 }
@@ -267,6 +281,7 @@ func New(cfg Config) (*Proxy, error) {
 		maxClientConns: cfg.MaxClientConns,
 	}
 	p.reserver, _ = cfg.Admitter.(reserver)
+	p.clocked, _ = cfg.Admitter.(clockedAdmitter)
 	p.upgrades.max = int64(cfg.MaxUpgraded)
 	p.upgrades.idle = cfg.UpgradedIdleTimeout
 	p.upgrades.closed = cfg.UpgradedClosed
@@ -348,7 +363,7 @@ func New(cfg Config) (*Proxy, error) {
 // Shutdown, or the listener's error if it failed for good. A Proxy
 // serves one listener once.
 func (p *Proxy) Serve(ln net.Listener) error {
-	l := newListener(ln, p.maxClientConns, &p.acceptErrors, p.acceptFailed)
+	l := listen.New(ln, p.maxClientConns, &p.acceptErrors, p.acceptFailed)
 	p.mu.Lock()
 	if p.stopping || p.served != nil {
 		stopping := p.stopping
@@ -366,7 +381,7 @@ func (p *Proxy) Serve(ln net.Listener) error {
 	// HTTP/2 connections go to p.h2; fasthttp gets the rest unwrapped. A
 	// connection that sends nothing in the header timeout is closed
 	// without an answer, as fasthttp would.
-	sn := sniff.New(l, p.h2.serve, p.server.ReadTimeout, l.connClosed)
+	sn := sniff.New(l, p.h2.serve, p.server.ReadTimeout, l.ConnClosed)
 	sn.RefuseBareLF(p.refuseBareLF)
 	err := p.server.Serve(sn)
 	p.mu.Lock()
@@ -461,7 +476,7 @@ func (p *Proxy) connState(c net.Conn, st fasthttp.ConnState) {
 // connDone gives back a closed client connection's place.
 func (p *Proxy) connDone() {
 	if ln := p.ln.Load(); ln != nil {
-		ln.connClosed()
+		ln.ConnClosed()
 	}
 }
 
@@ -471,7 +486,7 @@ func (p *Proxy) ClientConns() int64 {
 	if ln == nil {
 		return 0
 	}
-	return ln.open.Load()
+	return ln.Open()
 }
 
 // AcceptErrors is the number of failed accepts retried so far (out of
@@ -525,18 +540,22 @@ func (e *exchange) pass(ctx *fasthttp.RequestCtx) {
 // whether the request was admitted; if not, it has answered it.
 func (p *Proxy) admitRequest(ctx *fasthttp.RequestCtx, e *exchange) bool {
 	req := &ctx.Request
-	if !validVersion(req.Header.Protocol()) {
+	if !header.ValidVersion(req.Header.Protocol()) {
 		ctx.SetConnectionClose()
 		e.respond(ctx, fasthttp.StatusHTTPVersionNotSupported, BadRequest, msgVersion)
 		return false
 	}
-	if !validFields(req.Header.RawHeaders()) {
+	// One pass over the header block checks it and notes the fields
+	// prepareRequest will rewrite.
+	fields, ok := header.Scan(req.Header.RawHeaders())
+	if !ok {
 		ctx.SetConnectionClose()
 		e.respond(ctx, fasthttp.StatusBadRequest, BadRequest, msgMalformed)
 		return false
 	}
+	e.fields = fields
 	if t := req.Header.RequestURI(); len(t) > 0 && t[0] != '/' {
-		if authority, ok := absoluteAuthority(t); ok && !validAuthority(authority) {
+		if authority, ok := header.AbsoluteAuthority(t); ok && !header.ValidAuthority(authority) {
 			e.respond(ctx, fasthttp.StatusBadRequest, BadRequest, msgMalformed)
 			return false
 		}
@@ -576,10 +595,15 @@ func (p *Proxy) admitRequest(ctx *fasthttp.RequestCtx, e *exchange) bool {
 		e.ticket = p.shadow.Arrive(e.bytes)
 	}
 	e.asked = true
-	err := p.admit.TryAcquire(e.bytes)
 	// Admitted at once, the request did not queue: its admission is its
 	// start, and needs no clock read of its own.
 	e.admittedAt = e.start
+	var err error
+	if p.clocked != nil {
+		err = p.clocked.TryAcquireAt(e.start, e.bytes)
+	} else {
+		err = p.admit.TryAcquire(e.bytes)
+	}
 	if err == limiter.ErrMustWait {
 		err = p.wait(ctx.Conn(), e.bytes)
 		e.admittedAt = time.Now()
@@ -598,7 +622,7 @@ func (p *Proxy) admitRequest(ctx *fasthttp.RequestCtx, e *exchange) bool {
 // wait is the slow path of admission: the request waits, and its client is
 // watched so that a client who leaves ends the wait.
 func (p *Proxy) wait(conn net.Conn, bytes int64) error {
-	ctx, done := p.departures.wait(conn)
+	ctx, done := p.departures.Wait(conn)
 	defer done()
 	if err := p.admit.Acquire(ctx, bytes); err != nil {
 		return err
@@ -608,7 +632,7 @@ func (p *Proxy) wait(conn net.Conn, bytes int64) error {
 	// first peek: one more look at admission keeps a client that left
 	// while queued from reaching the upstream. Only requests that waited
 	// pay for it; one admitted at once never comes here.
-	if peerGone(conn) {
+	if peer.Gone(conn) {
 		p.admit.Release(bytes)
 		return context.Canceled
 	}
@@ -663,7 +687,7 @@ func (c *continued) Close() error {
 	e := (*exchange)(c)
 	ctx := e.continuedCtx
 	kind, status := ClientTimeout, fasthttp.StatusRequestTimeout
-	if peerGone(ctx.Conn()) {
+	if peer.Gone(ctx.Conn()) {
 		kind, status = ClientClosed, StatusClientClosed
 	}
 	// After a failed read fasthttp calls handleMalformed next, with the
@@ -716,7 +740,7 @@ func (p *Proxy) handleMalformed(ctx *fasthttp.RequestCtx, err error) {
 		// in case it still reads; recorded as nginx's 499, as for a client
 		// that leaves later.
 		kind, msg, recorded = ClientClosed, msgClientClosed, StatusClientClosed
-	case errors.As(err, &netErr) && netErr.Timeout() && bareLFBlock(err):
+	case errors.As(err, &netErr) && netErr.Timeout() && header.BareLFBlock(err):
 		// A complete header block with bare LF line ends: fasthttp frames
 		// a block only at its CRLFCRLF and waited for one. The client did
 		// not stall; its framing is one loomgate does not take (RFC 9112,

@@ -239,9 +239,12 @@ func TestRejectionsNeverReachUpstream(t *testing.T) {
 				io.WriteString(c, get("/busy"))
 				wg.Go(func() { c.read(t, false) })
 			}
+			// The one admitted must have reached the upstream before the
+			// rejection, or the count below could not tell them apart:
+			// admission comes before the upstream's dial and read.
 			waitFor(t, func() bool {
 				s := tp.limiter.Stats()
-				return s.InFlight+s.Queued == int64(tt.busy)
+				return s.InFlight+s.Queued == int64(tt.busy) && up.requests.Load()-before == 1
 			})
 			start := time.Now()
 			resp, body := doGet(t, tp.addr, "/rejected")

@@ -9,7 +9,6 @@ import (
 	"testing/synctest"
 	"time"
 
-	"github.com/loomgate/loomgate/advice"
 	"github.com/loomgate/loomgate/limiter"
 	"github.com/loomgate/loomgate/proxy"
 )
@@ -79,7 +78,7 @@ func TestRetryAfterFromLiveState(t *testing.T) {
 			}
 			synctest.Wait()
 			time.Sleep(time.Second)
-			s.advisor.Record(&advice.Sample{Admission: true, Admitted: true, Answered: true, Service: tt.service})
+			s.advisor.Record(&proxy.Outcome{Admission: true, Admitted: true, UpstreamStatus: 200, Service: tt.service})
 			for kind, want := range tt.want {
 				if got := s.retryAfter(kind); got != want {
 					st := s.Stats()
@@ -101,7 +100,7 @@ func TestRetryAfterHeader(t *testing.T) {
 	s := start(t, testConfig(t, "LOOMGATE_UPSTREAM="+upstream(t, 500*time.Millisecond), "LOOMGATE_MODE=fixed", "LOOMGATE_WORKERS=1", "LOOMGATE_QUEUE_SIZE=0"))
 	// Teach the window a 2 s service time, then fill the only worker for
 	// long enough to be refused a second request.
-	s.advisor.Record(&advice.Sample{Admission: true, Admitted: true, Answered: true, Service: 2 * time.Second})
+	s.advisor.Record(&proxy.Outcome{Admission: true, Admitted: true, UpstreamStatus: 200, Service: 2 * time.Second})
 	busy := make(chan struct{})
 	go func() {
 		defer close(busy)

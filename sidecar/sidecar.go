@@ -166,7 +166,6 @@ func build(cfg Config, opts Options) (*Sidecar, error) {
 	}
 	s.metrics, err = metrics.New(metrics.Config{
 		Registerer:       s.registry,
-		Outcomes:         outcomeNames(),
 		Mode:             cfg.Mode.String(),
 		QueueLimit:       stats.QueueLimit,
 		MaxInFlightBytes: stats.MaxBytes,
@@ -363,23 +362,9 @@ type observer struct {
 }
 
 func (o *observer) Observe(out *proxy.Outcome) {
-	o.metrics.Record(metrics.Sample{
-		Outcome:        out.Kind.String(),
-		UpstreamStatus: out.UpstreamStatus,
-		Admission:      out.Admission,
-		Admitted:       out.Admitted,
-		Queue:          out.Queue,
-		Service:        out.Service,
-		Total:          out.Total,
-	})
-	answered := out.Kind == proxy.OK && out.UpstreamStatus > 0 && out.UpstreamStatus < 500
-	o.advisor.Record(&advice.Sample{
-		Method: out.Method, Target: out.Target,
-		Admission: out.Admission, Admitted: out.Admitted,
-		Answered: answered,
-		Queue:    out.Queue, Service: out.Service,
-	})
-	if o.adaptive != nil && out.Admitted && answered {
+	o.metrics.Record(out)
+	o.advisor.Record(out)
+	if o.adaptive != nil && out.Admitted && out.Answered() {
 		o.adaptive.Record(out.Service)
 	}
 	if o.access != nil {
@@ -439,15 +424,6 @@ func limitChangeReasons() []string {
 	var names []string
 	for _, r := range adaptive.Reasons() {
 		names = append(names, string(r))
-	}
-	return names
-}
-
-// outcomeNames are the proxy's outcome kinds as label values.
-func outcomeNames() []string {
-	var names []string
-	for _, k := range proxy.Kinds() {
-		names = append(names, k.String())
 	}
 	return names
 }

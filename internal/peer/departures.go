@@ -1,4 +1,4 @@
-package proxy
+package peer
 
 import (
 	"context"
@@ -7,20 +7,20 @@ import (
 	"time"
 )
 
-// departures notices clients that leave while their request waits for
+// Departures notices clients that leave while their request waits for
 // admission. fasthttp offers no such signal: a connection is not read while
 // its handler runs. So the connections of waiting requests are peeked, all
 // of them by one goroutine that runs only while some request waits; a
 // waiting request costs no goroutine or timer of its own.
 //
 // The peeks are periodic, so a request admitted between two of them is
-// looked at once more at admission (see Proxy.wait).
+// best looked at once more at admission (Gone).
 //
 // Each wait has a context of its own, made for it and cancelled when its
 // client is seen gone. Nothing is reused from one wait to the next, so a
 // context's Done and Err always agree, whoever holds it and for however
 // long.
-type departures struct {
+type Departures struct {
 	mu      sync.Mutex
 	waits   []*departure
 	running bool
@@ -46,9 +46,9 @@ const (
 	peekMax   = 500 * time.Millisecond
 )
 
-// wait returns the context of a wait on conn, and the function that ends
+// Wait returns the context of a wait on conn, and the function that ends
 // the watch; the caller calls it once Acquire returns.
-func (d *departures) wait(conn net.Conn) (context.Context, func()) {
+func (d *Departures) Wait(conn net.Conn) (context.Context, func()) {
 	ctx, cancel := context.WithCancel(context.Background())
 	w := &departure{conn: conn, cancel: cancel, next: time.Now().Add(peekFirst), every: 2 * peekFirst}
 	d.mu.Lock()
@@ -72,7 +72,7 @@ func (d *departures) wait(conn net.Conn) (context.Context, func()) {
 }
 
 // sweep peeks the due connections every peekFirst until no request waits.
-func (d *departures) sweep() {
+func (d *Departures) sweep() {
 	t := time.NewTicker(peekFirst)
 	defer t.Stop()
 	for now := range t.C {
@@ -101,7 +101,7 @@ func (d *departures) sweep() {
 		// net.Conn without touching its descriptor, which the kernel may
 		// already have given to another.
 		for i := range due {
-			if peerGone(due[i].conn) {
+			if Gone(due[i].conn) {
 				due[i].cancel()
 			}
 			due[i] = departure{}

@@ -1,4 +1,4 @@
-package proxy
+package peer
 
 import (
 	"net"
@@ -6,21 +6,21 @@ import (
 	"syscall"
 )
 
-// peekPeer reports what the client at the other end of c has done to the
+// Peek reports what the client at the other end of c has done to the
 // connection. It peeks without consuming, so bytes of a pipelined next
 // request stay where fasthttp will read them. fasthttp has no notification
 // of its own: the connection is not read while a handler runs.
-func peekPeer(c net.Conn) peerState {
+func Peek(c net.Conn) State {
 	sc, ok := c.(syscall.Conn)
 	if !ok {
-		return peerOpen
+		return Open
 	}
 	raw, err := sc.SyscallConn()
 	if err != nil {
-		return peerOpen
+		return Open
 	}
 	pk := peeks.Get().(*peek)
-	pk.state = peerOpen
+	pk.state = Open
 	// Control, not Read: Read refuses once the connection's read deadline
 	// has passed (the header timeout, long before a queued request's wait
 	// ends), and would then report every waiter gone.
@@ -28,7 +28,7 @@ func peekPeer(c net.Conn) peerState {
 	state := pk.state
 	peeks.Put(pk)
 	if err != nil {
-		return peerReset // closed on this side already
+		return Reset // closed on this side already
 	}
 	return state
 }
@@ -37,7 +37,7 @@ func peekPeer(c net.Conn) peerState {
 // that a look allocates nothing but what SyscallConn does: a request that
 // waited is looked at on its way to the upstream.
 type peek struct {
-	state peerState
+	state State
 	b     [1]byte
 	fn    func(fd uintptr)
 }
@@ -52,10 +52,10 @@ func (pk *peek) look(fd uintptr) {
 	n, _, errno := syscall.Recvfrom(int(fd), pk.b[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
 	switch {
 	case errno == nil && n == 0:
-		pk.state = peerEnded
+		pk.state = Ended
 	case errno == nil, errno == syscall.EAGAIN, errno == syscall.EINTR:
 	default:
 		// ECONNRESET, or EPIPE for a reset after the client's FIN.
-		pk.state = peerReset
+		pk.state = Reset
 	}
 }

@@ -1,4 +1,4 @@
-package proxy
+package listen
 
 import "syscall"
 

@@ -1,4 +1,7 @@
-package proxy
+// Package listen is the traffic listener as the proxy serves it: closed
+// once by whoever closes first, retrying the accepts that more time can
+// cure, and bounding the client connections open at once.
+package listen
 
 import (
 	"errors"
@@ -8,7 +11,7 @@ import (
 	"time"
 )
 
-// listener is the traffic listener as the proxy serves it. It exists for
+// Listener is the traffic listener as the proxy serves it. It exists for
 // three reasons fasthttp's Serve does not cover:
 //
 //   - Shutdown may come before Serve has registered the listener with
@@ -22,11 +25,12 @@ import (
 //     every request it held. Here such errors are counted, logged and
 //     retried after a pause that grows to a second, as net/http, HAProxy
 //     and nginx do; connections wait in the kernel's backlog meanwhile.
-//   - MaxClientConns bounds the client connections open at once, so that
+//   - A bound on the client connections open at once (the proxy's
+//     MaxClientConns), so that
 //     descriptors remain for the upstream and the admin listener. At the
 //     bound Accept waits for a connection to close: new clients wait in
 //     the backlog (as with HAProxy's maxconn), nothing is refused.
-type listener struct {
+type Listener struct {
 	net.Listener
 	// slots holds one token per open client connection when the count is
 	// bounded; nil when it is not.
@@ -43,8 +47,11 @@ type listener struct {
 	closed    chan struct{}
 }
 
-func newListener(ln net.Listener, maxConns int, acceptErrors *atomic.Uint64, onAcceptError func(error)) *listener {
-	l := &listener{Listener: ln, acceptErrors: acceptErrors, onAcceptError: onAcceptError, closed: make(chan struct{})}
+// New serves ln with at most maxConns client connections open (0: no
+// bound). Each failed accept that is retried is counted in acceptErrors and
+// told to onAcceptError, if not nil.
+func New(ln net.Listener, maxConns int, acceptErrors *atomic.Uint64, onAcceptError func(error)) *Listener {
+	l := &Listener{Listener: ln, acceptErrors: acceptErrors, onAcceptError: onAcceptError, closed: make(chan struct{})}
 	if maxConns > 0 {
 		l.slots = make(chan struct{}, maxConns)
 	}
@@ -59,7 +66,7 @@ const (
 
 // Accept waits for a free slot (when bounded), then for a connection;
 // failures that more time can cure are retried, not returned.
-func (l *listener) Accept() (net.Conn, error) {
+func (l *Listener) Accept() (net.Conn, error) {
 	var pause time.Duration
 	for {
 		if l.slots != nil {
@@ -73,7 +80,7 @@ func (l *listener) Accept() (net.Conn, error) {
 		if err == nil {
 			// The connection is returned as it is, not wrapped: fasthttp
 			// writes a response with one writev only to a *net.TCPConn.
-			// Its close is reported by connClosed.
+			// Its close is reported by ConnClosed.
 			l.open.Add(1)
 			return c, nil
 		}
@@ -104,7 +111,7 @@ func (l *listener) Accept() (net.Conn, error) {
 
 // Close closes the listener once; later calls return the first one's
 // result, so that both the proxy and fasthttp may close it.
-func (l *listener) Close() error {
+func (l *Listener) Close() error {
 	l.closeOnce.Do(func() {
 		close(l.closed)
 		l.closeErr = l.Listener.Close()
@@ -112,14 +119,17 @@ func (l *listener) Close() error {
 	return l.closeErr
 }
 
-// connClosed gives back the slot of a connection Accept returned; fasthttp
-// reports each one's end once (Server.ConnState).
-func (l *listener) connClosed() {
+// ConnClosed gives back the slot of a connection Accept returned; the
+// caller reports each one's end once (fasthttp's Server.ConnState).
+func (l *Listener) ConnClosed() {
 	l.open.Add(-1)
 	l.release()
 }
 
-func (l *listener) release() {
+// Open is the number of client connections open now.
+func (l *Listener) Open() int64 { return l.open.Load() }
+
+func (l *Listener) release() {
 	if l.slots != nil {
 		<-l.slots
 	}
