@@ -55,6 +55,13 @@ type Arm struct {
 	// see, such as the stub's db pool; the physics check and the narrative
 	// use it as the ceiling. If zero, the sidecar's own limit is used.
 	Capacity Capacity
+
+	// Upstream, if set, starts the service the sidecar forwards to in
+	// place of the stub, given the stub's base URL for a service that
+	// calls it (a servlet container whose pages call a downstream API);
+	// the launcher starts the stub first and stops the upstream with the
+	// rest. If nil, the sidecar forwards to the stub.
+	Upstream func(ctx context.Context, stubURL string) (url string, stop func(), err error)
 }
 
 // Sidecar is the part of a sidecar's configuration an arm varies. Zero
