@@ -215,7 +215,19 @@ func (w *window) figures(now time.Time, names []string) Figures {
 		if r.saturated && !e.Saturated {
 			rd.Capacity = r.capacity
 		}
-		for i, n := range classHist[c] {
+		hist := classHist[c]
+		if !r.saturated {
+			// A route that does not queue inside serves the clients now
+			// as it serves them now: over the last two buckets, the span
+			// the clients are counted over. The minute's answers would
+			// mix in a service time that has since changed with no more
+			// load (a dependency that slowed), its quick answers
+			// outvoting the slow seconds since.
+			if recent, n := w.recentClassHist(c, from, cur); n >= 2*minClassRequests {
+				hist = recent
+			}
+		}
+		for i, n := range hist {
 			if n == 0 {
 				continue
 			}
@@ -287,6 +299,22 @@ func (w *window) figures(now time.Time, names []string) Figures {
 	}
 	f.BytesPerRequest = w.bytesPerRequest
 	return f
+}
+
+// recentClassHist is route class c's service-time histogram over the last
+// two buckets, and how many answers it holds.
+func (w *window) recentClassHist(c int, from, cur int64) (hist [numBuckets]uint64, answers uint64) {
+	for n := max(cur-1, from); n <= cur; n++ {
+		b, l := &w.buckets[n%historyBuckets], &w.live[n%WindowBuckets]
+		if b.n != n || l.n != n || b.class[c].n == 0 {
+			continue
+		}
+		for i, k := range l.classHist[c] {
+			hist[i] += uint64(k)
+			answers += uint64(k)
+		}
+	}
+	return hist, answers
 }
 
 // The judgement of open demand. Arrivals are counted as requests finish,
