@@ -6,6 +6,7 @@
 package advicematrix
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -13,10 +14,12 @@ import (
 	"io"
 	"math"
 	"net/http"
+	"slices"
 	"strings"
 	"time"
 
 	"github.com/loomgate/loomgate/bench"
+	"github.com/loomgate/loomgate/bench/tomcat"
 	"github.com/loomgate/loomgate/stub"
 )
 
@@ -37,6 +40,12 @@ type Case struct {
 	// CPU the work gets, then depend on the setting, and what is predicted
 	// for the clients seen is shown but not checked.
 	SharedCores bool
+	// Upstream, if set, starts the service behind the sidecar in place of
+	// the stub, as bench.Arm.Upstream says: a real server.
+	Upstream func(ctx context.Context, stubURL string) (url string, stop func(), err error)
+	// Needs, if set, reports why the case cannot run on this machine (a
+	// program not installed); Run then skips it with that note.
+	Needs func() error
 }
 
 // Phase is a time of steady load: flows side by side.
@@ -56,9 +65,12 @@ type Truth struct {
 	// unless the case says otherwise); 0 where the estimate must say
 	// unknown or may say anything.
 	Capacity, CapacityLo, CapacityHi float64
-	// AnyCapacity: the upstream is not saturated now, but was; a known
+	// CapacityKnown: the upstream is not saturated now, but was; a known
 	// capacity must then be in range.
 	CapacityKnown bool
+	// Shared, if set, are the routes that must be named as sharing the
+	// bottleneck: one cap in front of them all, not one per route.
+	Shared []string
 }
 
 // Result is one case's outcome.
@@ -69,6 +81,7 @@ type Result struct {
 	// What the sidecar said.
 	Saturated   bool
 	RouteLocal  []string
+	Shared      []string
 	Capacity    *float64
 	Unknown     string
 	LowerBound  float64
@@ -82,6 +95,15 @@ type Result struct {
 	// the sidecar; ClientP50 is the clients' own median.
 	Predicted, Measured Measure
 	ClientP50           time.Duration
+
+	// Once applied: what the applied sidecar's own advice says of the
+	// setting it runs, "keeps", "probe N" or what it would change to.
+	// The setting is stable when it is kept, or a bounded probe is
+	// proposed; anything else is a reversal, and a problem.
+	Once string
+
+	// Skipped says why the case did not run; empty when it ran.
+	Skipped string
 
 	// Problems lists what was wrong; empty when the case passed.
 	Problems []string
@@ -168,6 +190,64 @@ func Cases() []Case {
 			Phases: []Phase{{8 * s, []bench.Flow{{Path: "/wait?ms=100", Clients: 10}}}, {20 * s, []bench.Flow{{Path: "/wait?ms=100", Clients: 200}}}, {65 * s, []bench.Flow{{Path: "/wait?ms=100", Clients: 20}}}},
 			Truth:  Truth{Capacity: 50, CapacityLo: 50 * (1 - CapacityMargin), CapacityHi: 50 * (1 + CapacityMargin), CapacityKnown: true},
 		},
+		{
+			Name: "short-calm", Description: "a hidden pool of 50, 100 ms: 3 s of 10 clients, shorter than a bucket, then 200",
+			Stub:   stub.Config{Pool: 50},
+			Phases: []Phase{{3 * s, []bench.Flow{{Path: "/wait?ms=100", Clients: 10}}}, {16 * s, []bench.Flow{{Path: "/wait?ms=100", Clients: 200}}}},
+			Truth:  pool(50),
+		},
+		{
+			Name: "shared-pool", Description: "a hidden pool of 50 behind two routes of different cost, 200 ms /mixed and 10 ms /wait: 10+5 clients, then 150+20",
+			Stub: stub.Config{Pool: 50},
+			Phases: []Phase{
+				{8 * s, []bench.Flow{{Path: "/mixed", Clients: 10}, {Path: "/wait?ms=10", Clients: 5}}},
+				{14 * s, []bench.Flow{{Path: "/mixed", Clients: 150}, {Path: "/wait?ms=10", Clients: 20}}},
+			},
+			Truth: shared(pool(50), "GET /mixed", "GET /wait"),
+		},
+		{
+			Name: "slower-dependency", Description: "nothing limits it, but its dependency slows from 50 ms to 150 ms under the same 40 clients",
+			Phases: []Phase{{10 * s, []bench.Flow{{Path: "/wait?ms=50", Clients: 40}}}, {12 * s, []bench.Flow{{Path: "/wait?ms=150", Clients: 40}}}},
+		},
+		{
+			Name: "tomcat-50", Description: "Apache Tomcat, maxThreads 50, a JSP that sleeps 100 ms: 20 clients, then 100",
+			Phases:   []Phase{{8 * s, []bench.Flow{{Path: "/sleep.jsp?ms=100", Clients: 20}}}, {14 * s, []bench.Flow{{Path: "/sleep.jsp?ms=100", Clients: 100}}}},
+			Truth:    pool(50),
+			Upstream: tomcatUpstream(50), Needs: tomcat.Available,
+		},
+		{
+			Name: "tomcat-200", Description: "Apache Tomcat, maxThreads 200, a JSP that calls the stub for 400 ms: 50 clients, then 400",
+			Phases:   []Phase{{8 * s, []bench.Flow{{Path: "/call.jsp?ms=400", Clients: 50}}}, {14 * s, []bench.Flow{{Path: "/call.jsp?ms=400", Clients: 400}}}},
+			Truth:    pool(200),
+			Upstream: tomcatUpstream(200), Needs: tomcat.Available,
+		},
+		{
+			Name: "tomcat-shared", Description: "one Tomcat pool of 50 behind two routes, a 100 ms JSP and a trivial one: 10+5 clients, then 100+10",
+			Phases: []Phase{
+				{8 * s, []bench.Flow{{Path: "/sleep.jsp?ms=100", Clients: 10}, {Path: "/hello.jsp", Clients: 5}}},
+				{14 * s, []bench.Flow{{Path: "/sleep.jsp?ms=100", Clients: 100}, {Path: "/hello.jsp", Clients: 10}}},
+			},
+			Truth:    shared(pool(50), "GET /hello.jsp", "GET /sleep.jsp"),
+			Upstream: tomcatUpstream(50), Needs: tomcat.Available,
+		},
+	}
+}
+
+// shared names the routes that share t's bottleneck.
+func shared(t Truth, routes ...string) Truth {
+	t.Shared = routes
+	return t
+}
+
+// tomcatUpstream starts an Apache Tomcat whose connector has maxThreads
+// threads, its JSPs calling the stub the launcher started.
+func tomcatUpstream(maxThreads int) func(context.Context, string) (string, func(), error) {
+	return func(ctx context.Context, stubURL string) (string, func(), error) {
+		s, err := tomcat.Start(ctx, tomcat.Config{MaxThreads: maxThreads, StubURL: stubURL})
+		if err != nil {
+			return "", nil, err
+		}
+		return s.URL, s.Stop, nil
 	}
 }
 
@@ -205,6 +285,13 @@ func Run(ctx context.Context, cases []Case, l bench.Launcher, opts Options) ([]R
 	}
 	var results []Result
 	for i, c := range cases {
+		if c.Needs != nil {
+			if err := c.Needs(); err != nil {
+				say(opts.Progress, "[%d/%d] advice %s: skipped: %v", i+1, len(cases), c.Name, err)
+				results = append(results, Result{Case: c, Truth: c.Truth, Skipped: err.Error()})
+				continue
+			}
+		}
 		say(opts.Progress, "[%d/%d] advice %s: %s", i+1, len(cases), c.Name, c.Description)
 		r, err := runCase(ctx, c, l, opts)
 		if err != nil {
@@ -237,11 +324,13 @@ type adviceDoc struct {
 		LowerBound float64  `json:"upstream_capacity_lower_bound"`
 		Saturated  bool     `json:"upstream_saturated"`
 		RouteLocal []string `json:"saturated_routes_alone"`
+		Shared     []string `json:"shared_routes"`
 	} `json:"figures"`
 	Recommendation struct {
 		Mode        string `json:"mode"`
 		Workers     int    `json:"workers"`
 		Bulkhead    int    `json:"bulkhead"`
+		Probe       int    `json:"probe"`
 		Summary     string `json:"summary"`
 		Predictions []struct {
 			Name       string  `json:"name"`
@@ -258,7 +347,7 @@ type adviceDoc struct {
 
 func runCase(ctx context.Context, c Case, l bench.Launcher, opts Options) (Result, error) {
 	r := Result{Case: c, Truth: c.Truth}
-	t, stop, err := l.Launch(ctx, bench.Arm{Label: c.Name, Sidecar: c.Sidecar, Stub: c.Stub})
+	t, stop, err := l.Launch(ctx, bench.Arm{Label: c.Name, Sidecar: c.Sidecar, Stub: c.Stub, Upstream: c.Upstream})
 	if err != nil {
 		return r, fmt.Errorf("launch: %w", err)
 	}
@@ -278,6 +367,10 @@ func runCase(ctx context.Context, c Case, l bench.Launcher, opts Options) (Resul
 	r.Saturated, r.RouteLocal, r.Capacity, r.Unknown, r.LowerBound = f.Saturated, f.RouteLocal, f.Capacity, f.Unknown, f.LowerBound
 	r.Summary, r.Workers, r.Bulkhead = rec.Summary, rec.Workers, rec.Bulkhead
 	r.judge(c.Phases[len(c.Phases)-1])
+	r.Shared = f.Shared
+	if len(c.Truth.Shared) > 0 && !slices.Equal(sorted(f.Shared), sorted(c.Truth.Shared)) {
+		r.Problems = append(r.Problems, fmt.Sprintf("routes sharing the bottleneck %q; the truth is %q", f.Shared, c.Truth.Shared))
+	}
 
 	// The setting to check the predictions with: the recommended one, or
 	// the one in force when the advice keeps it.
@@ -299,7 +392,7 @@ func runCase(ctx context.Context, c Case, l bench.Launcher, opts Options) (Resul
 	} else {
 		sidecar.Bulkhead = p.Limit
 	}
-	t, stop, err = l.Launch(ctx, bench.Arm{Label: c.Name + " applied", Sidecar: sidecar, Stub: c.Stub})
+	t, stop, err = l.Launch(ctx, bench.Arm{Label: c.Name + " applied", Sidecar: sidecar, Stub: c.Stub, Upstream: c.Upstream})
 	if err != nil {
 		return r, fmt.Errorf("launch the recommended setting: %w", err)
 	}
@@ -313,11 +406,20 @@ func runCase(ctx context.Context, c Case, l bench.Launcher, opts Options) (Resul
 	// response written, which is what the prediction models: the clients'
 	// own clock would add the time they wait for a core, beside the stub
 	// and the sidecar on the same machine.
-	if applied, err := readAdvice(ctx, t.AdminURL); err == nil && applied.Figures.LatencyP50 > 0 {
+	after, err := readAdvice(ctx, t.AdminURL)
+	if err != nil {
+		return r, fmt.Errorf("the applied setting's advice: %w", err)
+	}
+	if after.Figures.LatencyP50 > 0 {
 		r.ClientP50 = m.P50
-		m.P50 = time.Duration(applied.Figures.LatencyP50 * float64(time.Second))
+		m.P50 = time.Duration(after.Figures.LatencyP50 * float64(time.Second))
 	}
 	r.Measured = m
+	var reversal bool
+	r.Once, reversal = once(sidecar, after)
+	if reversal {
+		r.Problems = append(r.Problems, fmt.Sprintf("once %s is applied, its advice reverses it: %s", p.Setting, r.Once))
+	}
 	if c.SharedCores {
 		return r, nil
 	}
@@ -328,6 +430,57 @@ func runCase(ctx context.Context, c Case, l bench.Launcher, opts Options) (Resul
 		r.Problems = append(r.Problems, fmt.Sprintf("measured p50 %s under %s; predicted %s", m.P50.Round(time.Millisecond), p.Setting, r.Predicted.P50.Round(time.Millisecond)))
 	}
 	return r, nil
+}
+
+// once reads what the advice of a sidecar running the setting applied
+// says of it: keep it (the same mode and a limit within the capacity's
+// margin of it: a capacity estimated again under the cap moves a little),
+// or try a bounded probe above it, or something else, a reversal: a cap
+// dropped or added, or moved further.
+func once(applied bench.Sidecar, doc adviceDoc) (said string, reversal bool) {
+	rec := doc.Recommendation
+	limit, now := applied.Bulkhead, rec.Bulkhead
+	mode := cmp.Or(applied.Mode, "unbounded")
+	if mode == "fixed" {
+		limit, now = applied.Workers, rec.Workers
+	}
+	if rec.Mode == "" {
+		// Not enough traffic to advise: nothing is reversed.
+		return "no advice", false
+	}
+	if rec.Probe > 0 && now == limit {
+		// A step of 25%, as docs/advice.md promises, rounded up to two
+		// significant figures.
+		if float64(rec.Probe) <= math.Ceil(float64(limit)*1.25*1.1) {
+			return fmt.Sprintf("keeps, or probe %d", rec.Probe), false
+		}
+		return fmt.Sprintf("probe %d, more than a step above %d", rec.Probe, limit), true
+	}
+	same := rec.Mode == mode && (now == limit || limit > 0 && now > 0 && math.Abs(float64(now-limit)) <= CapacityMargin*float64(limit))
+	// Unbounded without a limit is kept by either mode's advice that
+	// names no limit.
+	if limit == 0 && now == 0 && rec.Mode == "unbounded" && mode == "unbounded" {
+		same = true
+	}
+	if same {
+		if now != limit {
+			return fmt.Sprintf("keeps (%d)", now), false
+		}
+		return "keeps", false
+	}
+	switch {
+	case rec.Workers > 0 && rec.Mode == "fixed":
+		return fmt.Sprintf("WORKERS=%d", rec.Workers), true
+	case rec.Bulkhead > 0:
+		return fmt.Sprintf("BULKHEAD=%d", rec.Bulkhead), true
+	}
+	return "no limit", true
+}
+
+func sorted(s []string) []string {
+	s = slices.Clone(s)
+	slices.Sort(s)
+	return s
 }
 
 // judge compares what the sidecar said with the truth.
@@ -405,15 +558,24 @@ func drive(ctx context.Context, base string, flows []bench.Flow, warmup, window 
 // verdict, the estimate, the advice, predicted against measured, and pass
 // or fail.
 func WriteMarkdown(w io.Writer, results []Result) error {
-	fmt.Fprintln(w, "| case | truth | verdict | capacity (estimate) | advice | applied | predicted rps / p50 | measured rps / p50 | result |")
-	fmt.Fprintln(w, "| --- | --- | --- | --- | --- | --- | --: | --: | --- |")
+	fmt.Fprintln(w, "| case | truth | verdict | capacity (estimate) | advice | applied | predicted rps / p50 | measured rps / p50 | once applied | result |")
+	fmt.Fprintln(w, "| --- | --- | --- | --- | --- | --- | --: | --: | --- | --- |")
 	for _, r := range results {
+		if r.Skipped != "" {
+			if _, err := fmt.Fprintf(w, "| %s | | | | | | | | | skipped: %s |\n", r.Case.Name, r.Skipped); err != nil {
+				return err
+			}
+			continue
+		}
 		truth := "not saturated"
 		switch {
 		case r.Truth.Saturated && r.Truth.CapacityHi-r.Truth.CapacityLo > 2*CapacityMargin*r.Truth.Capacity+1e-9:
 			truth = fmt.Sprintf("saturated, %.0f to %.0f", r.Truth.CapacityLo, r.Truth.CapacityHi)
 		case r.Truth.Saturated:
 			truth = fmt.Sprintf("saturated, %.0f", r.Truth.Capacity)
+			if len(r.Truth.Shared) > 0 {
+				truth += ", shared by " + strings.Join(r.Truth.Shared, " and ")
+			}
 		case r.Truth.RouteLocal != "":
 			truth = "queues behind " + r.Truth.RouteLocal + " only"
 		case r.Truth.CapacityKnown:
@@ -421,6 +583,8 @@ func WriteMarkdown(w io.Writer, results []Result) error {
 		}
 		verdict := "not saturated"
 		switch {
+		case r.Saturated && len(r.Shared) > 1:
+			verdict = "saturated, shared by " + strings.Join(r.Shared, " and ")
 		case r.Saturated:
 			verdict = "saturated"
 		case len(r.RouteLocal) > 0:
@@ -452,8 +616,8 @@ func WriteMarkdown(w io.Writer, results []Result) error {
 			}
 			return fmt.Sprintf("%.0f / %s", m.Throughput, m.P50.Round(time.Millisecond))
 		}
-		if _, err := fmt.Fprintf(w, "| %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", r.Case.Name, truth, verdict, capacity, advice,
-			r.Recommended, pm(r.Predicted), pm(r.Measured), result); err != nil {
+		if _, err := fmt.Fprintf(w, "| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", r.Case.Name, truth, verdict, capacity, advice,
+			r.Recommended, pm(r.Predicted), pm(r.Measured), r.Once, result); err != nil {
 			return err
 		}
 	}
