@@ -16,6 +16,7 @@ import (
 	"net/http"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/loomgate/loomgate/bench"
@@ -46,12 +47,28 @@ type Case struct {
 	// Needs, if set, reports why the case cannot run on this machine (a
 	// program not installed); Run then skips it with that note.
 	Needs func() error
+	// ApplyFromEmpty, if set, measures the applied setting from its
+	// start, for this long, in place of Options' warm-up and window: open
+	// arrivals beyond what is served have no steady state, and what the
+	// advice predicts for them is the first minute from an empty queue.
+	ApplyFromEmpty time.Duration
 }
 
 // Phase is a time of steady load: flows side by side.
 type Phase struct {
 	Duration time.Duration
 	Flows    []bench.Flow
+	// Rates are open arrivals beside the flows' clients: requests sent on
+	// schedule whether or not the ones before were answered, as many
+	// independent users send them.
+	Rates []Rate
+}
+
+// Rate is open arrivals on one path.
+type Rate struct {
+	// Path is requested on the target's host, e.g. "/wait?ms=100".
+	Path      string
+	PerSecond float64
 }
 
 // Truth is what holds of a case's upstream, by its construction.
@@ -137,40 +154,40 @@ func Cases() []Case {
 	return []Case{
 		{
 			Name: "steady", Description: "one route, 100 ms, 50 clients, nothing limits it",
-			Phases: []Phase{{20 * s, []bench.Flow{{Path: "/wait?ms=100", Clients: 50}}}},
+			Phases: []Phase{{Duration: 20 * s, Flows: []bench.Flow{{Path: "/wait?ms=100", Clients: 50}}}},
 		},
 		{
 			Name: "spread", Description: "one route, service times spread 20-400 ms, 40 clients, nothing limits it",
-			Phases: []Phase{{20 * s, []bench.Flow{{Path: "/wait?ms=20&to=400", Clients: 40}}}},
+			Phases: []Phase{{Duration: 20 * s, Flows: []bench.Flow{{Path: "/wait?ms=20&to=400", Clients: 40}}}},
 		},
 		{
 			Name: "cheap+expensive", Description: "2 ms requests from 2 clients beside 200 ms ones from 20, on one route, nothing limits them",
-			Phases: []Phase{{20 * s, []bench.Flow{{Path: "/wait?ms=2", Clients: 2}, {Path: "/wait?ms=200", Clients: 20}}}},
+			Phases: []Phase{{Duration: 20 * s, Flows: []bench.Flow{{Path: "/wait?ms=2", Clients: 2}, {Path: "/wait?ms=200", Clients: 20}}}},
 		},
 		{
 			Name: "rising", Description: "a hidden pool of 50, 100 ms: 10 clients, then 200 within the window",
 			Stub:   stub.Config{Pool: 50},
-			Phases: []Phase{{8 * s, []bench.Flow{{Path: "/wait?ms=100", Clients: 10}}}, {14 * s, []bench.Flow{{Path: "/wait?ms=100", Clients: 200}}}},
+			Phases: []Phase{{Duration: 8 * s, Flows: []bench.Flow{{Path: "/wait?ms=100", Clients: 10}}}, {Duration: 14 * s, Flows: []bench.Flow{{Path: "/wait?ms=100", Clients: 200}}}},
 			Truth:  pool(50),
 		},
 		{
 			Name: "pool+spread", Description: "a hidden pool of 50 behind service times spread 20-200 ms: 10 clients, then 150",
 			Stub:   stub.Config{Pool: 50},
-			Phases: []Phase{{8 * s, []bench.Flow{{Path: "/wait?ms=20&to=200", Clients: 10}}}, {14 * s, []bench.Flow{{Path: "/wait?ms=20&to=200", Clients: 150}}}},
+			Phases: []Phase{{Duration: 8 * s, Flows: []bench.Flow{{Path: "/wait?ms=20&to=200", Clients: 10}}}, {Duration: 14 * s, Flows: []bench.Flow{{Path: "/wait?ms=20&to=200", Clients: 150}}}},
 			Truth:  pool(50),
 		},
 		{
 			Name: "one-route-pool", Description: "a pool of 10 connections behind /db only, while /wait stays healthy: /db from 5 clients to 40",
 			Stub: stub.Config{DBPool: 10},
 			Phases: []Phase{
-				{8 * s, []bench.Flow{{Path: "/db?ms=100", Clients: 5}, {Path: "/wait?ms=50", Clients: 20}}},
-				{14 * s, []bench.Flow{{Path: "/db?ms=100", Clients: 40}, {Path: "/wait?ms=50", Clients: 20}}},
+				{Duration: 8 * s, Flows: []bench.Flow{{Path: "/db?ms=100", Clients: 5}, {Path: "/wait?ms=50", Clients: 20}}},
+				{Duration: 14 * s, Flows: []bench.Flow{{Path: "/db?ms=100", Clients: 40}, {Path: "/wait?ms=50", Clients: 20}}},
 			},
 			Truth: Truth{RouteLocal: "GET /db"},
 		},
 		{
 			Name: "cpu", Description: "CPU work, about 1 ms a request: 2 clients, then 32; the ceiling is the 2 cores, shared with the rig and the sidecar",
-			Phases: []Phase{{8 * s, []bench.Flow{{Path: "/cpu?iters=300000", Clients: 2}}}, {14 * s, []bench.Flow{{Path: "/cpu?iters=300000", Clients: 32}}}},
+			Phases: []Phase{{Duration: 8 * s, Flows: []bench.Flow{{Path: "/cpu?iters=300000", Clients: 2}}}, {Duration: 14 * s, Flows: []bench.Flow{{Path: "/cpu?iters=300000", Clients: 32}}}},
 			// Two cores, shared with the rig and the sidecar; and a request
 			// is not all CPU (its service time at low load has the network
 			// and the scheduler in it too), so the knee of throughput lies
@@ -181,51 +198,68 @@ func Cases() []Case {
 		},
 		{
 			Name: "pinned", Description: "a 20 ms critical section every request takes: 1 client, then 20",
-			Phases: []Phase{{8 * s, []bench.Flow{{Path: "/pinned?ms=20", Clients: 1}}}, {14 * s, []bench.Flow{{Path: "/pinned?ms=20", Clients: 20}}}},
+			Phases: []Phase{{Duration: 8 * s, Flows: []bench.Flow{{Path: "/pinned?ms=20", Clients: 1}}}, {Duration: 14 * s, Flows: []bench.Flow{{Path: "/pinned?ms=20", Clients: 20}}}},
 			Truth:  pool(1),
 		},
 		{
 			Name: "then-calm", Description: "a hidden pool of 50: 200 clients, then a calm minute of 20; the capacity seen stays known",
 			Stub:   stub.Config{Pool: 50},
-			Phases: []Phase{{8 * s, []bench.Flow{{Path: "/wait?ms=100", Clients: 10}}}, {20 * s, []bench.Flow{{Path: "/wait?ms=100", Clients: 200}}}, {65 * s, []bench.Flow{{Path: "/wait?ms=100", Clients: 20}}}},
+			Phases: []Phase{{Duration: 8 * s, Flows: []bench.Flow{{Path: "/wait?ms=100", Clients: 10}}}, {Duration: 20 * s, Flows: []bench.Flow{{Path: "/wait?ms=100", Clients: 200}}}, {Duration: 65 * s, Flows: []bench.Flow{{Path: "/wait?ms=100", Clients: 20}}}},
 			Truth:  Truth{Capacity: 50, CapacityLo: 50 * (1 - CapacityMargin), CapacityHi: 50 * (1 + CapacityMargin), CapacityKnown: true},
 		},
 		{
 			Name: "short-calm", Description: "a hidden pool of 50, 100 ms: 3 s of 10 clients, shorter than a bucket, then 200",
 			Stub:   stub.Config{Pool: 50},
-			Phases: []Phase{{3 * s, []bench.Flow{{Path: "/wait?ms=100", Clients: 10}}}, {16 * s, []bench.Flow{{Path: "/wait?ms=100", Clients: 200}}}},
+			Phases: []Phase{{Duration: 3 * s, Flows: []bench.Flow{{Path: "/wait?ms=100", Clients: 10}}}, {Duration: 16 * s, Flows: []bench.Flow{{Path: "/wait?ms=100", Clients: 200}}}},
 			Truth:  pool(50),
 		},
 		{
 			Name: "shared-pool", Description: "a hidden pool of 50 behind two routes of different cost, 200 ms /mixed and 10 ms /wait: 10+5 clients, then 150+20",
 			Stub: stub.Config{Pool: 50},
 			Phases: []Phase{
-				{8 * s, []bench.Flow{{Path: "/mixed", Clients: 10}, {Path: "/wait?ms=10", Clients: 5}}},
-				{14 * s, []bench.Flow{{Path: "/mixed", Clients: 150}, {Path: "/wait?ms=10", Clients: 20}}},
+				{Duration: 8 * s, Flows: []bench.Flow{{Path: "/mixed", Clients: 10}, {Path: "/wait?ms=10", Clients: 5}}},
+				{Duration: 14 * s, Flows: []bench.Flow{{Path: "/mixed", Clients: 150}, {Path: "/wait?ms=10", Clients: 20}}},
 			},
 			Truth: shared(pool(50), "GET /mixed", "GET /wait"),
 		},
 		{
+			Name: "open", Description: "open arrivals at a hidden pool of 20, 100 ms (200 a second served): 60 a second, then 240",
+			Stub: stub.Config{Pool: 20},
+			Phases: []Phase{
+				{Duration: 8 * s, Rates: []Rate{{Path: "/wait?ms=100", PerSecond: 60}}},
+				// Longer than the 15 s over which outstanding requests
+				// must keep growing for the demand to read as open.
+				{Duration: 18 * s, Rates: []Rate{{Path: "/wait?ms=100", PerSecond: 240}}},
+			},
+			Truth: pool(20),
+			// The prediction is of the first minute; the sidecar's p50 is
+			// of its window, 12 buckets of 5 s from its start, so a run
+			// read after a minute has lost its first bucket, the shortest
+			// waits. 55 s is whole in it, whatever the launch took; its
+			// p50 is some 8% below a minute's.
+			ApplyFromEmpty: 55 * time.Second,
+		},
+		{
 			Name: "slower-dependency", Description: "nothing limits it, but its dependency slows from 50 ms to 150 ms under the same 40 clients",
-			Phases: []Phase{{10 * s, []bench.Flow{{Path: "/wait?ms=50", Clients: 40}}}, {12 * s, []bench.Flow{{Path: "/wait?ms=150", Clients: 40}}}},
+			Phases: []Phase{{Duration: 10 * s, Flows: []bench.Flow{{Path: "/wait?ms=50", Clients: 40}}}, {Duration: 12 * s, Flows: []bench.Flow{{Path: "/wait?ms=150", Clients: 40}}}},
 		},
 		{
 			Name: "tomcat-50", Description: "Apache Tomcat, maxThreads 50, a JSP that sleeps 100 ms: 20 clients, then 100",
-			Phases:   []Phase{{8 * s, []bench.Flow{{Path: "/sleep.jsp?ms=100", Clients: 20}}}, {14 * s, []bench.Flow{{Path: "/sleep.jsp?ms=100", Clients: 100}}}},
+			Phases:   []Phase{{Duration: 8 * s, Flows: []bench.Flow{{Path: "/sleep.jsp?ms=100", Clients: 20}}}, {Duration: 14 * s, Flows: []bench.Flow{{Path: "/sleep.jsp?ms=100", Clients: 100}}}},
 			Truth:    pool(50),
 			Upstream: tomcatUpstream(50), Needs: tomcat.Available,
 		},
 		{
 			Name: "tomcat-200", Description: "Apache Tomcat, maxThreads 200, a JSP that calls the stub for 400 ms: 50 clients, then 400",
-			Phases:   []Phase{{8 * s, []bench.Flow{{Path: "/call.jsp?ms=400", Clients: 50}}}, {14 * s, []bench.Flow{{Path: "/call.jsp?ms=400", Clients: 400}}}},
+			Phases:   []Phase{{Duration: 8 * s, Flows: []bench.Flow{{Path: "/call.jsp?ms=400", Clients: 50}}}, {Duration: 14 * s, Flows: []bench.Flow{{Path: "/call.jsp?ms=400", Clients: 400}}}},
 			Truth:    pool(200),
 			Upstream: tomcatUpstream(200), Needs: tomcat.Available,
 		},
 		{
 			Name: "tomcat-shared", Description: "one Tomcat pool of 50 behind two routes, a 100 ms JSP and a trivial one: 10+5 clients, then 100+10",
 			Phases: []Phase{
-				{8 * s, []bench.Flow{{Path: "/sleep.jsp?ms=100", Clients: 10}, {Path: "/hello.jsp", Clients: 5}}},
-				{14 * s, []bench.Flow{{Path: "/sleep.jsp?ms=100", Clients: 100}, {Path: "/hello.jsp", Clients: 10}}},
+				{Duration: 8 * s, Flows: []bench.Flow{{Path: "/sleep.jsp?ms=100", Clients: 10}, {Path: "/hello.jsp", Clients: 5}}},
+				{Duration: 14 * s, Flows: []bench.Flow{{Path: "/sleep.jsp?ms=100", Clients: 100}, {Path: "/hello.jsp", Clients: 10}}},
 			},
 			Truth:    shared(pool(50), "GET /hello.jsp", "GET /sleep.jsp"),
 			Upstream: tomcatUpstream(50), Needs: tomcat.Available,
@@ -351,18 +385,20 @@ func runCase(ctx context.Context, c Case, l bench.Launcher, opts Options) (Resul
 	if err != nil {
 		return r, fmt.Errorf("launch: %w", err)
 	}
-	for _, p := range c.Phases {
+	var doc adviceDoc
+	for i, p := range c.Phases {
 		d := time.Duration(float64(p.Duration) * opts.Scale)
-		if _, err := drive(ctx, t.URL, p.Flows, 0, d); err != nil {
+		if i < len(c.Phases)-1 {
+			_, err = drive(ctx, t.URL, p, 0, d)
+		} else {
+			_, doc, err = driveAndRead(ctx, t, p, 0, d)
+		}
+		if err != nil {
 			stop()
 			return r, err
 		}
 	}
-	doc, err := readAdvice(ctx, t.AdminURL)
 	stop()
-	if err != nil {
-		return r, err
-	}
 	f, rec := doc.Figures, doc.Recommendation
 	r.Saturated, r.RouteLocal, r.Capacity, r.Unknown, r.LowerBound = f.Saturated, f.RouteLocal, f.Capacity, f.Unknown, f.LowerBound
 	r.Summary, r.Workers, r.Bulkhead = rec.Summary, rec.Workers, rec.Bulkhead
@@ -398,7 +434,11 @@ func runCase(ctx context.Context, c Case, l bench.Launcher, opts Options) (Resul
 	}
 	defer stop()
 	last := c.Phases[len(c.Phases)-1]
-	m, err := drive(ctx, t.URL, last.Flows, opts.ApplyWarmup, opts.ApplyWindow)
+	warmup, window := opts.ApplyWarmup, opts.ApplyWindow
+	if c.ApplyFromEmpty > 0 {
+		warmup, window = 0, c.ApplyFromEmpty
+	}
+	m, after, err := driveAndRead(ctx, t, last, warmup, window)
 	if err != nil {
 		return r, err
 	}
@@ -406,10 +446,6 @@ func runCase(ctx context.Context, c Case, l bench.Launcher, opts Options) (Resul
 	// response written, which is what the prediction models: the clients'
 	// own clock would add the time they wait for a core, beside the stub
 	// and the sidecar on the same machine.
-	after, err := readAdvice(ctx, t.AdminURL)
-	if err != nil {
-		return r, fmt.Errorf("the applied setting's advice: %w", err)
-	}
 	if after.Figures.LatencyP50 > 0 {
 		r.ClientP50 = m.P50
 		m.P50 = time.Duration(after.Figures.LatencyP50 * float64(time.Second))
@@ -500,7 +536,7 @@ func (r *Result) judge(last Phase) {
 	}
 	// A healthy upstream is never capped, and no cap goes below what the
 	// upstream served without slowing.
-	if !tr.Saturated && (r.Workers > 0 || r.Bulkhead > 0) {
+	if !tr.Saturated && (r.Workers > 0 || r.Bulkhead > 0) && len(last.Rates) == 0 {
 		clients := 0
 		for _, f := range last.Flows {
 			clients += f.Clients
@@ -536,22 +572,93 @@ func readAdvice(ctx context.Context, admin string) (adviceDoc, error) {
 	return doc, nil
 }
 
-// drive runs the flows' closed-loop clients for warmup+window and returns
-// the throughput and median latency of the 2xx answers in the window. A
-// client whose answer failed comes back after a pause, not in a spin.
-func drive(ctx context.Context, base string, flows []bench.Flow, warmup, window time.Duration) (Measure, error) {
-	res, err := bench.Run(ctx, bench.Config{
-		URL: base, Flows: flows, Warmup: warmup, Window: window,
-		// Cut only at the window's end.
-		Timeout: warmup + window, ErrorPause: 10 * time.Millisecond,
-	})
-	if err != nil {
+// drive runs the phase's closed-loop clients and open arrivals side by
+// side for warmup+window and returns the throughput of the 2xx answers in
+// the window and their median latency (the clients' when there are any).
+// A client whose answer failed comes back after a pause, not in a spin.
+func drive(ctx context.Context, base string, p Phase, warmup, window time.Duration) (Measure, error) {
+	var (
+		wg     sync.WaitGroup
+		mu     sync.Mutex
+		m      Measure
+		errs   []error
+		closed bool
+	)
+	add := func(rps float64, p50 time.Duration, isClosed bool, err error) {
+		mu.Lock()
+		defer mu.Unlock()
+		if err != nil {
+			errs = append(errs, err)
+			return
+		}
+		m.Throughput += rps
+		if isClosed || !closed && m.P50 == 0 {
+			m.P50 = p50
+		}
+		closed = closed || isClosed
+	}
+	if len(p.Flows) > 0 {
+		wg.Go(func() {
+			res, err := bench.Run(ctx, bench.Config{
+				URL: base, Flows: p.Flows, Warmup: warmup, Window: window,
+				// Cut only at the window's end.
+				Timeout: warmup + window, ErrorPause: 10 * time.Millisecond,
+			})
+			add(res.RPS, res.P50, true, err)
+		})
+	}
+	for _, rate := range p.Rates {
+		wg.Go(func() {
+			res, err := bench.RunOpen(ctx, bench.OpenConfig{
+				URL: base + rate.Path, Rate: rate.PerSecond, Warmup: warmup, Window: window,
+				// Patient users: a request waits for its answer however
+				// long the queue, to the window's end, as the advice's
+				// prediction of open demand assumes.
+				Timeout: warmup + window,
+			})
+			add(res.Throughput, res.P50, false, err)
+		})
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
 		return Measure{}, err
 	}
-	if res.Requests == 0 {
+	if m.Throughput == 0 {
 		return Measure{}, errors.New("no answer in the window")
 	}
-	return Measure{Throughput: res.RPS, P50: res.P50}, nil
+	return m, nil
+}
+
+// driveAndRead drives the phase and reads the sidecar's /advice as its
+// window closes: after open arrivals stop, their requests still waiting
+// are followed for a few seconds more, and the advice read then would see
+// the outstanding requests fall, not the growth that tells open demand.
+func driveAndRead(ctx context.Context, t bench.Target, p Phase, warmup, window time.Duration) (Measure, adviceDoc, error) {
+	var (
+		m       Measure
+		doc     adviceDoc
+		readErr error
+	)
+	if len(p.Rates) == 0 {
+		m, err := drive(ctx, t.URL, p, warmup, window)
+		if err != nil {
+			return m, doc, err
+		}
+		doc, err = readAdvice(ctx, t.AdminURL)
+		return m, doc, err
+	}
+	read := make(chan struct{})
+	go func() {
+		defer close(read)
+		select {
+		case <-time.After(warmup + window):
+		case <-ctx.Done():
+		}
+		doc, readErr = readAdvice(ctx, t.AdminURL)
+	}()
+	m, err := drive(ctx, t.URL, p, warmup, window)
+	<-read
+	return m, doc, errors.Join(err, readErr)
 }
 
 // WriteMarkdown writes the matrix as a table: per case the truth, the
