@@ -1,8 +1,9 @@
 // Package advicematrix is the advice matrix, `loomgate bench --scenario
 // advice`: cases whose truth is known by construction, each played against
-// a stub and a sidecar, the sidecar's advice read and judged against the
-// truth, and its recommendation applied and measured against what it
-// predicted.
+// a sidecar in front of the stub or a real server (Apache Tomcat's thread
+// pool), the sidecar's advice read and judged against the truth, its
+// recommendation applied and measured against what it predicted, and the
+// applied sidecar's own advice read, which must keep it.
 package advicematrix
 
 import (
@@ -361,22 +362,25 @@ type adviceDoc struct {
 		Shared     []string `json:"shared_routes"`
 	} `json:"figures"`
 	Recommendation struct {
-		Mode        string `json:"mode"`
-		Workers     int    `json:"workers"`
-		Bulkhead    int    `json:"bulkhead"`
-		Probe       int    `json:"probe"`
-		Summary     string `json:"summary"`
-		Predictions []struct {
-			Name       string  `json:"name"`
-			Setting    string  `json:"setting"`
-			Mode       string  `json:"mode"`
-			Limit      int     `json:"limit"`
-			QueueSize  int     `json:"queue_size"`
-			Wait       float64 `json:"wait_seconds"`
-			Throughput float64 `json:"throughput_rps"`
-			P50        float64 `json:"latency_p50_seconds"`
-		} `json:"predictions"`
+		Mode        string          `json:"mode"`
+		Workers     int             `json:"workers"`
+		Bulkhead    int             `json:"bulkhead"`
+		Probe       int             `json:"probe"`
+		Summary     string          `json:"summary"`
+		Predictions []predictionDoc `json:"predictions"`
 	} `json:"recommendation"`
+}
+
+// predictionDoc is one of /advice's predictions.
+type predictionDoc struct {
+	Name       string  `json:"name"`
+	Setting    string  `json:"setting"`
+	Mode       string  `json:"mode"`
+	Limit      int     `json:"limit"`
+	QueueSize  int     `json:"queue_size"`
+	Wait       float64 `json:"wait_seconds"`
+	Throughput float64 `json:"throughput_rps"`
+	P50        float64 `json:"latency_p50_seconds"`
 }
 
 func runCase(ctx context.Context, c Case, l bench.Launcher, opts Options) (Result, error) {
@@ -480,7 +484,7 @@ func once(applied bench.Sidecar, doc adviceDoc) (said string, reversal bool) {
 	if mode == "fixed" {
 		limit, now = applied.Workers, rec.Workers
 	}
-	if rec.Mode == "" {
+	if len(rec.Predictions) == 0 {
 		// Not enough traffic to advise: nothing is reversed.
 		return "no advice", false
 	}
@@ -493,11 +497,6 @@ func once(applied bench.Sidecar, doc adviceDoc) (said string, reversal bool) {
 		return fmt.Sprintf("probe %d, more than a step above %d", rec.Probe, limit), true
 	}
 	same := rec.Mode == mode && (now == limit || limit > 0 && now > 0 && math.Abs(float64(now-limit)) <= CapacityMargin*float64(limit))
-	// Unbounded without a limit is kept by either mode's advice that
-	// names no limit.
-	if limit == 0 && now == 0 && rec.Mode == "unbounded" && mode == "unbounded" {
-		same = true
-	}
 	if same {
 		if now != limit {
 			return fmt.Sprintf("keeps (%d)", now), false
