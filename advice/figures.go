@@ -218,12 +218,15 @@ func (w *window) figures(now time.Time, names []string) Figures {
 		hist := classHist[c]
 		if !r.saturated {
 			// A route that does not queue inside serves the clients now
-			// as it serves them now: over the last two buckets, the span
-			// the clients are counted over. The minute's answers would
-			// mix in a service time that has since changed with no more
-			// load (a dependency that slowed), its quick answers
-			// outvoting the slow seconds since.
-			if recent, n := w.recentClassHist(c, from, cur); n >= 2*minClassRequests {
+			// as it serves them now: where its mean service time over the
+			// last two buckets, the span the clients are counted over,
+			// is Stretched away from the minute's (a dependency that
+			// slowed, with no more load), the minute's answers would mix
+			// in the time it no longer takes, its quick answers
+			// outvoting the slow seconds since. Otherwise the minute's
+			// larger sample is the steadier one.
+			if recent, mean, n := w.recentClass(c, from, cur); n >= 2*minClassRequests && rf.MeanService > 0 &&
+				max(mean, rf.MeanService) >= time.Duration(Stretched*float64(min(mean, rf.MeanService))) {
 				hist = recent
 			}
 		}
@@ -301,9 +304,10 @@ func (w *window) figures(now time.Time, names []string) Figures {
 	return f
 }
 
-// recentClassHist is route class c's service-time histogram over the last
-// two buckets, and how many answers it holds.
-func (w *window) recentClassHist(c int, from, cur int64) (hist [numBuckets]uint64, answers uint64) {
+// recentClass is route class c's service-time histogram over the last two
+// buckets, its mean service time there, and how many answers it holds.
+func (w *window) recentClass(c int, from, cur int64) (hist [numBuckets]uint64, mean time.Duration, answers int64) {
+	var service time.Duration
 	for n := max(cur-1, from); n <= cur; n++ {
 		b, l := &w.buckets[n%historyBuckets], &w.live[n%WindowBuckets]
 		if b.n != n || l.n != n || b.class[c].n == 0 {
@@ -311,10 +315,14 @@ func (w *window) recentClassHist(c int, from, cur int64) (hist [numBuckets]uint6
 		}
 		for i, k := range l.classHist[c] {
 			hist[i] += uint64(k)
-			answers += uint64(k)
 		}
+		service += b.class[c].service
+		answers += b.class[c].n
 	}
-	return hist, answers
+	if answers > 0 {
+		mean = service / time.Duration(answers)
+	}
+	return hist, mean, answers
 }
 
 // The judgement of open demand. Arrivals are counted as requests finish,
