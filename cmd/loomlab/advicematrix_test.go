@@ -101,21 +101,21 @@ func TestAdviceFindsTomcatsPool(t *testing.T) {
 		t.Fatal(err)
 	}
 	r := results[0]
-	t.Logf("saturated %v, capacity %v (%s), workers %d: %s", r.Saturated, fmtCapacity(r.Capacity), r.Unknown, r.Workers, r.Summary)
+	t.Logf("saturated %v, capacity %s, workers %d: %s", r.Saturated, fmtCapacity(r), r.Workers, r.Summary)
 	if !r.Saturated {
 		t.Errorf("saturated = false; want true: Tomcat's 20 threads serve 60 clients")
 	}
 	if r.Capacity == nil || math.Abs(*r.Capacity-20) > 0.25*20 {
-		t.Errorf("capacity %s; want 20 within 25%%", fmtCapacity(r.Capacity))
+		t.Errorf("capacity %s; want 20 within 25%%", fmtCapacity(r))
 	}
 	if math.Abs(float64(r.Workers)-20) > 0.25*20 {
 		t.Errorf("recommended WORKERS=%d; want 20 within 25%%", r.Workers)
 	}
 }
 
-func fmtCapacity(c *float64) string {
-	if c == nil {
-		return "unknown"
+func fmtCapacity(r advicematrix.Result) string {
+	if r.Capacity == nil {
+		return r.Unknown
 	}
-	return strconv.FormatFloat(*c, 'f', 1, 64)
+	return strconv.FormatFloat(*r.Capacity, 'f', 1, 64)
 }
