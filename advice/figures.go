@@ -217,7 +217,22 @@ func (w *window) figures(now time.Time, names []string) Figures {
 		if r.saturated && !e.Saturated {
 			rd.Capacity = r.capacity
 		}
-		for i, n := range classHist[c] {
+		hist := classHist[c]
+		if !r.saturated {
+			// A route that does not queue inside serves the clients now
+			// as it serves them now: where its mean service time over the
+			// last two buckets, the span the clients are counted over,
+			// is Stretched away from the minute's (a dependency that
+			// slowed, with no more load), the minute's answers would mix
+			// in the time it no longer takes, its quick answers
+			// outvoting the slow seconds since. Otherwise the minute's
+			// larger sample is the steadier one.
+			if recent, mean, n := w.recentClass(c, from, cur); n >= 2*minClassRequests && rf.MeanService > 0 &&
+				max(mean, rf.MeanService) >= time.Duration(Stretched*float64(min(mean, rf.MeanService))) {
+				hist = recent
+			}
+		}
+		for i, n := range hist {
 			if n == 0 {
 				continue
 			}
@@ -289,6 +304,27 @@ func (w *window) figures(now time.Time, names []string) Figures {
 	}
 	f.BytesPerRequest = w.bytesPerRequest
 	return f
+}
+
+// recentClass is route class c's service-time histogram over the last two
+// buckets, its mean service time there, and how many answers it holds.
+func (w *window) recentClass(c int, from, cur int64) (hist [numBuckets]uint64, mean time.Duration, answers int64) {
+	var service time.Duration
+	for n := max(cur-1, from); n <= cur; n++ {
+		b, l := &w.buckets[n%historyBuckets], &w.live[n%WindowBuckets]
+		if b.n != n || l.n != n || b.class[c].n == 0 {
+			continue
+		}
+		for i, k := range l.classHist[c] {
+			hist[i] += uint64(k)
+		}
+		service += b.class[c].service
+		answers += b.class[c].n
+	}
+	if answers > 0 {
+		mean = service / time.Duration(answers)
+	}
+	return hist, mean, answers
 }
 
 // The judgement of open demand. Arrivals are counted as requests finish,

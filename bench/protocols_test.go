@@ -31,7 +31,7 @@ func (l *countingListener) Accept() (net.Conn, error) {
 	return c, err
 }
 
-// startCountedStub is startStub that also counts the connections made to
+// startCountedStub is stubtest.Start that also counts the connections made to
 // the stub.
 func startCountedStub(t *testing.T, cfg stub.Config) (string, *atomic.Int64) {
 	t.Helper()

@@ -60,6 +60,12 @@ type Arm struct {
 	// speaks it on to the stub. When set, the results' arm names it.
 	// If empty, HTTP/1.1.
 	Proto Proto
+	// Upstream, if set, starts the service the sidecar forwards to in
+	// place of the stub, given the stub's base URL for a service that
+	// calls it (a servlet container whose pages call a downstream API);
+	// the launcher starts the stub first and stops the upstream with the
+	// rest. If nil, the sidecar forwards to the stub.
+	Upstream func(ctx context.Context, stubURL string) (url string, stop func(), err error)
 }
 
 // Sidecar is the part of a sidecar's configuration an arm varies. Zero

@@ -1,11 +1,13 @@
 // Package advicematrix is the advice matrix, `loomgate bench --scenario
 // advice`: cases whose truth is known by construction, each played against
-// a stub and a sidecar, the sidecar's advice read and judged against the
-// truth, and its recommendation applied and measured against what it
-// predicted.
+// a sidecar in front of the stub or a real server (Apache Tomcat's thread
+// pool), the sidecar's advice read and judged against the truth, its
+// recommendation applied and measured against what it predicted, and the
+// applied sidecar's own advice read, which must keep it.
 package advicematrix
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -13,10 +15,13 @@ import (
 	"io"
 	"math"
 	"net/http"
+	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/loomgate/loomgate/bench"
+	"github.com/loomgate/loomgate/bench/tomcat"
 	"github.com/loomgate/loomgate/stub"
 )
 
@@ -37,12 +42,34 @@ type Case struct {
 	// CPU the work gets, then depend on the setting, and what is predicted
 	// for the clients seen is shown but not checked.
 	SharedCores bool
+	// Upstream, if set, starts the service behind the sidecar in place of
+	// the stub, as bench.Arm.Upstream says: a real server.
+	Upstream func(ctx context.Context, stubURL string) (url string, stop func(), err error)
+	// Needs, if set, reports why the case cannot run on this machine (a
+	// program not installed); Run then skips it with that note.
+	Needs func() error
+	// ApplyFromEmpty, if set, measures the applied setting from its
+	// start, for this long, in place of Options' warm-up and window: open
+	// arrivals beyond what is served have no steady state, and what the
+	// advice predicts for them is the first minute from an empty queue.
+	ApplyFromEmpty time.Duration
 }
 
 // Phase is a time of steady load: flows side by side.
 type Phase struct {
 	Duration time.Duration
 	Flows    []bench.Flow
+	// Rates are open arrivals beside the flows' clients: requests sent on
+	// schedule whether or not the ones before were answered, as many
+	// independent users send them.
+	Rates []Rate
+}
+
+// Rate is open arrivals on one path.
+type Rate struct {
+	// Path is requested on the target's host, e.g. "/wait?ms=100".
+	Path      string
+	PerSecond float64
 }
 
 // Truth is what holds of a case's upstream, by its construction.
@@ -56,9 +83,12 @@ type Truth struct {
 	// unless the case says otherwise); 0 where the estimate must say
 	// unknown or may say anything.
 	Capacity, CapacityLo, CapacityHi float64
-	// AnyCapacity: the upstream is not saturated now, but was; a known
+	// CapacityKnown: the upstream is not saturated now, but was; a known
 	// capacity must then be in range.
 	CapacityKnown bool
+	// Shared, if set, are the routes that must be named as sharing the
+	// bottleneck: one cap in front of them all, not one per route.
+	Shared []string
 }
 
 // Result is one case's outcome.
@@ -69,6 +99,7 @@ type Result struct {
 	// What the sidecar said.
 	Saturated   bool
 	RouteLocal  []string
+	Shared      []string
 	Capacity    *float64
 	Unknown     string
 	LowerBound  float64
@@ -82,6 +113,15 @@ type Result struct {
 	// the sidecar; ClientP50 is the clients' own median.
 	Predicted, Measured Measure
 	ClientP50           time.Duration
+
+	// Once applied: what the applied sidecar's own advice says of the
+	// setting it runs, "keeps", "probe N" or what it would change to.
+	// The setting is stable when it is kept, or a bounded probe is
+	// proposed; anything else is a reversal, and a problem.
+	Once string
+
+	// Skipped says why the case did not run; empty when it ran.
+	Skipped string
 
 	// Problems lists what was wrong; empty when the case passed.
 	Problems []string
@@ -115,40 +155,40 @@ func Cases() []Case {
 	return []Case{
 		{
 			Name: "steady", Description: "one route, 100 ms, 50 clients, nothing limits it",
-			Phases: []Phase{{20 * s, []bench.Flow{{Path: "/wait?ms=100", Clients: 50}}}},
+			Phases: []Phase{{Duration: 20 * s, Flows: []bench.Flow{{Path: "/wait?ms=100", Clients: 50}}}},
 		},
 		{
 			Name: "spread", Description: "one route, service times spread 20-400 ms, 40 clients, nothing limits it",
-			Phases: []Phase{{20 * s, []bench.Flow{{Path: "/wait?ms=20&to=400", Clients: 40}}}},
+			Phases: []Phase{{Duration: 20 * s, Flows: []bench.Flow{{Path: "/wait?ms=20&to=400", Clients: 40}}}},
 		},
 		{
 			Name: "cheap+expensive", Description: "2 ms requests from 2 clients beside 200 ms ones from 20, on one route, nothing limits them",
-			Phases: []Phase{{20 * s, []bench.Flow{{Path: "/wait?ms=2", Clients: 2}, {Path: "/wait?ms=200", Clients: 20}}}},
+			Phases: []Phase{{Duration: 20 * s, Flows: []bench.Flow{{Path: "/wait?ms=2", Clients: 2}, {Path: "/wait?ms=200", Clients: 20}}}},
 		},
 		{
 			Name: "rising", Description: "a hidden pool of 50, 100 ms: 10 clients, then 200 within the window",
 			Stub:   stub.Config{Pool: 50},
-			Phases: []Phase{{8 * s, []bench.Flow{{Path: "/wait?ms=100", Clients: 10}}}, {14 * s, []bench.Flow{{Path: "/wait?ms=100", Clients: 200}}}},
+			Phases: []Phase{{Duration: 8 * s, Flows: []bench.Flow{{Path: "/wait?ms=100", Clients: 10}}}, {Duration: 14 * s, Flows: []bench.Flow{{Path: "/wait?ms=100", Clients: 200}}}},
 			Truth:  pool(50),
 		},
 		{
 			Name: "pool+spread", Description: "a hidden pool of 50 behind service times spread 20-200 ms: 10 clients, then 150",
 			Stub:   stub.Config{Pool: 50},
-			Phases: []Phase{{8 * s, []bench.Flow{{Path: "/wait?ms=20&to=200", Clients: 10}}}, {14 * s, []bench.Flow{{Path: "/wait?ms=20&to=200", Clients: 150}}}},
+			Phases: []Phase{{Duration: 8 * s, Flows: []bench.Flow{{Path: "/wait?ms=20&to=200", Clients: 10}}}, {Duration: 14 * s, Flows: []bench.Flow{{Path: "/wait?ms=20&to=200", Clients: 150}}}},
 			Truth:  pool(50),
 		},
 		{
 			Name: "one-route-pool", Description: "a pool of 10 connections behind /db only, while /wait stays healthy: /db from 5 clients to 40",
 			Stub: stub.Config{DBPool: 10},
 			Phases: []Phase{
-				{8 * s, []bench.Flow{{Path: "/db?ms=100", Clients: 5}, {Path: "/wait?ms=50", Clients: 20}}},
-				{14 * s, []bench.Flow{{Path: "/db?ms=100", Clients: 40}, {Path: "/wait?ms=50", Clients: 20}}},
+				{Duration: 8 * s, Flows: []bench.Flow{{Path: "/db?ms=100", Clients: 5}, {Path: "/wait?ms=50", Clients: 20}}},
+				{Duration: 14 * s, Flows: []bench.Flow{{Path: "/db?ms=100", Clients: 40}, {Path: "/wait?ms=50", Clients: 20}}},
 			},
 			Truth: Truth{RouteLocal: "GET /db"},
 		},
 		{
 			Name: "cpu", Description: "CPU work, about 1 ms a request: 2 clients, then 32; the ceiling is the 2 cores, shared with the rig and the sidecar",
-			Phases: []Phase{{8 * s, []bench.Flow{{Path: "/cpu?iters=300000", Clients: 2}}}, {14 * s, []bench.Flow{{Path: "/cpu?iters=300000", Clients: 32}}}},
+			Phases: []Phase{{Duration: 8 * s, Flows: []bench.Flow{{Path: "/cpu?iters=300000", Clients: 2}}}, {Duration: 14 * s, Flows: []bench.Flow{{Path: "/cpu?iters=300000", Clients: 32}}}},
 			// Two cores, shared with the rig and the sidecar; and a request
 			// is not all CPU (its service time at low load has the network
 			// and the scheduler in it too), so the knee of throughput lies
@@ -159,15 +199,90 @@ func Cases() []Case {
 		},
 		{
 			Name: "pinned", Description: "a 20 ms critical section every request takes: 1 client, then 20",
-			Phases: []Phase{{8 * s, []bench.Flow{{Path: "/pinned?ms=20", Clients: 1}}}, {14 * s, []bench.Flow{{Path: "/pinned?ms=20", Clients: 20}}}},
+			Phases: []Phase{{Duration: 8 * s, Flows: []bench.Flow{{Path: "/pinned?ms=20", Clients: 1}}}, {Duration: 14 * s, Flows: []bench.Flow{{Path: "/pinned?ms=20", Clients: 20}}}},
 			Truth:  pool(1),
 		},
 		{
 			Name: "then-calm", Description: "a hidden pool of 50: 200 clients, then a calm minute of 20; the capacity seen stays known",
 			Stub:   stub.Config{Pool: 50},
-			Phases: []Phase{{8 * s, []bench.Flow{{Path: "/wait?ms=100", Clients: 10}}}, {20 * s, []bench.Flow{{Path: "/wait?ms=100", Clients: 200}}}, {65 * s, []bench.Flow{{Path: "/wait?ms=100", Clients: 20}}}},
+			Phases: []Phase{{Duration: 8 * s, Flows: []bench.Flow{{Path: "/wait?ms=100", Clients: 10}}}, {Duration: 20 * s, Flows: []bench.Flow{{Path: "/wait?ms=100", Clients: 200}}}, {Duration: 65 * s, Flows: []bench.Flow{{Path: "/wait?ms=100", Clients: 20}}}},
 			Truth:  Truth{Capacity: 50, CapacityLo: 50 * (1 - CapacityMargin), CapacityHi: 50 * (1 + CapacityMargin), CapacityKnown: true},
 		},
+		{
+			Name: "short-calm", Description: "a hidden pool of 50, 100 ms: 3 s of 10 clients, shorter than a bucket, then 200",
+			Stub:   stub.Config{Pool: 50},
+			Phases: []Phase{{Duration: 3 * s, Flows: []bench.Flow{{Path: "/wait?ms=100", Clients: 10}}}, {Duration: 16 * s, Flows: []bench.Flow{{Path: "/wait?ms=100", Clients: 200}}}},
+			Truth:  pool(50),
+		},
+		{
+			Name: "shared-pool", Description: "a hidden pool of 50 behind two routes of different cost, 200 ms /mixed and 10 ms /wait: 10+5 clients, then 150+20",
+			Stub: stub.Config{Pool: 50},
+			Phases: []Phase{
+				{Duration: 8 * s, Flows: []bench.Flow{{Path: "/mixed", Clients: 10}, {Path: "/wait?ms=10", Clients: 5}}},
+				{Duration: 14 * s, Flows: []bench.Flow{{Path: "/mixed", Clients: 150}, {Path: "/wait?ms=10", Clients: 20}}},
+			},
+			Truth: shared(pool(50), "GET /mixed", "GET /wait"),
+		},
+		{
+			Name: "open", Description: "open arrivals at a hidden pool of 20, 100 ms (200 a second served): 60 a second, then 240",
+			Stub: stub.Config{Pool: 20},
+			Phases: []Phase{
+				{Duration: 8 * s, Rates: []Rate{{Path: "/wait?ms=100", PerSecond: 60}}},
+				// Longer than the 15 s over which outstanding requests
+				// must keep growing for the demand to read as open.
+				{Duration: 18 * s, Rates: []Rate{{Path: "/wait?ms=100", PerSecond: 240}}},
+			},
+			Truth: pool(20),
+			// The prediction is of the first minute; the sidecar's p50 is
+			// of its window, 12 buckets of 5 s from its start, so a run
+			// read after a minute has lost its first bucket, the shortest
+			// waits. 55 s is whole in it, whatever the launch took; its
+			// p50 is some 8% below a minute's.
+			ApplyFromEmpty: 55 * time.Second,
+		},
+		{
+			Name: "slower-dependency", Description: "nothing limits it, but its dependency slows from 50 ms to 150 ms under the same 40 clients",
+			Phases: []Phase{{Duration: 10 * s, Flows: []bench.Flow{{Path: "/wait?ms=50", Clients: 40}}}, {Duration: 12 * s, Flows: []bench.Flow{{Path: "/wait?ms=150", Clients: 40}}}},
+		},
+		{
+			Name: "tomcat-50", Description: "Apache Tomcat, maxThreads 50, a JSP that sleeps 100 ms: 20 clients, then 100",
+			Phases:   []Phase{{Duration: 8 * s, Flows: []bench.Flow{{Path: "/sleep.jsp?ms=100", Clients: 20}}}, {Duration: 14 * s, Flows: []bench.Flow{{Path: "/sleep.jsp?ms=100", Clients: 100}}}},
+			Truth:    pool(50),
+			Upstream: tomcatUpstream(50), Needs: tomcat.Available,
+		},
+		{
+			Name: "tomcat-200", Description: "Apache Tomcat, maxThreads 200, a JSP that calls the stub for 400 ms: 50 clients, then 400",
+			Phases:   []Phase{{Duration: 8 * s, Flows: []bench.Flow{{Path: "/call.jsp?ms=400", Clients: 50}}}, {Duration: 14 * s, Flows: []bench.Flow{{Path: "/call.jsp?ms=400", Clients: 400}}}},
+			Truth:    pool(200),
+			Upstream: tomcatUpstream(200), Needs: tomcat.Available,
+		},
+		{
+			Name: "tomcat-shared", Description: "one Tomcat pool of 50 behind two routes, a 100 ms JSP and a trivial one: 10+5 clients, then 100+10",
+			Phases: []Phase{
+				{Duration: 8 * s, Flows: []bench.Flow{{Path: "/sleep.jsp?ms=100", Clients: 10}, {Path: "/hello.jsp", Clients: 5}}},
+				{Duration: 14 * s, Flows: []bench.Flow{{Path: "/sleep.jsp?ms=100", Clients: 100}, {Path: "/hello.jsp", Clients: 10}}},
+			},
+			Truth:    shared(pool(50), "GET /hello.jsp", "GET /sleep.jsp"),
+			Upstream: tomcatUpstream(50), Needs: tomcat.Available,
+		},
+	}
+}
+
+// shared names the routes that share t's bottleneck.
+func shared(t Truth, routes ...string) Truth {
+	t.Shared = routes
+	return t
+}
+
+// tomcatUpstream starts an Apache Tomcat whose connector has maxThreads
+// threads, its JSPs calling the stub the launcher started.
+func tomcatUpstream(maxThreads int) func(context.Context, string) (string, func(), error) {
+	return func(ctx context.Context, stubURL string) (string, func(), error) {
+		s, err := tomcat.Start(ctx, tomcat.Config{MaxThreads: maxThreads, StubURL: stubURL})
+		if err != nil {
+			return "", nil, err
+		}
+		return s.URL, s.Stop, nil
 	}
 }
 
@@ -205,6 +320,13 @@ func Run(ctx context.Context, cases []Case, l bench.Launcher, opts Options) ([]R
 	}
 	var results []Result
 	for i, c := range cases {
+		if c.Needs != nil {
+			if err := c.Needs(); err != nil {
+				say(opts.Progress, "[%d/%d] advice %s: skipped: %v", i+1, len(cases), c.Name, err)
+				results = append(results, Result{Case: c, Truth: c.Truth, Skipped: err.Error()})
+				continue
+			}
+		}
 		say(opts.Progress, "[%d/%d] advice %s: %s", i+1, len(cases), c.Name, c.Description)
 		r, err := runCase(ctx, c, l, opts)
 		if err != nil {
@@ -237,47 +359,58 @@ type adviceDoc struct {
 		LowerBound float64  `json:"upstream_capacity_lower_bound"`
 		Saturated  bool     `json:"upstream_saturated"`
 		RouteLocal []string `json:"saturated_routes_alone"`
+		Shared     []string `json:"shared_routes"`
 	} `json:"figures"`
 	Recommendation struct {
-		Mode        string `json:"mode"`
-		Workers     int    `json:"workers"`
-		Bulkhead    int    `json:"bulkhead"`
-		Summary     string `json:"summary"`
-		Predictions []struct {
-			Name       string  `json:"name"`
-			Setting    string  `json:"setting"`
-			Mode       string  `json:"mode"`
-			Limit      int     `json:"limit"`
-			QueueSize  int     `json:"queue_size"`
-			Wait       float64 `json:"wait_seconds"`
-			Throughput float64 `json:"throughput_rps"`
-			P50        float64 `json:"latency_p50_seconds"`
-		} `json:"predictions"`
+		Mode        string          `json:"mode"`
+		Workers     int             `json:"workers"`
+		Bulkhead    int             `json:"bulkhead"`
+		Probe       int             `json:"probe"`
+		Summary     string          `json:"summary"`
+		Predictions []predictionDoc `json:"predictions"`
 	} `json:"recommendation"`
+}
+
+// predictionDoc is one of /advice's predictions.
+type predictionDoc struct {
+	Name       string  `json:"name"`
+	Setting    string  `json:"setting"`
+	Mode       string  `json:"mode"`
+	Limit      int     `json:"limit"`
+	QueueSize  int     `json:"queue_size"`
+	Wait       float64 `json:"wait_seconds"`
+	Throughput float64 `json:"throughput_rps"`
+	P50        float64 `json:"latency_p50_seconds"`
 }
 
 func runCase(ctx context.Context, c Case, l bench.Launcher, opts Options) (Result, error) {
 	r := Result{Case: c, Truth: c.Truth}
-	t, stop, err := l.Launch(ctx, bench.Arm{Label: c.Name, Sidecar: c.Sidecar, Stub: c.Stub})
+	t, stop, err := l.Launch(ctx, bench.Arm{Label: c.Name, Sidecar: c.Sidecar, Stub: c.Stub, Upstream: c.Upstream})
 	if err != nil {
 		return r, fmt.Errorf("launch: %w", err)
 	}
-	for _, p := range c.Phases {
+	var doc adviceDoc
+	for i, p := range c.Phases {
 		d := time.Duration(float64(p.Duration) * opts.Scale)
-		if _, err := drive(ctx, t.URL, p.Flows, 0, d); err != nil {
+		if i < len(c.Phases)-1 {
+			_, err = drive(ctx, t.URL, p, 0, d)
+		} else {
+			_, doc, err = driveAndRead(ctx, t, p, 0, d)
+		}
+		if err != nil {
 			stop()
 			return r, err
 		}
 	}
-	doc, err := readAdvice(ctx, t.AdminURL)
 	stop()
-	if err != nil {
-		return r, err
-	}
 	f, rec := doc.Figures, doc.Recommendation
 	r.Saturated, r.RouteLocal, r.Capacity, r.Unknown, r.LowerBound = f.Saturated, f.RouteLocal, f.Capacity, f.Unknown, f.LowerBound
 	r.Summary, r.Workers, r.Bulkhead = rec.Summary, rec.Workers, rec.Bulkhead
 	r.judge(c.Phases[len(c.Phases)-1])
+	r.Shared = f.Shared
+	if len(c.Truth.Shared) > 0 && !slices.Equal(sorted(f.Shared), sorted(c.Truth.Shared)) {
+		r.Problems = append(r.Problems, fmt.Sprintf("routes sharing the bottleneck %q; the truth is %q", f.Shared, c.Truth.Shared))
+	}
 
 	// The setting to check the predictions with: the recommended one, or
 	// the one in force when the advice keeps it.
@@ -299,13 +432,17 @@ func runCase(ctx context.Context, c Case, l bench.Launcher, opts Options) (Resul
 	} else {
 		sidecar.Bulkhead = p.Limit
 	}
-	t, stop, err = l.Launch(ctx, bench.Arm{Label: c.Name + " applied", Sidecar: sidecar, Stub: c.Stub})
+	t, stop, err = l.Launch(ctx, bench.Arm{Label: c.Name + " applied", Sidecar: sidecar, Stub: c.Stub, Upstream: c.Upstream})
 	if err != nil {
 		return r, fmt.Errorf("launch the recommended setting: %w", err)
 	}
 	defer stop()
 	last := c.Phases[len(c.Phases)-1]
-	m, err := drive(ctx, t.URL, last.Flows, opts.ApplyWarmup, opts.ApplyWindow)
+	warmup, window := opts.ApplyWarmup, opts.ApplyWindow
+	if c.ApplyFromEmpty > 0 {
+		warmup, window = 0, c.ApplyFromEmpty
+	}
+	m, after, err := driveAndRead(ctx, t, last, warmup, window)
 	if err != nil {
 		return r, err
 	}
@@ -313,11 +450,16 @@ func runCase(ctx context.Context, c Case, l bench.Launcher, opts Options) (Resul
 	// response written, which is what the prediction models: the clients'
 	// own clock would add the time they wait for a core, beside the stub
 	// and the sidecar on the same machine.
-	if applied, err := readAdvice(ctx, t.AdminURL); err == nil && applied.Figures.LatencyP50 > 0 {
+	if after.Figures.LatencyP50 > 0 {
 		r.ClientP50 = m.P50
-		m.P50 = time.Duration(applied.Figures.LatencyP50 * float64(time.Second))
+		m.P50 = time.Duration(after.Figures.LatencyP50 * float64(time.Second))
 	}
 	r.Measured = m
+	var reversal bool
+	r.Once, reversal = once(sidecar, after)
+	if reversal {
+		r.Problems = append(r.Problems, fmt.Sprintf("once %s is applied, its advice reverses it: %s", p.Setting, r.Once))
+	}
 	if c.SharedCores {
 		return r, nil
 	}
@@ -328,6 +470,52 @@ func runCase(ctx context.Context, c Case, l bench.Launcher, opts Options) (Resul
 		r.Problems = append(r.Problems, fmt.Sprintf("measured p50 %s under %s; predicted %s", m.P50.Round(time.Millisecond), p.Setting, r.Predicted.P50.Round(time.Millisecond)))
 	}
 	return r, nil
+}
+
+// once reads what the advice of a sidecar running the setting applied
+// says of it: keep it (the same mode and a limit within the capacity's
+// margin of it: a capacity estimated again under the cap moves a little),
+// or try a bounded probe above it, or something else, a reversal: a cap
+// dropped or added, or moved further.
+func once(applied bench.Sidecar, doc adviceDoc) (said string, reversal bool) {
+	rec := doc.Recommendation
+	limit, now := applied.Bulkhead, rec.Bulkhead
+	mode := cmp.Or(applied.Mode, "unbounded")
+	if mode == "fixed" {
+		limit, now = applied.Workers, rec.Workers
+	}
+	if len(rec.Predictions) == 0 {
+		// Not enough traffic to advise: nothing is reversed.
+		return "no advice", false
+	}
+	if rec.Probe > 0 && now == limit {
+		// A step of 25%, as docs/advice.md promises, rounded up to two
+		// significant figures.
+		if float64(rec.Probe) <= math.Ceil(float64(limit)*1.25*1.1) {
+			return fmt.Sprintf("keeps, or probe %d", rec.Probe), false
+		}
+		return fmt.Sprintf("probe %d, more than a step above %d", rec.Probe, limit), true
+	}
+	same := rec.Mode == mode && (now == limit || limit > 0 && now > 0 && math.Abs(float64(now-limit)) <= CapacityMargin*float64(limit))
+	if same {
+		if now != limit {
+			return fmt.Sprintf("keeps (%d)", now), false
+		}
+		return "keeps", false
+	}
+	switch {
+	case rec.Workers > 0 && rec.Mode == "fixed":
+		return fmt.Sprintf("WORKERS=%d", rec.Workers), true
+	case rec.Bulkhead > 0:
+		return fmt.Sprintf("BULKHEAD=%d", rec.Bulkhead), true
+	}
+	return "no limit", true
+}
+
+func sorted(s []string) []string {
+	s = slices.Clone(s)
+	slices.Sort(s)
+	return s
 }
 
 // judge compares what the sidecar said with the truth.
@@ -347,7 +535,7 @@ func (r *Result) judge(last Phase) {
 	}
 	// A healthy upstream is never capped, and no cap goes below what the
 	// upstream served without slowing.
-	if !tr.Saturated && (r.Workers > 0 || r.Bulkhead > 0) {
+	if !tr.Saturated && (r.Workers > 0 || r.Bulkhead > 0) && len(last.Rates) == 0 {
 		clients := 0
 		for _, f := range last.Flows {
 			clients += f.Clients
@@ -383,37 +571,117 @@ func readAdvice(ctx context.Context, admin string) (adviceDoc, error) {
 	return doc, nil
 }
 
-// drive runs the flows' closed-loop clients for warmup+window and returns
-// the throughput and median latency of the 2xx answers in the window. A
-// client whose answer failed comes back after a pause, not in a spin.
-func drive(ctx context.Context, base string, flows []bench.Flow, warmup, window time.Duration) (Measure, error) {
-	res, err := bench.Run(ctx, bench.Config{
-		URL: base, Flows: flows, Warmup: warmup, Window: window,
-		// Cut only at the window's end.
-		Timeout: warmup + window, ErrorPause: 10 * time.Millisecond,
-	})
-	if err != nil {
+// drive runs the phase's closed-loop clients and open arrivals side by
+// side for warmup+window and returns the throughput of the 2xx answers in
+// the window and their median latency (the clients' when there are any).
+// A client whose answer failed comes back after a pause, not in a spin.
+func drive(ctx context.Context, base string, p Phase, warmup, window time.Duration) (Measure, error) {
+	var (
+		wg     sync.WaitGroup
+		mu     sync.Mutex
+		m      Measure
+		errs   []error
+		closed bool
+	)
+	add := func(rps float64, p50 time.Duration, isClosed bool, err error) {
+		mu.Lock()
+		defer mu.Unlock()
+		if err != nil {
+			errs = append(errs, err)
+			return
+		}
+		m.Throughput += rps
+		if isClosed || !closed && m.P50 == 0 {
+			m.P50 = p50
+		}
+		closed = closed || isClosed
+	}
+	if len(p.Flows) > 0 {
+		wg.Go(func() {
+			res, err := bench.Run(ctx, bench.Config{
+				URL: base, Flows: p.Flows, Warmup: warmup, Window: window,
+				// Cut only at the window's end.
+				Timeout: warmup + window, ErrorPause: 10 * time.Millisecond,
+			})
+			add(res.RPS, res.P50, true, err)
+		})
+	}
+	for _, rate := range p.Rates {
+		wg.Go(func() {
+			res, err := bench.RunOpen(ctx, bench.OpenConfig{
+				URL: base + rate.Path, Rate: rate.PerSecond, Warmup: warmup, Window: window,
+				// Patient users: a request waits for its answer however
+				// long the queue, to the window's end, as the advice's
+				// prediction of open demand assumes.
+				Timeout: warmup + window,
+			})
+			add(res.Throughput, res.P50, false, err)
+		})
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
 		return Measure{}, err
 	}
-	if res.Requests == 0 {
+	if m.Throughput == 0 {
 		return Measure{}, errors.New("no answer in the window")
 	}
-	return Measure{Throughput: res.RPS, P50: res.P50}, nil
+	return m, nil
+}
+
+// driveAndRead drives the phase and reads the sidecar's /advice as its
+// window closes: after open arrivals stop, their requests still waiting
+// are followed for a few seconds more, and the advice read then would see
+// the outstanding requests fall, not the growth that tells open demand.
+func driveAndRead(ctx context.Context, t bench.Target, p Phase, warmup, window time.Duration) (Measure, adviceDoc, error) {
+	var (
+		m       Measure
+		doc     adviceDoc
+		readErr error
+	)
+	if len(p.Rates) == 0 {
+		m, err := drive(ctx, t.URL, p, warmup, window)
+		if err != nil {
+			return m, doc, err
+		}
+		doc, err = readAdvice(ctx, t.AdminURL)
+		return m, doc, err
+	}
+	read := make(chan struct{})
+	go func() {
+		defer close(read)
+		select {
+		case <-time.After(warmup + window):
+		case <-ctx.Done():
+		}
+		doc, readErr = readAdvice(ctx, t.AdminURL)
+	}()
+	m, err := drive(ctx, t.URL, p, warmup, window)
+	<-read
+	return m, doc, errors.Join(err, readErr)
 }
 
 // WriteMarkdown writes the matrix as a table: per case the truth, the
 // verdict, the estimate, the advice, predicted against measured, and pass
 // or fail.
 func WriteMarkdown(w io.Writer, results []Result) error {
-	fmt.Fprintln(w, "| case | truth | verdict | capacity (estimate) | advice | applied | predicted rps / p50 | measured rps / p50 | result |")
-	fmt.Fprintln(w, "| --- | --- | --- | --- | --- | --- | --: | --: | --- |")
+	fmt.Fprintln(w, "| case | truth | verdict | capacity (estimate) | advice | applied | predicted rps / p50 | measured rps / p50 | once applied | result |")
+	fmt.Fprintln(w, "| --- | --- | --- | --- | --- | --- | --: | --: | --- | --- |")
 	for _, r := range results {
+		if r.Skipped != "" {
+			if _, err := fmt.Fprintf(w, "| %s | | | | | | | | | skipped: %s |\n", r.Case.Name, r.Skipped); err != nil {
+				return err
+			}
+			continue
+		}
 		truth := "not saturated"
 		switch {
 		case r.Truth.Saturated && r.Truth.CapacityHi-r.Truth.CapacityLo > 2*CapacityMargin*r.Truth.Capacity+1e-9:
 			truth = fmt.Sprintf("saturated, %.0f to %.0f", r.Truth.CapacityLo, r.Truth.CapacityHi)
 		case r.Truth.Saturated:
 			truth = fmt.Sprintf("saturated, %.0f", r.Truth.Capacity)
+			if len(r.Truth.Shared) > 0 {
+				truth += ", shared by " + strings.Join(r.Truth.Shared, " and ")
+			}
 		case r.Truth.RouteLocal != "":
 			truth = "queues behind " + r.Truth.RouteLocal + " only"
 		case r.Truth.CapacityKnown:
@@ -421,6 +689,8 @@ func WriteMarkdown(w io.Writer, results []Result) error {
 		}
 		verdict := "not saturated"
 		switch {
+		case r.Saturated && len(r.Shared) > 1:
+			verdict = "saturated, shared by " + strings.Join(r.Shared, " and ")
 		case r.Saturated:
 			verdict = "saturated"
 		case len(r.RouteLocal) > 0:
@@ -452,8 +722,8 @@ func WriteMarkdown(w io.Writer, results []Result) error {
 			}
 			return fmt.Sprintf("%.0f / %s", m.Throughput, m.P50.Round(time.Millisecond))
 		}
-		if _, err := fmt.Fprintf(w, "| %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", r.Case.Name, truth, verdict, capacity, advice,
-			r.Recommended, pm(r.Predicted), pm(r.Measured), result); err != nil {
+		if _, err := fmt.Fprintf(w, "| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", r.Case.Name, truth, verdict, capacity, advice,
+			r.Recommended, pm(r.Predicted), pm(r.Measured), r.Once, result); err != nil {
 			return err
 		}
 	}

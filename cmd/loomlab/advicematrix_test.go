@@ -3,12 +3,17 @@ package main
 import (
 	"context"
 	"math"
+	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/loomgate/loomgate/bench"
 	"github.com/loomgate/loomgate/bench/advicematrix"
+	"github.com/loomgate/loomgate/bench/tomcat"
+	"github.com/loomgate/loomgate/sidecar/sidecartest"
 )
 
 // TestAdviceMatrixReduced runs three cases of `loomgate bench --scenario
@@ -61,4 +66,57 @@ func TestAdviceMatrixReduced(t *testing.T) {
 			t.Errorf("rising: applied %q, predicted %+v, measured %+v; want the recommendation applied and both", r.Recommended, r.Predicted, r.Measured)
 		}
 	}
+}
+
+// TestAdviceFindsTomcatsPool puts a real Apache Tomcat, maxThreads 20,
+// behind the sidecar, with load that rises past its pool: the advice must
+// find it saturated, at about 20 (25%: the margins of two shared cores
+// under the race detector), and cap admission there.
+func TestAdviceFindsTomcatsPool(t *testing.T) {
+	if testing.Short() {
+		t.Skip("20 s of load")
+	}
+	sidecartest.RequireTool(t, "java", "openjdk-17-jre-headless")
+	if err := tomcat.Available(); err != nil {
+		if os.Getenv("REQUIRE_TEST_TOOLS") == "1" {
+			t.Fatalf("%v, and REQUIRE_TEST_TOOLS=1", err)
+		}
+		t.Skip(err)
+	}
+	c := advicematrix.Case{
+		Name: "tomcat-20", Description: "Tomcat, maxThreads 20, a 100 ms JSP: 4 clients, then 60",
+		Phases: []advicematrix.Phase{
+			{Duration: 6 * time.Second, Flows: []bench.Flow{{Path: "/sleep.jsp?ms=100", Clients: 4}}},
+			{Duration: 10 * time.Second, Flows: []bench.Flow{{Path: "/sleep.jsp?ms=100", Clients: 60}}},
+		},
+		Upstream: func(ctx context.Context, stubURL string) (string, func(), error) {
+			s, err := tomcat.Start(ctx, tomcat.Config{MaxThreads: 20, StubURL: stubURL})
+			if err != nil {
+				return "", nil, err
+			}
+			return s.URL, s.Stop, nil
+		},
+	}
+	results, err := advicematrix.Run(context.Background(), []advicematrix.Case{c}, inProcess{}, advicematrix.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := results[0]
+	t.Logf("saturated %v, capacity %s, workers %d: %s", r.Saturated, fmtCapacity(r), r.Workers, r.Summary)
+	if !r.Saturated {
+		t.Errorf("saturated = false; want true: Tomcat's 20 threads serve 60 clients")
+	}
+	if r.Capacity == nil || math.Abs(*r.Capacity-20) > 0.25*20 {
+		t.Errorf("capacity %s; want 20 within 25%%", fmtCapacity(r))
+	}
+	if math.Abs(float64(r.Workers)-20) > 0.25*20 {
+		t.Errorf("recommended WORKERS=%d; want 20 within 25%%", r.Workers)
+	}
+}
+
+func fmtCapacity(r advicematrix.Result) string {
+	if r.Capacity == nil {
+		return r.Unknown
+	}
+	return strconv.FormatFloat(*r.Capacity, 'f', 1, 64)
 }

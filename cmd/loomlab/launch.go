@@ -54,24 +54,42 @@ func (l processes) Launch(ctx context.Context, arm bench.Arm) (bench.Target, fun
 	if err != nil {
 		return bench.Target{}, nil, err
 	}
+	upstream, stopUpstream, upstreamRSS := "http://"+addrs[0], func() {}, st.RSS
+	if arm.Upstream != nil {
+		// The upstream may call the stub as it starts (a warm-up), so the
+		// stub listens first.
+		if err := bench.WaitListening(ctx, addrs[0], 10*time.Second); err != nil {
+			st.Stop()
+			return bench.Target{}, nil, fmt.Errorf("arm %q: %w", arm.Label, err)
+		}
+		if upstream, stopUpstream, err = arm.Upstream(ctx, upstream); err != nil {
+			st.Stop()
+			return bench.Target{}, nil, fmt.Errorf("arm %q: %w", arm.Label, err)
+		}
+		// Not the stub's memory, and the upstream's is its own affair.
+		upstreamRSS = nil
+	}
 	environ := append([]string{
 		"LOOMGATE_LISTEN=" + addrs[1],
 		"LOOMGATE_ADMIN_LISTEN=" + addrs[2],
-		"LOOMGATE_UPSTREAM=http://" + addrs[0],
+		"LOOMGATE_UPSTREAM=" + upstream,
 		"LOOMGATE_DRAIN_TIMEOUT=" + launchDrain.String(),
 		"LOOMGATE_LOG_LEVEL=warn",
 	}, arm.Sidecar.Environ()...)
 	if _, err := sidecar.ParseEnv(environ); err != nil {
+		stopUpstream()
 		st.Stop()
 		return bench.Target{}, nil, fmt.Errorf("arm %q: %w", arm.Label, err)
 	}
 	sc, err := bench.Command{Name: "sidecar", Path: exe, Args: []string{"proxy"}, Env: environ, Grace: launchDrain}.Start()
 	if err != nil {
+		stopUpstream()
 		st.Stop()
 		return bench.Target{}, nil, err
 	}
 	stop := func() {
 		sc.Stop()
+		stopUpstream()
 		st.Stop()
 	}
 	for _, a := range addrs {
@@ -80,7 +98,7 @@ func (l processes) Launch(ctx context.Context, arm bench.Arm) (bench.Target, fun
 			return bench.Target{}, nil, fmt.Errorf("arm %q: %w", arm.Label, err)
 		}
 	}
-	return bench.Target{URL: "http://" + addrs[1], AdminURL: "http://" + addrs[2], UpstreamRSS: st.RSS}, stop, nil
+	return bench.Target{URL: "http://" + addrs[1], AdminURL: "http://" + addrs[2], UpstreamRSS: upstreamRSS}, stop, nil
 }
 
 // inProcess launches, for each run of a scenario, a stub and a sidecar in
@@ -110,10 +128,23 @@ func (inProcess) Launch(ctx context.Context, arm bench.Arm) (bench.Target, func(
 		st.Shutdown(sctx)
 	}
 
+	upstream := "http://" + stubLn.Addr().String()
+	if arm.Upstream != nil {
+		var stopUpstream func()
+		if upstream, stopUpstream, err = arm.Upstream(ctx, upstream); err != nil {
+			stopStub()
+			return bench.Target{}, nil, fmt.Errorf("arm %q: %w", arm.Label, err)
+		}
+		stubOnly := stopStub
+		stopStub = func() {
+			stopUpstream()
+			stubOnly()
+		}
+	}
 	environ := append([]string{
 		"LOOMGATE_LISTEN=127.0.0.1:0",
 		"LOOMGATE_ADMIN_LISTEN=127.0.0.1:0",
-		"LOOMGATE_UPSTREAM=http://" + stubLn.Addr().String(),
+		"LOOMGATE_UPSTREAM=" + upstream,
 		"LOOMGATE_DRAIN_TIMEOUT=" + launchDrain.String(),
 	}, arm.Sidecar.Environ()...)
 	cfg, err := sidecar.ParseEnv(environ)

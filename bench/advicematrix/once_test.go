@@ -1,0 +1,44 @@
+package advicematrix
+
+import (
+	"testing"
+
+	"github.com/loomgate/loomgate/bench"
+)
+
+// TestOnce reads the applied sidecar's advice: kept, a bounded probe, a
+// capacity estimated again a little apart, or a reversal.
+func TestOnce(t *testing.T) {
+	fixed50 := bench.Sidecar{Mode: "fixed", Workers: 50}
+	unbounded := bench.Sidecar{Mode: "unbounded"}
+	advice := func(mode string, workers, bulkhead, probe int) adviceDoc {
+		var d adviceDoc
+		d.Recommendation.Mode, d.Recommendation.Workers, d.Recommendation.Bulkhead, d.Recommendation.Probe = mode, workers, bulkhead, probe
+		d.Recommendation.Predictions = []predictionDoc{{Name: "in force"}}
+		return d
+	}
+	tests := []struct {
+		name     string
+		applied  bench.Sidecar
+		doc      adviceDoc
+		said     string
+		reversal bool
+	}{
+		{"kept", fixed50, advice("fixed", 50, 50, 0), "keeps", false},
+		{"probe of 25%", fixed50, advice("fixed", 50, 0, 63), "keeps, or probe 63", false},
+		{"probe of 25%, rounded", bench.Sidecar{Mode: "fixed", Workers: 204}, advice("fixed", 204, 0, 260), "keeps, or probe 260", false},
+		{"probe fourfold", fixed50, advice("fixed", 50, 0, 200), "probe 200, more than a step above 50", true},
+		{"estimated again, 10% lower", fixed50, advice("fixed", 45, 45, 0), "keeps (45)", false},
+		{"cap lowered by half", fixed50, advice("fixed", 25, 25, 0), "WORKERS=25", true},
+		{"cap dropped", fixed50, advice("unbounded", 0, 0, 0), "no limit", true},
+		{"unbounded kept", unbounded, advice("unbounded", 0, 0, 0), "keeps", false},
+		{"unbounded, now capped", unbounded, advice("fixed", 30, 30, 0), "WORKERS=30", true},
+		{"no advice", fixed50, adviceDoc{}, "no advice", false},
+	}
+	for _, tt := range tests {
+		said, reversal := once(tt.applied, tt.doc)
+		if said != tt.said || reversal != tt.reversal {
+			t.Errorf("%s: once = %q, %v; want %q, %v", tt.name, said, reversal, tt.said, tt.reversal)
+		}
+	}
+}
