@@ -14,6 +14,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/loomgate/loomgate/bench/scrape"
 	"github.com/valyala/fasthttp"
 )
 
@@ -315,8 +316,8 @@ type engine struct {
 
 // watched is what was read beside the load.
 type watched struct {
-	sidecar     *SidecarStats
-	openSidecar *OpenSidecar
+	sidecar     *scrape.SidecarStats
+	openSidecar *scrape.OpenSidecar
 	upstream    int64
 }
 
@@ -337,14 +338,14 @@ func execute(ctx context.Context, lv level) (*engine, watched, error) {
 		}
 		conn.Close()
 	}
-	var sc *scraper
-	var baseline sample
+	var sc *scrape.Scraper
+	var baseline scrape.Sample
 	if lv.admin != "" {
-		if sc, err = newScraper(lv.admin); err != nil {
-			return nil, watched{}, err
+		if sc, err = scrape.New(lv.admin); err != nil {
+			return nil, watched{}, fmt.Errorf("%w: %v", ErrConfig, err)
 		}
-		if baseline, err = sc.scrape(); err != nil {
-			return nil, watched{}, fmt.Errorf("%w: %s: %v", ErrAdmin, sc.url, err)
+		if baseline, err = sc.Read(); err != nil {
+			return nil, watched{}, fmt.Errorf("%w: %s: %v", ErrAdmin, sc.URL(), err)
 		}
 	}
 	say(lv.progress, "%s: %s", lv.label, lv.start)
@@ -385,36 +386,40 @@ func execute(ctx context.Context, lv level) (*engine, watched, error) {
 	// with the run, the last one after it.
 	var inWindow, afterRun []func()
 	var w watched
+	sw := scrape.Window{Start: win.start, End: win.end}
 	if sc != nil {
-		ch := make(chan any, 1)
+		errc := make(chan error, 1)
+		collect := func() {
+			if err := <-errc; err != nil {
+				say(lv.progress, "%s: reading %s: %v", lv.label, sc.URL(), err)
+			}
+		}
 		if lv.closedSidecar {
-			go func() { ch <- sc.watchWindow(runCtx, begin, win) }()
-			inWindow = append(inWindow, func() {
-				r := (<-ch).(sidecarResult)
-				w.sidecar = r.stats
-				if r.err != nil {
-					say(lv.progress, "%s: reading %s: %v", lv.label, sc.url, r.err)
-				}
-			})
+			go func() {
+				var err error
+				w.sidecar, err = sc.OverWindow(runCtx, begin, sw)
+				errc <- err
+			}()
+			inWindow = append(inWindow, collect)
 		} else {
-			go func() { ch <- sc.watchRun(runCtx, begin, win, baseline) }()
-			afterRun = append(afterRun, func() {
-				r := (<-ch).(openSidecarResult)
-				w.openSidecar = r.stats
-				if r.err != nil {
-					say(lv.progress, "%s: reading %s: %v", lv.label, sc.url, r.err)
-				}
-			})
+			go func() {
+				var err error
+				w.openSidecar, err = sc.OverRun(runCtx, begin, sw, baseline)
+				errc <- err
+			}()
+			afterRun = append(afterRun, collect)
 		}
 	}
 	if lv.upstreamRSS != nil {
-		ch := make(chan rssResult, 1)
-		go func() { ch <- peakRSS(runCtx, begin, win, lv.upstreamRSS) }()
+		errc := make(chan error, 1)
+		go func() {
+			var err error
+			w.upstream, err = scrape.PeakRSS(runCtx, begin, sw, lv.upstreamRSS)
+			errc <- err
+		}()
 		inWindow = append(inWindow, func() {
-			r := <-ch
-			w.upstream = r.peak
-			if r.err != nil {
-				say(lv.progress, "%s: reading the upstream's memory: %v", lv.label, r.err)
+			if err := <-errc; err != nil {
+				say(lv.progress, "%s: reading the upstream's memory: %v", lv.label, err)
 			}
 		})
 	}
@@ -744,7 +749,7 @@ func RunOpen(ctx context.Context, cfg OpenConfig) (OpenResult, error) {
 // flight may run.
 func closedTail(p Proto) time.Duration {
 	if p.multiplexed() {
-		return scrapeEvery
+		return scrape.Every
 	}
 	return 0
 }

@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/loomgate/loomgate/bench/scrape"
 )
 
 func TestPhysicsCheck(t *testing.T) {
@@ -123,17 +125,17 @@ func near(a, b float64) bool { return math.Abs(a-b) <= 1e-9*math.Max(1, math.Abs
 
 func TestResultPhysicsPrefersDeclaredCapacity(t *testing.T) {
 	r := Result{Concurrency: 50, RPS: 50, Mean: time.Second,
-		Sidecar: &SidecarStats{Loomgate: true, Limit: 200, Service: time.Second}}
+		Sidecar: &scrape.SidecarStats{Loomgate: true, Limit: 200, Service: time.Second}}
 	tests := []struct {
 		c           Capacity
-		sidecar     *SidecarStats
+		sidecar     *scrape.SidecarStats
 		wantLimit   int
 		wantService time.Duration
 	}{
 		{Capacity{Limit: 10, Hold: 200 * time.Millisecond}, r.Sidecar, 10, 200 * time.Millisecond},
 		{Capacity{}, r.Sidecar, 200, time.Second},
-		{Capacity{}, &SidecarStats{Loomgate: true}, 0, 0}, // unbounded: no limit
-		{Capacity{}, &SidecarStats{Loomgate: false, Limit: 5, Service: time.Second}, 0, 0},
+		{Capacity{}, &scrape.SidecarStats{Loomgate: true}, 0, 0}, // unbounded: no limit
+		{Capacity{}, &scrape.SidecarStats{Loomgate: false, Limit: 5, Service: time.Second}, 0, 0},
 		{Capacity{}, nil, 0, 0},
 	}
 	for _, tt := range tests {

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/loomgate/loomgate/bench/internal/format"
+	"github.com/loomgate/loomgate/bench/scrape"
 )
 
 // The results of the two pacings: a closed loop's Result, an open loop's
@@ -39,7 +40,7 @@ type Result struct {
 
 	// Sidecar is what the sidecar's /metrics said over the window, nil when
 	// Config.AdminURL was empty or could not be read.
-	Sidecar *SidecarStats
+	Sidecar *scrape.SidecarStats
 
 	// UpstreamMemoryBytes is the highest resident memory of the upstream's
 	// process during the window, 0 when unknown (Config.UpstreamRSS was
@@ -58,41 +59,6 @@ type Errors struct {
 
 // Total is the number of errors of all kinds.
 func (e Errors) Total() int64 { return e.Status + e.Timeout + e.Connect }
-
-// SidecarStats is a loomgate sidecar's own account of the window, read from
-// its /metrics.
-type SidecarStats struct {
-	// Loomgate reports whether the endpoint exposed loomgate's series. When
-	// false, it was some other exporter (a stub's, a service's) and only
-	// MemoryBytes is known.
-	Loomgate bool
-
-	// QueueWait and Service are the mean queue wait and service time of the
-	// requests the sidecar finished in the window.
-	QueueWait time.Duration
-	Service   time.Duration
-
-	// PeakInFlight and PeakQueued are the highest admitted and waiting
-	// counts the sidecar saw during the window.
-	PeakInFlight int
-	PeakQueued   int
-
-	// Limit is the sidecar's enforced concurrency limit, 0 when none.
-	Limit int
-
-	// MemoryBytes is the highest resident memory of the sidecar's process
-	// during the window, 0 if it was not exposed.
-	MemoryBytes int64
-
-	// CPUPerRequest is the CPU time (user and system) the sidecar's
-	// process spent over the window per request it finished in it, from
-	// process_cpu_seconds_total and loomgate_requests_total: what the
-	// sidecar costs per request. Its resolution is the kernel's 10 ms of
-	// CPU, so a window needs seconds of it to be read to 1%. It is the
-	// whole process's: a sidecar in the rig's process counts the rig and
-	// the stub too. 0 when unknown.
-	CPUPerRequest time.Duration
-}
 
 // OpenResult is one level of open-loop load: what became of the requests
 // due in the window.
@@ -143,7 +109,7 @@ type OpenResult struct {
 
 	// Sidecar is what the sidecar's /metrics said, nil when
 	// OpenConfig.AdminURL was empty or could not be read.
-	Sidecar *OpenSidecar
+	Sidecar *scrape.OpenSidecar
 }
 
 // OpenCounts is what became of the requests due in the window. Every such
@@ -219,7 +185,7 @@ func (r OpenResult) summary() string {
 	if sc := r.Sidecar; sc != nil && sc.Loomgate {
 		s += fmt.Sprintf("; sidecar queued %d→%d (max %d)", sc.QueuedStart, sc.QueuedEnd, sc.PeakQueued)
 		if sc.Alerted {
-			s += fmt.Sprintf(", queue p99 > %s from %.1f s", fmtDur(AlertThreshold), sc.AlertAt.Seconds())
+			s += fmt.Sprintf(", queue p99 > %s from %.1f s", fmtDur(scrape.AlertThreshold), sc.AlertAt.Seconds())
 		}
 	}
 	if notes := r.RigNotes(); len(notes) > 0 {

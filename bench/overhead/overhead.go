@@ -25,6 +25,7 @@ import (
 	"time"
 
 	"github.com/loomgate/loomgate/bench"
+	"github.com/loomgate/loomgate/bench/scrape"
 )
 
 // Config describes a run of the overhead scenario. Zero fields
@@ -481,7 +482,7 @@ func medianAndRange(ds []time.Duration) (time.Duration, [2]time.Duration) {
 
 // holdAndSample drives c users at url for warmup + length and returns the
 // process's highest resident memory after the warm-up, read at the rig's
-// usual cadence (bench.PeakRSS).
+// usual cadence (scrape.PeakRSS).
 func holdAndSample(ctx context.Context, load *loader, p *bench.Proc, url string, c int, warmup, length time.Duration) (int64, loadResult, error) {
 	type done struct {
 		out loadResult
@@ -496,7 +497,8 @@ func holdAndSample(ctx context.Context, load *loader, p *bench.Proc, url string,
 		out, err := load.run(ctx, url, c, warmup+length)
 		ch <- done{out, err}
 	}()
-	peak, _ := bench.PeakRSS(ctx, start.Add(warmup), start.Add(warmup+length), p.RSS)
+	from := start.Add(warmup)
+	peak, _ := scrape.PeakRSS(ctx, from, scrape.Window{Start: from, End: from.Add(length)}, p.RSS)
 	d := <-ch
 	return peak, d.out, d.err
 }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/loomgate/loomgate/bench"
 	"github.com/loomgate/loomgate/bench/internal/format"
+	"github.com/loomgate/loomgate/bench/scrape"
 )
 
 // closedKind is how closed-loop results are written: a row per level of
@@ -18,7 +19,7 @@ func closedKind() kind[bench.Result] {
 	col := func(head string, cell func(R) string) column[R] { return column[R]{head: head, cell: cell} }
 	// The sidecar's columns, when some row has its figures; empty in a
 	// row that does not.
-	sidecar := func(head string, cell func(*bench.SidecarStats) string) column[R] {
+	sidecar := func(head string, cell func(*scrape.SidecarStats) string) column[R] {
 		return column[R]{head: head, when: func(rows []R) bool { timed, _, _ := knownColumns(rows); return timed },
 			cell: func(r R) string {
 				if sc := r.Sidecar; sc != nil && sc.Loomgate {
@@ -39,11 +40,11 @@ func closedKind() kind[bench.Result] {
 			col("p99", func(r R) string { return format.Dur(r.P99) }),
 			col("max", func(r R) string { return format.Dur(r.Max) }),
 			col("errors", func(r R) string { return fmtErrors(r.Errors) }),
-			sidecar("queue", func(sc *bench.SidecarStats) string { return format.Dur(sc.QueueWait) }),
-			sidecar("service", func(sc *bench.SidecarStats) string { return format.Dur(sc.Service) }),
-			sidecar("peak in flight", func(sc *bench.SidecarStats) string { return strconv.Itoa(sc.PeakInFlight) }),
-			sidecar("peak queued", func(sc *bench.SidecarStats) string { return strconv.Itoa(sc.PeakQueued) }),
-			sidecar("limit", func(sc *bench.SidecarStats) string {
+			sidecar("queue", func(sc *scrape.SidecarStats) string { return format.Dur(sc.QueueWait) }),
+			sidecar("service", func(sc *scrape.SidecarStats) string { return format.Dur(sc.Service) }),
+			sidecar("peak in flight", func(sc *scrape.SidecarStats) string { return strconv.Itoa(sc.PeakInFlight) }),
+			sidecar("peak queued", func(sc *scrape.SidecarStats) string { return strconv.Itoa(sc.PeakQueued) }),
+			sidecar("limit", func(sc *scrape.SidecarStats) string {
 				if sc.Limit > 0 {
 					return strconv.Itoa(sc.Limit)
 				}

@@ -1,10 +1,12 @@
 package report
 
 import (
-	"github.com/loomgate/loomgate/bench"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/loomgate/loomgate/bench"
+	"github.com/loomgate/loomgate/bench/scrape"
 )
 
 func TestNarrativeCrossover(t *testing.T) {
@@ -37,7 +39,7 @@ func synthetic(scenario, arm string, cap bench.Capacity, rows ...[4]float64) []b
 		res := bench.Result{Scenario: scenario, Arm: arm, Concurrency: int(r[0]), RPS: r[1], Requests: int64(r[1] * 5),
 			Window: 5 * time.Second, Mean: p50, P50: p50, P99: p50 * 11 / 10}
 		if r[3] > 0 {
-			res.Sidecar = &bench.SidecarStats{Loomgate: true, Service: time.Duration(r[3] * float64(time.Millisecond))}
+			res.Sidecar = &scrape.SidecarStats{Loomgate: true, Service: time.Duration(r[3] * float64(time.Millisecond))}
 		}
 		res.Physics = res.PhysicsFor(cap).Check()
 		out = append(out, res)
@@ -98,7 +100,7 @@ func memoryRows(rows ...memRow) []bench.Result {
 	var results []bench.Result
 	for _, r := range rows {
 		results = append(results, bench.Result{Arm: r.arm, Concurrency: r.c, RPS: 100, Mean: time.Second,
-			Sidecar: &bench.SidecarStats{MemoryBytes: r.sidecarMiB << 20}, UpstreamMemoryBytes: r.upstreamMiB << 20})
+			Sidecar: &scrape.SidecarStats{MemoryBytes: r.sidecarMiB << 20}, UpstreamMemoryBytes: r.upstreamMiB << 20})
 	}
 	return results
 }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/loomgate/loomgate/bench"
 	"github.com/loomgate/loomgate/bench/internal/format"
+	"github.com/loomgate/loomgate/bench/scrape"
 )
 
 // openKind is how open-loop results are written: a row per rate, with
@@ -26,7 +27,7 @@ func openKind() kind[bench.OpenResult] {
 		}
 		return false
 	}
-	sidecar := func(head string, cell func(*bench.OpenSidecar) string) column[R] {
+	sidecar := func(head string, cell func(*scrape.OpenSidecar) string) column[R] {
 		return column[R]{head: head, when: timed, cell: func(r R) string {
 			if sc := r.Sidecar; sc != nil && sc.Loomgate {
 				return cell(sc)
@@ -53,11 +54,11 @@ func openKind() kind[bench.OpenResult] {
 			col("timeouts", func(r R) string { return n(r.Counts.Timeouts) }),
 			col("not sent", func(r R) string { return n(r.Counts.NotSent) }),
 			col("Retry-After", func(r R) string { return r.RetryAfter.String() }),
-			sidecar("queued start → end", func(sc *bench.OpenSidecar) string { return fmt.Sprintf("%d → %d", sc.QueuedStart, sc.QueuedEnd) }),
-			sidecar("peak queued", func(sc *bench.OpenSidecar) string { return strconv.Itoa(sc.PeakQueued) }),
-			sidecar("peak in flight", func(sc *bench.OpenSidecar) string { return strconv.Itoa(sc.PeakInFlight) }),
+			sidecar("queued start → end", func(sc *scrape.OpenSidecar) string { return fmt.Sprintf("%d → %d", sc.QueuedStart, sc.QueuedEnd) }),
+			sidecar("peak queued", func(sc *scrape.OpenSidecar) string { return strconv.Itoa(sc.PeakQueued) }),
+			sidecar("peak in flight", func(sc *scrape.OpenSidecar) string { return strconv.Itoa(sc.PeakInFlight) }),
 			sidecar("rejected", fmtRejected),
-			sidecar("queue p99 > "+format.Dur(bench.AlertThreshold), func(sc *bench.OpenSidecar) string {
+			sidecar("queue p99 > "+format.Dur(scrape.AlertThreshold), func(sc *scrape.OpenSidecar) string {
 				if sc.Alerted {
 					return fmt.Sprintf("from %.2f s", sc.AlertAt.Seconds())
 				}
@@ -86,7 +87,7 @@ func openKind() kind[bench.OpenResult] {
 
 // fmtRejected is the sidecar's rejections in the window, by reason:
 // "2400 (2000 queue_timeout, 400 queue_full)".
-func fmtRejected(sc *bench.OpenSidecar) string {
+func fmtRejected(sc *scrape.OpenSidecar) string {
 	total := sc.Rejected()
 	if total == 0 {
 		return "0"
@@ -121,7 +122,7 @@ func OpenSummary(results []bench.OpenResult) []string {
 		if sc := r.Sidecar; sc != nil && sc.Loomgate {
 			s += fmt.Sprintf("; the sidecar held up to %d in flight and %d queued", sc.PeakInFlight, sc.PeakQueued)
 			if sc.Alerted {
-				s += fmt.Sprintf(", and %s's expression crossed %s %.1f s into the load", bench.AlertName, format.Dur(bench.AlertThreshold), sc.AlertAt.Seconds())
+				s += fmt.Sprintf(", and %s's expression crossed %s %.1f s into the load", scrape.AlertName, format.Dur(scrape.AlertThreshold), sc.AlertAt.Seconds())
 			}
 		}
 		out = append(out, s+".")

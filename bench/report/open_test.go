@@ -4,13 +4,15 @@ import (
 	"bytes"
 	"encoding/csv"
 	"encoding/json"
-	"github.com/loomgate/loomgate/bench"
 	"os"
 	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/loomgate/loomgate/bench"
+	"github.com/loomgate/loomgate/bench/scrape"
 )
 
 func openResults() []bench.OpenResult {
@@ -21,15 +23,15 @@ func openResults() []bench.OpenResult {
 			P50: 1190 * ms, P90: 1200 * ms, P99: 1210 * ms, Max: 1250 * ms,
 			Counts:     bench.OpenCounts{OK: 5000, Unavailable: 10000},
 			RetryAfter: bench.RetryAfter{N: 10000, Min: 1, Median: 1, Max: 1},
-			Sidecar: &bench.OpenSidecar{Loomgate: true, Limit: 200, QueuedStart: 2000, QueuedEnd: 2000, PeakQueued: 2000, PeakInFlight: 200,
+			Sidecar: &scrape.OpenSidecar{Loomgate: true, Limit: 200, QueuedStart: 2000, QueuedEnd: 2000, PeakQueued: 2000, PeakInFlight: 200,
 				Outcomes:    map[string]int64{"ok": 5000, "rejected_queue_full": 7000, "rejected_queue_timeout": 3000},
 				QueueP99Max: time.Second, Alerted: true, AlertAt: 500 * ms,
-				Timeline: []bench.QueuePoint{{At: 0}, {At: 250 * ms, Queued: 500, QueuedMax: 520, InFlight: 200, QueueP99: 240 * ms}}}},
+				Timeline: []scrape.QueuePoint{{At: 0}, {At: 250 * ms, Queued: 500, QueuedMax: 520, InFlight: 200, QueueP99: 240 * ms}}}},
 		{Scenario: "open", Arm: "unbounded", Rate: 3000, Window: 5 * time.Second, MaxInFlight: 3333,
 			Due: 15000, Sent: 14000, SendRate: 2800, Late: 900, SendLagMax: 40 * ms, Throughput: 2800,
 			P50: 202 * ms, P90: 205 * ms, P99: 230 * ms, Max: 260 * ms,
 			Counts:  bench.OpenCounts{OK: 14000, NotSent: 1000},
-			Sidecar: &bench.OpenSidecar{Loomgate: true, PeakInFlight: 610, Outcomes: map[string]int64{"ok": 14000}, QueueP99Max: 0}},
+			Sidecar: &scrape.OpenSidecar{Loomgate: true, PeakInFlight: 610, Outcomes: map[string]int64{"ok": 14000}, QueueP99Max: 0}},
 	}
 }
 

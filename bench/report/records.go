@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/loomgate/loomgate/bench"
+	"github.com/loomgate/loomgate/bench/scrape"
 )
 
 // The files' records. A result is first made flat, with units in the
@@ -182,7 +183,7 @@ func (rec record) result() bench.Result {
 		},
 	}
 	if sc := rec.Sidecar; sc != nil {
-		r.Sidecar = &bench.SidecarStats{
+		r.Sidecar = &scrape.SidecarStats{
 			Loomgate: sc.Loomgate, QueueWait: fromMS(sc.QueueMS), Service: fromMS(sc.ServiceMS),
 			PeakInFlight: sc.PeakInFlight, PeakQueued: sc.PeakQueued, Limit: sc.Limit, MemoryBytes: sc.MemoryBytes,
 			CPUPerRequest: fromUS(sc.CPUPerRequestUS),

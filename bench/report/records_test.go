@@ -3,11 +3,13 @@ package report
 import (
 	"bytes"
 	"errors"
-	"github.com/loomgate/loomgate/bench"
 	"reflect"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/loomgate/loomgate/bench"
+	"github.com/loomgate/loomgate/bench/scrape"
 )
 
 // crossover is a synthetic crossover scenario shaped like the published
@@ -16,7 +18,7 @@ import (
 // grows with the requests in flight under unbounded.
 func crossover() []bench.Result {
 	ms := time.Millisecond
-	row := func(arm string, c int, rps float64, p50 time.Duration, sc *bench.SidecarStats, upstreamMiB int64) bench.Result {
+	row := func(arm string, c int, rps float64, p50 time.Duration, sc *scrape.SidecarStats, upstreamMiB int64) bench.Result {
 		r := bench.Result{
 			Scenario: "crossover", Arm: arm, URL: "http://127.0.0.1:8080/wait?ms=200",
 			Concurrency: c, Window: 5 * time.Second, Requests: int64(rps * 5), RPS: rps,
@@ -26,11 +28,11 @@ func crossover() []bench.Result {
 		r.Physics = r.PhysicsFor(bench.Capacity{}).Check()
 		return r
 	}
-	fixed := func(queue time.Duration, peakQueued int, mem int64) *bench.SidecarStats {
-		return &bench.SidecarStats{Loomgate: true, QueueWait: queue, Service: 203 * ms, PeakInFlight: 200, PeakQueued: peakQueued, Limit: 200, MemoryBytes: mem}
+	fixed := func(queue time.Duration, peakQueued int, mem int64) *scrape.SidecarStats {
+		return &scrape.SidecarStats{Loomgate: true, QueueWait: queue, Service: 203 * ms, PeakInFlight: 200, PeakQueued: peakQueued, Limit: 200, MemoryBytes: mem}
 	}
-	unbounded := func(peak int, mem int64) *bench.SidecarStats {
-		return &bench.SidecarStats{Loomgate: true, QueueWait: 20 * time.Microsecond, Service: 202 * ms, PeakInFlight: peak, MemoryBytes: mem}
+	unbounded := func(peak int, mem int64) *scrape.SidecarStats {
+		return &scrape.SidecarStats{Loomgate: true, QueueWait: 20 * time.Microsecond, Service: 202 * ms, PeakInFlight: peak, MemoryBytes: mem}
 	}
 	return []bench.Result{
 		row("fixed 200", 100, 490, 202*ms, fixed(0, 0, 60<<20), 40),
@@ -200,7 +202,7 @@ func TestMarkdownWithoutSidecar(t *testing.T) {
 // Each memory column appears when some row knows it, its cell empty in rows
 // that do not.
 func TestMarkdownMemoryColumns(t *testing.T) {
-	sidecarOnly := bench.Result{Arm: "a", Concurrency: 1, Sidecar: &bench.SidecarStats{MemoryBytes: 30 << 20}}
+	sidecarOnly := bench.Result{Arm: "a", Concurrency: 1, Sidecar: &scrape.SidecarStats{MemoryBytes: 30 << 20}}
 	upstreamOnly := bench.Result{Arm: "b", Concurrency: 2, UpstreamMemoryBytes: 12 << 20}
 	tests := []struct {
 		results    []bench.Result

@@ -1,4 +1,11 @@
-package bench
+// Package scrape reads a loomgate sidecar's /metrics during a bench run,
+// on one schedule: every Every from the start of the load, the window's
+// edges read exactly. A closed-loop run keeps the readings of its window
+// and derives means and peaks (SidecarStats); an open-loop run keeps every
+// reading from the start of the load to the end of the run, and derives
+// the queue's course and the queue-time alert's (OpenSidecar). It also
+// reads another process's memory on the same schedule (PeakRSS).
+package scrape
 
 import (
 	"bytes"
@@ -19,13 +26,6 @@ import (
 	"github.com/valyala/fasthttp"
 )
 
-// The scraper reads a sidecar's /metrics, for both kinds of run, on one
-// schedule: every scrapeEvery from the start of the load, the window's
-// edges read exactly. A closed-loop run keeps the readings of its window
-// and derives means and peaks (SidecarStats); an open-loop run keeps every
-// reading from the start of the load to the end of the run, and derives
-// the queue's course and the queue-time alert's (OpenSidecar).
-
 // Series read from a sidecar's /metrics; the names are loomgate's contract.
 const (
 	metricQueueWait   = "loomgate_queue_wait_seconds"
@@ -40,20 +40,25 @@ const (
 	metricCPU         = "process_cpu_seconds_total"
 )
 
-// scrapeEvery is how often the sidecar, and the upstream's memory, are
+// Every is how often the sidecar, and the upstream's memory, are
 // read during a run. The peak of a window is the highest of these
 // readings.
-const scrapeEvery = 250 * time.Millisecond
+const Every = 250 * time.Millisecond
+
+// Window is a run's measurement window: [Start, End).
+type Window struct {
+	Start, End time.Time
+}
 
 const (
 	scrapeTimeout  = 2 * time.Second
 	maxScrapeBytes = 16 << 20
 )
 
-// sample is one reading of a sidecar's /metrics. Sums, counts, outcomes
+// Sample is one reading of a sidecar's /metrics. Sums, counts, outcomes
 // and buckets are cumulative; the rest are the values at the time of the
 // scrape.
-type sample struct {
+type Sample struct {
 	// at is the time of the reading, from the start of the load.
 	at time.Duration
 	// loomgate reports that the sidecar's series were there.
@@ -80,13 +85,13 @@ type sample struct {
 // parseSample reads a Prometheus text exposition. Series it does not know
 // are ignored, and missing ones read as zero: any exporter may be pointed
 // at, a sidecar's or not.
-func parseSample(r io.Reader) (sample, error) {
+func parseSample(r io.Reader) (Sample, error) {
 	parser := expfmt.NewTextParser(model.UTF8Validation)
 	families, err := parser.TextToMetricFamilies(r)
 	if err != nil {
-		return sample{}, err
+		return Sample{}, err
 	}
-	var s sample
+	var s Sample
 	// A sidecar is told by its own series, not by the loomgate_ prefix,
 	// which the stub's metrics share.
 	for _, name := range []string{metricService, metricService + "_count", metricLimit, metricInFlight} {
@@ -197,21 +202,26 @@ func classicBuckets(f *dto.MetricFamily) (bounds, cum []float64) {
 	return bounds, cum
 }
 
-// scraper reads one admin endpoint.
-type scraper struct {
-	url    string
+// ErrAdminURL is returned, wrapped, by New for a URL it cannot read.
+var ErrAdminURL = errors.New("AdminURL")
+
+// Scraper reads one admin endpoint.
+type Scraper struct {
+	url    string // the endpoint, /metrics unless the admin URL named another
 	client *fasthttp.Client
 }
 
-func newScraper(admin string) (*scraper, error) {
+// New reads the sidecar's admin URL (its /metrics when the path is
+// empty).
+func New(admin string) (*Scraper, error) {
 	u, err := url.Parse(admin)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return nil, fmt.Errorf("%w: AdminURL %q: want the sidecar's admin URL, e.g. http://127.0.0.1:9090", ErrConfig, admin)
+		return nil, fmt.Errorf("%w: %q: want the sidecar's admin URL, e.g. http://127.0.0.1:9090", ErrAdminURL, admin)
 	}
 	if u.Path == "" || u.Path == "/" {
 		u.Path = "/metrics"
 	}
-	return &scraper{
+	return &Scraper{
 		url: u.String(),
 		client: &fasthttp.Client{
 			Name:                      "loomgate-bench",
@@ -221,33 +231,36 @@ func newScraper(admin string) (*scraper, error) {
 	}, nil
 }
 
-// scrape GETs the endpoint in the text format and reads it.
-func (sc *scraper) scrape() (sample, error) {
+// URL is the endpoint read.
+func (sc *Scraper) URL() string { return sc.url }
+
+// Read GETs the endpoint in the text format and reads it.
+func (sc *Scraper) Read() (Sample, error) {
 	req, resp := fasthttp.AcquireRequest(), fasthttp.AcquireResponse()
 	defer fasthttp.ReleaseRequest(req)
 	defer fasthttp.ReleaseResponse(resp)
 	req.SetRequestURI(sc.url)
 	req.Header.Set("Accept", "text/plain;version=0.0.4")
 	if err := sc.client.DoTimeout(req, resp, scrapeTimeout); err != nil {
-		return sample{}, err
+		return Sample{}, err
 	}
 	if code := resp.StatusCode(); code != fasthttp.StatusOK {
-		return sample{}, fmt.Errorf("status %d", code)
+		return Sample{}, fmt.Errorf("status %d", code)
 	}
 	return parseSample(bytes.NewReader(resp.Body()))
 }
 
-// readEvery calls take at begin + k·scrapeEvery, k = 0, 1, ..., the
+// readEvery calls take at begin + k·Every, k = 0, 1, ..., the
 // window's edges read exactly in place of the tick nearest after each, for
 // the times from from to until, both included. It returns ctx's error if
 // ctx ends first: the cadence at which everything the rig reads over a run
 // is read.
-func readEvery(ctx context.Context, begin time.Time, win window, from, until time.Time, take func(at time.Duration)) error {
-	opens, closes := win.start.Sub(begin), win.end.Sub(begin)
+func readEvery(ctx context.Context, begin time.Time, win Window, from, until time.Time, take func(at time.Duration)) error {
+	opens, closes := win.Start.Sub(begin), win.End.Sub(begin)
 	for k := 0; ; k++ {
-		at := time.Duration(k) * scrapeEvery
+		at := time.Duration(k) * Every
 		for _, edge := range []time.Duration{opens, closes} {
-			if edge > at-scrapeEvery && edge <= at {
+			if edge > at-Every && edge <= at {
 				at = edge
 			}
 		}
@@ -267,9 +280,9 @@ func readEvery(ctx context.Context, begin time.Time, win window, from, until tim
 
 // watch reads the endpoint on readEvery's schedule from from to until, or
 // to ctx's end; a failed reading is skipped and its error kept.
-func (sc *scraper) watch(ctx context.Context, begin time.Time, win window, from, until time.Time) (samples []sample, lastErr, ctxErr error) {
+func (sc *Scraper) watch(ctx context.Context, begin time.Time, win Window, from, until time.Time) (samples []Sample, lastErr, ctxErr error) {
 	ctxErr = readEvery(ctx, begin, win, from, until, func(at time.Duration) {
-		s, err := sc.scrape()
+		s, err := sc.Read()
 		if err != nil {
 			lastErr = err
 			return
@@ -280,17 +293,13 @@ func (sc *scraper) watch(ctx context.Context, begin time.Time, win window, from,
 	return samples, lastErr, ctxErr
 }
 
-type sidecarResult struct {
-	stats *SidecarStats
-	err   error
-}
-
-// watchWindow reads the endpoint over the window, for a closed-loop run.
-// The last error is reported if fewer than two readings succeeded.
-func (sc *scraper) watchWindow(ctx context.Context, begin time.Time, win window) sidecarResult {
-	samples, lastErr, err := sc.watch(ctx, begin, win, win.start, win.end)
+// OverWindow reads the endpoint over the window of a closed-loop run that
+// began at begin. The last error is reported if fewer than two readings
+// succeeded.
+func (sc *Scraper) OverWindow(ctx context.Context, begin time.Time, win Window) (*SidecarStats, error) {
+	samples, lastErr, err := sc.watch(ctx, begin, win, win.Start, win.End)
 	if err != nil {
-		return sidecarResult{err: err}
+		return nil, err
 	}
 	var sp span
 	for _, s := range samples {
@@ -301,47 +310,78 @@ func (sc *scraper) watchWindow(ctx context.Context, begin time.Time, win window)
 		if lastErr == nil {
 			lastErr = errors.New("fewer than two readings in the window")
 		}
-		return sidecarResult{err: lastErr}
+		return nil, lastErr
 	}
-	return sidecarResult{stats: st}
+	return st, nil
 }
 
-type openSidecarResult struct {
-	stats *OpenSidecar
-	err   error
-}
-
-// watchRun reads the endpoint from the start of the load until ctx ends,
+// OverRun reads the endpoint from the start of the load until ctx ends,
 // then once more, when the run has finished, for an open-loop run. first
-// is the reading taken before the load began.
-func (sc *scraper) watchRun(ctx context.Context, begin time.Time, win window, first sample) openSidecarResult {
+// is the reading taken before the load began. The last error is reported
+// if fewer than two readings succeeded.
+func (sc *Scraper) OverRun(ctx context.Context, begin time.Time, win Window, first Sample) (*OpenSidecar, error) {
 	// The reading before the load stands for the one at its start.
 	samples, lastErr, _ := sc.watch(ctx, begin, win, begin.Add(1), time.Now().Add(100*365*24*time.Hour))
-	samples = append([]sample{first}, samples...)
-	if s, err := sc.scrape(); err == nil {
+	samples = append([]Sample{first}, samples...)
+	if s, err := sc.Read(); err == nil {
 		s.at = time.Since(begin)
 		samples = append(samples, s)
 	} else {
 		lastErr = err
 	}
 	if len(samples) < 2 {
-		return openSidecarResult{err: lastErr}
+		return nil, lastErr
 	}
-	return openSidecarResult{stats: openStats(samples, win.start.Sub(begin), win.end.Sub(begin))}
+	return openStats(samples, win.Start.Sub(begin), win.End.Sub(begin)), nil
+}
+
+// SidecarStats is a loomgate sidecar's own account of the window, read from
+// its /metrics.
+type SidecarStats struct {
+	// Loomgate reports whether the endpoint exposed loomgate's series. When
+	// false, it was some other exporter (a stub's, a service's) and only
+	// MemoryBytes is known.
+	Loomgate bool
+
+	// QueueWait and Service are the mean queue wait and service time of the
+	// requests the sidecar finished in the window.
+	QueueWait time.Duration
+	Service   time.Duration
+
+	// PeakInFlight and PeakQueued are the highest admitted and waiting
+	// counts the sidecar saw during the window.
+	PeakInFlight int
+	PeakQueued   int
+
+	// Limit is the sidecar's enforced concurrency limit, 0 when none.
+	Limit int
+
+	// MemoryBytes is the highest resident memory of the sidecar's process
+	// during the window, 0 if it was not exposed.
+	MemoryBytes int64
+
+	// CPUPerRequest is the CPU time (user and system) the sidecar's
+	// process spent over the window per request it finished in it, from
+	// process_cpu_seconds_total and loomgate_requests_total: what the
+	// sidecar costs per request. Its resolution is the kernel's 10 ms of
+	// CPU, so a window needs seconds of it to be read to 1%. It is the
+	// whole process's: a sidecar in the rig's process counts the rig and
+	// the stub too. 0 when unknown.
+	CPUPerRequest time.Duration
 }
 
 // span accumulates the samples of a window.
 type span struct {
-	first, last sample
+	first, last Sample
 	n           int
 	peakIn      float64
 	peakQueued  float64
 	peakRSS     float64
 }
 
-// add takes the next sample. The first one is the baseline: its peaks
+// add takes the next Sample. The first one is the baseline: its peaks
 // cover the time before the window and are left out.
-func (sp *span) add(s sample) {
+func (sp *span) add(s Sample) {
 	if sp.n == 0 {
 		sp.first = s
 		sp.peakRSS = s.rss
@@ -376,7 +416,7 @@ func (sp *span) stats() *SidecarStats {
 // over the requests the sidecar finished between them, whatever their
 // outcome: what a request costs it, rejections included. 0 when either is
 // unknown.
-func cpuPerRequest(first, last sample) time.Duration {
+func cpuPerRequest(first, last Sample) time.Duration {
 	var n float64
 	for k, v := range last.outcomes {
 		n += v - first.outcomes[k]
@@ -398,18 +438,14 @@ func meanOver(sum0, sum1, count0, count1 float64) time.Duration {
 	return time.Duration(math.Round(ds/dc*1e6)) * time.Microsecond
 }
 
-type rssResult struct {
-	peak int64
-	err  error
-}
-
-// peakRSS reads a process's resident memory on readEvery's schedule over win and
-// keeps the highest reading. A failed reading is skipped; the last error
-// is reported if none succeeded.
-func peakRSS(ctx context.Context, begin time.Time, win window, rss func() (int64, error)) rssResult {
+// PeakRSS reads a process's resident memory on the schedule of every
+// reading of a run that began at begin, over win, and keeps the highest
+// reading. A failed reading is skipped; the error is the last failed
+// reading's when none succeeded, or ctx's.
+func PeakRSS(ctx context.Context, begin time.Time, win Window, rss func() (int64, error)) (int64, error) {
 	var peak int64
 	var lastErr error
-	err := readEvery(ctx, begin, win, win.start, win.end, func(time.Duration) {
+	err := readEvery(ctx, begin, win, win.Start, win.End, func(time.Duration) {
 		b, err := rss()
 		if err != nil {
 			lastErr = err
@@ -418,21 +454,12 @@ func peakRSS(ctx context.Context, begin time.Time, win window, rss func() (int64
 		peak = max(peak, b)
 	})
 	if err != nil {
-		return rssResult{err: err}
+		return 0, err
 	}
 	if peak == 0 {
-		return rssResult{err: lastErr}
+		return 0, lastErr
 	}
-	return rssResult{peak: peak}
-}
-
-// PeakRSS reads a process's resident memory when [start, end) opens, every
-// 250 ms during it and when it closes, at the cadence of every reading the
-// rig takes over a window, and returns the highest reading; the error is
-// the last failed reading's when none succeeded, or ctx's.
-func PeakRSS(ctx context.Context, start, end time.Time, rss func() (int64, error)) (int64, error) {
-	r := peakRSS(ctx, start, window{start: start, end: end}, rss)
-	return r.peak, r.err
+	return peak, nil
 }
 
 // The queue-time alert of deploy/prometheus/rules.yml, LoomgateQueueTimeHigh:
@@ -508,14 +535,14 @@ func (sc *OpenSidecar) Rejected() int64 {
 
 // openStats derives the run's figures from its readings, the first taken
 // at the start of the load.
-func openStats(samples []sample, opens, closes time.Duration) *OpenSidecar {
+func openStats(samples []Sample, opens, closes time.Duration) *OpenSidecar {
 	last := samples[len(samples)-1]
 	st := &OpenSidecar{Loomgate: last.loomgate, Limit: int(last.limit)}
 	if !st.Loomgate {
 		return st
 	}
 	// The readings nearest the window's edges.
-	edge := func(t time.Duration) sample {
+	edge := func(t time.Duration) Sample {
 		best := samples[0]
 		for _, s := range samples {
 			if (s.at - t).Abs() < (best.at - t).Abs() {
@@ -543,7 +570,7 @@ func openStats(samples []sample, opens, closes time.Duration) *OpenSidecar {
 		}
 		st.Timeline = append(st.Timeline, p)
 		// A reading's peaks cover the time since the one before it.
-		if i > 0 && s.at > opens && s.at <= closes+scrapeEvery/2 {
+		if i > 0 && s.at > opens && s.at <= closes+Every/2 {
 			st.PeakQueued = max(st.PeakQueued, int(s.queuedMax))
 			st.PeakInFlight = max(st.PeakInFlight, int(s.inFlightMax))
 		}
@@ -557,7 +584,7 @@ func openStats(samples []sample, opens, closes time.Duration) *OpenSidecar {
 // same span (and extrapolates them alike), which the quantile does not
 // see, so the increase gives the same answer. NaN when fewer than two
 // samples fall in the range or nothing was observed.
-func alertExpr(samples []sample) float64 {
+func alertExpr(samples []Sample) float64 {
 	now := samples[len(samples)-1]
 	// Prometheus 3 selects (t - range, t].
 	i := sort.Search(len(samples), func(i int) bool { return samples[i].at > now.at-AlertRange })

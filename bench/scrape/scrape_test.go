@@ -1,4 +1,4 @@
-package bench
+package scrape
 
 import (
 	"errors"
@@ -45,7 +45,7 @@ func TestParseSample(t *testing.T) {
 	if err != nil {
 		t.Fatalf("parseSample = %v", err)
 	}
-	want := sample{loomgate: true, queueSum: 1.5, queueCount: 10, serviceSum: 2.25, serviceCount: 11,
+	want := Sample{loomgate: true, queueSum: 1.5, queueCount: 10, serviceSum: 2.25, serviceCount: 11,
 		inFlight: 3, inFlightMax: 200, queuedMax: 800, limit: 200, rss: 5e8,
 		outcomes: map[string]float64{"ok": 12, "rejected_queue_full": 1},
 		bounds:   []float64{0.0001, math.Inf(1)}, cum: []float64{0, 10}}
@@ -58,27 +58,27 @@ func TestParseSampleOtherExporters(t *testing.T) {
 	tests := []struct {
 		name string
 		text string
-		want sample
+		want Sample
 	}{
 		{
 			name: "a stub: memory only",
 			text: "# TYPE process_resident_memory_bytes gauge\nprocess_resident_memory_bytes 1.2e+07\n# TYPE loomgate_stub_in_flight gauge\nloomgate_stub_in_flight 4\n",
-			want: sample{rss: 1.2e7},
+			want: Sample{rss: 1.2e7},
 		},
 		{
 			name: "untyped histogram parts and labelled series, summed",
 			text: "loomgate_service_seconds_sum{route=\"a\"} 1\nloomgate_service_seconds_sum{route=\"b\"} 2\nloomgate_service_seconds_count 6\nloomgate_queued 7\n",
-			want: sample{loomgate: true, serviceSum: 3, serviceCount: 6, queued: 7, queuedMax: 7},
+			want: Sample{loomgate: true, serviceSum: 3, serviceCount: 6, queued: 7, queuedMax: 7},
 		},
 		{
 			name: "NaN gauges read as zero",
 			text: "process_resident_memory_bytes NaN\n",
-			want: sample{},
+			want: Sample{},
 		},
 		{
 			name: "nothing",
 			text: "",
-			want: sample{},
+			want: Sample{},
 		},
 	}
 	for _, tt := range tests {
@@ -99,13 +99,13 @@ func TestSpanStats(t *testing.T) {
 	var sp span
 	// Baseline at the window's start: its peaks cover the warm-up and
 	// must not count.
-	sp.add(sample{loomgate: true, queueSum: 100, queueCount: 1000, serviceSum: 200, serviceCount: 1000,
+	sp.add(Sample{loomgate: true, queueSum: 100, queueCount: 1000, serviceSum: 200, serviceCount: 1000,
 		inFlightMax: 999, queuedMax: 999, limit: 200, rss: 100 << 20,
 		cpu: 10, outcomes: map[string]float64{"ok": 1000}})
-	sp.add(sample{loomgate: true, queueSum: 150, queueCount: 1500, serviceSum: 300, serviceCount: 1500,
+	sp.add(Sample{loomgate: true, queueSum: 150, queueCount: 1500, serviceSum: 300, serviceCount: 1500,
 		inFlightMax: 200, queuedMax: 780, limit: 200, rss: 300 << 20,
 		cpu: 10.02, outcomes: map[string]float64{"ok": 1500}})
-	sp.add(sample{loomgate: true, queueSum: 4100, queueCount: 5000, serviceSum: 1215, serviceCount: 5000,
+	sp.add(Sample{loomgate: true, queueSum: 4100, queueCount: 5000, serviceSum: 1215, serviceCount: 5000,
 		inFlightMax: 199, queuedMax: 801, limit: 200, rss: 250 << 20,
 		cpu: 10.25, outcomes: map[string]float64{"ok": 5000, "rejected_queue_full": 1000}})
 	got := sp.stats()
@@ -127,16 +127,16 @@ func TestSpanStats(t *testing.T) {
 
 func TestSpanStatsEdgeCases(t *testing.T) {
 	var one span
-	one.add(sample{rss: 1})
+	one.add(Sample{rss: 1})
 	if st := one.stats(); st != nil {
-		t.Errorf("stats of one sample = %+v; want nil", st)
+		t.Errorf("stats of one Sample = %+v; want nil", st)
 	}
 
 	var idle, restarted span
-	idle.add(sample{loomgate: true, serviceSum: 5, serviceCount: 10})
-	idle.add(sample{loomgate: true, serviceSum: 5, serviceCount: 10})
-	restarted.add(sample{loomgate: true, serviceSum: 5, serviceCount: 10})
-	restarted.add(sample{loomgate: true, serviceSum: 1, serviceCount: 2})
+	idle.add(Sample{loomgate: true, serviceSum: 5, serviceCount: 10})
+	idle.add(Sample{loomgate: true, serviceSum: 5, serviceCount: 10})
+	restarted.add(Sample{loomgate: true, serviceSum: 5, serviceCount: 10})
+	restarted.add(Sample{loomgate: true, serviceSum: 1, serviceCount: 2})
 	for name, sp := range map[string]*span{"idle": &idle, "restarted": &restarted} {
 		if st := sp.stats(); st.Service != 0 || st.QueueWait != 0 {
 			t.Errorf("%s: stats = %+v; want zero means", name, st)
@@ -154,14 +154,14 @@ func TestNewScraper(t *testing.T) {
 		{"http://localhost:9090/custom/metrics?x=1", "http://localhost:9090/custom/metrics?x=1"},
 	}
 	for _, tt := range tests {
-		sc, err := newScraper(tt.in)
+		sc, err := New(tt.in)
 		if err != nil || sc.url != tt.want {
-			t.Errorf("newScraper(%q) = %v, %v; want url %q", tt.in, sc, err, tt.want)
+			t.Errorf("New(%q) = %v, %v; want url %q", tt.in, sc, err, tt.want)
 		}
 	}
 	for _, bad := range []string{"", "127.0.0.1:9090", "ftp://x/metrics", "http://"} {
-		if _, err := newScraper(bad); !errors.Is(err, ErrConfig) {
-			t.Errorf("newScraper(%q) = %v; want ErrConfig", bad, err)
+		if _, err := New(bad); !errors.Is(err, ErrAdminURL) {
+			t.Errorf("New(%q) = %v; want ErrAdminURL", bad, err)
 		}
 	}
 }
@@ -179,7 +179,7 @@ func FuzzParseSample(f *testing.F) {
 			return
 		}
 		var sp span
-		sp.add(sample{})
+		sp.add(Sample{})
 		sp.add(s)
 		st := sp.stats()
 		if st.QueueWait < 0 || st.Service < 0 {
@@ -252,7 +252,7 @@ loomgate_in_flight_max 200
 loomgate_limit 200
 `
 
-func sampleAt(t *testing.T, at time.Duration, b [5]int, ok, timedOut, queued, queuedMax int) sample {
+func sampleAt(t *testing.T, at time.Duration, b [5]int, ok, timedOut, queued, queuedMax int) Sample {
 	t.Helper()
 	s, err := parseSample(strings.NewReader(fmt.Sprintf(openExposition, b[0], b[1], b[2], b[3], b[4], ok, timedOut, queued, queuedMax)))
 	if err != nil {
@@ -265,7 +265,7 @@ func sampleAt(t *testing.T, at time.Duration, b [5]int, ok, timedOut, queued, qu
 func TestParseSampleOfAnOpenLoopRun(t *testing.T) {
 	s := sampleAt(t, 0, [5]int{1, 2, 3, 4, 5}, 7, 8, 9, 10)
 	if !s.loomgate || s.queued != 9 || s.queuedMax != 10 || s.inFlight != 200 || s.limit != 200 {
-		t.Errorf("sample %+v; want loomgate's gauges", s)
+		t.Errorf("Sample %+v; want loomgate's gauges", s)
 	}
 	if s.outcomes["ok"] != 7 || s.outcomes["rejected_queue_timeout"] != 8 || len(s.outcomes) != 3 {
 		t.Errorf("outcomes %v", s.outcomes)
@@ -284,7 +284,7 @@ func TestParseSampleOfAnOpenLoopRun(t *testing.T) {
 // 250 ms, the p99 queue wait crossing 250 ms between the fourth and fifth.
 func TestOpenStatsFollowsTheQueue(t *testing.T) {
 	ms := time.Millisecond
-	samples := []sample{
+	samples := []Sample{
 		sampleAt(t, 0, [5]int{0, 0, 0, 0, 0}, 0, 0, 0, 0),
 		// 100 fast.
 		sampleAt(t, 250*ms, [5]int{100, 100, 100, 100, 100}, 100, 0, 10, 12),
@@ -326,10 +326,10 @@ func TestOpenStatsFollowsTheQueue(t *testing.T) {
 // The expression looks at the last minute only: a burst of slow waits
 // long ago no longer counts.
 func TestOpenAlertExprSlides(t *testing.T) {
-	s := func(at time.Duration, slow, total int) sample {
+	s := func(at time.Duration, slow, total int) Sample {
 		return sampleAt(t, at, [5]int{total - slow, total - slow, total - slow, total, total}, 0, 0, 0, 0)
 	}
-	samples := []sample{s(0, 0, 0), s(30*time.Second, 100, 100), s(61*time.Second, 100, 1100)}
+	samples := []Sample{s(0, 0, 0), s(30*time.Second, 100, 100), s(61*time.Second, 100, 1100)}
 	// At 61 s the range (1 s, 61 s] starts at the 30 s reading: 1000 new
 	// fast waits and no slow one.
 	if got := alertExpr(samples); math.Abs(got-0.099) > 1e-12 {
