@@ -21,6 +21,8 @@
 //	HTTP/2 (h2c)      gRPC on the same port: loomgate.stub.v1.Stub's Wait and
 //	                  CPU take a StringValue query ("ms=200", "iters=1000")
 //	                  and answer what /wait and /cpu do; and grpc.health.v1
+//	/pool?size=N      resize the hidden pool (Config.Pool) to N workers from
+//	                  now on: a capacity that changes mid-run
 //	/metrics          Prometheus text format: process and Go runtime collectors,
 //	                  loomgate_stub_in_flight, loomgate_stub_requests_total{path}
 //	                  and the occupancy of the hidden pools

@@ -67,6 +67,7 @@ An upstream for experiments. Each request runs on its own goroutine unless
   /pinned?ms=N      N ms inside one global critical section
   /mixed            15 + 180 + 5 ms in sequence
   /ws?ms=N&iters=M  WebSocket echo, each message after N ms and M rounds
+  /pool?size=N      resize the --pool to N workers from now on
   /metrics          Prometheus: process memory, in flight, pools
 
 HTTP/2 with prior knowledge (h2c) on the same port is gRPC: the health
