@@ -43,6 +43,10 @@ type Options struct {
 	CgroupRoot string
 	// Getenv reads GOMEMLIMIT for the same. If nil, os.Getenv.
 	Getenv func(string) string
+	// Controller, in adaptive mode, builds the controller that moves the
+	// limit in place of package adaptive's: the lab runs reference
+	// algorithms through it. If nil, package adaptive's.
+	Controller func(ControllerHooks) Controller
 }
 
 // Sidecar is the proxy with its limiter, metrics and admin endpoints: what
@@ -56,8 +60,10 @@ type Sidecar struct {
 	registry *prometheus.Registry
 	metrics  *metrics.Metrics
 	advisor  *advice.Advisor
-	// adaptive moves the limit in adaptive mode; nil in the others.
+	// adaptive moves the limit in adaptive mode; nil in the others, and
+	// when plugged moves it instead (Options.Controller).
 	adaptive *adaptive.Controller
+	plugged  Controller
 	// shadow runs the configured policy in a dry run; nil without one.
 	// limiter then admits everyone.
 	shadow *limiter.Shadow
@@ -191,7 +197,13 @@ func New(cfg Config, opts Options) (*Sidecar, error) {
 	if err != nil {
 		return nil, err
 	}
-	if cfg.Mode == limiter.Adaptive {
+	if cfg.Mode == limiter.Adaptive && opts.Controller != nil {
+		policy := lim
+		if s.shadow != nil {
+			policy = s.shadow.Limiter()
+		}
+		s.plugged = plug(opts.Controller, policy)
+	} else if cfg.Mode == limiter.Adaptive {
 		policy := lim
 		if s.shadow != nil {
 			policy = s.shadow.Limiter()
@@ -218,10 +230,14 @@ func New(cfg Config, opts Options) (*Sidecar, error) {
 	if cfg.AccessLog == "json" {
 		obs.access = slog.New(slog.NewJSONHandler(opts.AccessLog, nil))
 	}
+	var observe proxy.Observer = obs
+	if s.plugged != nil {
+		observe = pluggedObserver{Observer: obs, controller: s.plugged}
+	}
 	s.proxy, err = proxy.New(proxy.Config{
 		Upstream:        cfg.Upstream,
 		Admitter:        lim,
-		Observer:        obs,
+		Observer:        observe,
 		UpstreamTimeout: cfg.UpstreamTimeout,
 		HeaderTimeout:   cfg.HeaderTimeout,
 		BodyTimeout:     cfg.BodyTimeout,
@@ -279,6 +295,12 @@ func (s *Sidecar) Run(ctx context.Context, ln, adminLn net.Listener) error {
 	if s.adaptive != nil {
 		g.Go(func() error {
 			s.adaptive.Run(runCtx)
+			return nil
+		})
+	}
+	if s.plugged != nil {
+		g.Go(func() error {
+			s.plugged.Run(runCtx)
 			return nil
 		})
 	}
