@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/loomgate/loomgate/bench"
+	"github.com/loomgate/loomgate/bench/adaptivematrix"
 	"github.com/loomgate/loomgate/bench/advicematrix"
 	"github.com/loomgate/loomgate/bench/fleet"
 	"github.com/loomgate/loomgate/bench/overhead"
@@ -196,7 +197,7 @@ func benchCommand(ctx context.Context, args []string, launcher bench.Launcher, s
 	out := fs.String("out", "", "directory to write results.csv, results.json and report.html into")
 	inProc := fs.Bool("in-process", false, "run a scenario's stub and sidecar in this process instead of as processes of their own (memory figures are then the whole process's)")
 	scenarioName := fs.String("scenario", "", "run a scenario, which starts its own stub and sidecar, instead of --url: "+strings.Join(allScenarioNames(), ", ")+"; list describes them")
-	caseNames := fs.String("cases", "", "with --scenario advice: the cases to run, comma-separated (default all)")
+	caseNames := fs.String("cases", "", "with --scenario advice or adaptive: the cases to run, comma-separated (default all)")
 	fs.Usage = func() {
 		fmt.Fprint(stderr, `Usage: loomgate bench --url URL [flags]
        loomgate bench --url URL --rate R[,R2,...] [flags]
@@ -276,8 +277,11 @@ Flags:
 	if *scenarioName == adviceScenario {
 		return runAdviceMatrix(ctx, launcher, *caseNames, stdout, stderr)
 	}
+	if *scenarioName == adaptiveScenario {
+		return runAdaptiveMatrix(ctx, launcher, *caseNames, *out, stdout, stderr)
+	}
 	if *caseNames != "" {
-		return fail("--cases goes with --scenario advice")
+		return fail("--cases goes with --scenario advice or adaptive")
 	}
 	if *scenarioName == overheadScenario {
 		switch {
@@ -313,6 +317,10 @@ Flags:
 		}
 		fmt.Fprintf(stdout, "%-10s the advice matrix: cases with known truth, each judged and its recommendation measured; --cases picks some\n", adviceScenario)
 		for _, c := range advicematrix.Cases() {
+			fmt.Fprintf(stdout, "           %s: %s\n", c.Name, c.Description)
+		}
+		fmt.Fprintf(stdout, "%-10s adaptive mode side by side with a limit fixed at the truth, none, and Envoy's and Netflix's controllers; --cases picks some\n", adaptiveScenario)
+		for _, c := range adaptivematrix.Cases() {
 			fmt.Fprintf(stdout, "           %s: %s\n", c.Name, c.Description)
 		}
 		fmt.Fprintf(stdout, "%-10s %s\n", overheadScenario, overheadDescription)
@@ -521,7 +529,7 @@ func joinRates(v []float64) string {
 // allScenarioNames lists the closed-loop scenarios, then the open-loop
 // ones, then the advice matrix and overhead.
 func allScenarioNames() []string {
-	return append(bench.ScenarioNames(), adviceScenario, overheadScenario, fleetScenario)
+	return append(bench.ScenarioNames(), adviceScenario, adaptiveScenario, overheadScenario, fleetScenario)
 }
 
 // openScenarioNames lists the open-loop scenarios.
