@@ -123,30 +123,24 @@ func Run(ctx context.Context, cases []Case, l bench.Launcher, opts Options) ([]R
 	for i, c := range cases {
 		c = scaled(c, opts.Scale)
 		byArm := map[string]Result{}
-		for _, arm := range arms {
-			if arm == Oracle && c.Oracle == 0 {
-				// No limit is right: the oracle is no limit.
-				if r, ok := byArm[Unbounded]; ok {
-					r.Arm, r.SameAs = Oracle, Unbounded
-					byArm[Oracle] = r
-					continue
-				}
-			}
+		for _, arm := range runOrder(c, arms) {
 			say(opts.Progress, "[%d/%d] adaptive %s, %s: %s", i+1, len(cases), c.Name, arm, c.Description)
 			r, err := runArm(ctx, c, arm, l)
 			if err != nil {
 				return results, fmt.Errorf("case %s, arm %s: %w", c.Name, arm, err)
 			}
-			say(opts.Progress, "[%d/%d] adaptive %s, %s: %.0f rps, p50 %s, p99 %s, %d rejected, %d failed, converged %s",
+			say(opts.Progress, "[%d/%d] adaptive %s, %s: %.0f rps, p50 %s, p99 %s, %d rejected, %d failed, limit right after %s",
 				i+1, len(cases), c.Name, arm, r.Goodput, r.P50.Round(time.Millisecond), r.P99.Round(time.Millisecond), r.Rejected, r.Failed, convergedText(r))
 			byArm[arm] = r
-			if arm == Unbounded && c.Oracle == 0 {
-				if _, ok := byArm[Oracle]; !ok && contains(arms, Oracle) {
-					o := r
-					o.Arm, o.SameAs = Oracle, Unbounded
-					byArm[Oracle] = o
-				}
+		}
+		if c.Oracle == 0 && contains(arms, Oracle) {
+			// No limit is right: the oracle is no limit, run once.
+			r := byArm[Unbounded]
+			r.Arm, r.SameAs = Oracle, Unbounded
+			if !contains(arms, Unbounded) {
+				r.SameAs = ""
 			}
+			byArm[Oracle] = r
 		}
 		for _, arm := range arms {
 			if r, ok := byArm[arm]; ok {
@@ -155,6 +149,21 @@ func Run(ctx context.Context, cases []Case, l bench.Launcher, opts Options) ([]R
 		}
 	}
 	return results, nil
+}
+
+// runOrder is the arms to launch for c: the oracle of a case where no
+// limit is right is the unbounded arm, run once.
+func runOrder(c Case, arms []string) []string {
+	var run []string
+	for _, arm := range arms {
+		if arm == Oracle && c.Oracle == 0 {
+			arm = Unbounded
+		}
+		if !contains(run, arm) {
+			run = append(run, arm)
+		}
+	}
+	return run
 }
 
 func scaled(c Case, scale float64) Case {

@@ -83,7 +83,7 @@ func Cases() []Case {
 		{
 			Name: "pool", Description: "a hidden pool of 50 at 100 ms, 200 clients",
 			Pool: 50, Oracle: 50,
-			Phases: []Phase{{Duration: 30 * s, Flows: []bench.Flow{{Path: wait, Clients: 200}}, Truth: pool(50)}},
+			Phases: []Phase{{Duration: 25 * s, Flows: []bench.Flow{{Path: wait, Clients: 200}}, Truth: pool(50)}},
 		},
 		{
 			Name: "pool-change", Description: "a hidden pool of 50, grown to 100, shrunk to 30, at 100 ms, 200 clients",
