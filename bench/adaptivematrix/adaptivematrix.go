@@ -88,6 +88,8 @@ type Result struct {
 	// Converged is, per phase, how long after its start the limit stood
 	// right for the rest of it; -1 if it never did.
 	Converged []time.Duration
+	// PhaseLengths are the phases' durations.
+	PhaseLengths []time.Duration
 	// Lowest is the lowest limit set after the first (0 if none), and
 	// Collapsed whether it went below a phase's floor.
 	Lowest    float64
@@ -295,6 +297,7 @@ func (r *Result) judge(c Case, starts []time.Duration) {
 			converged = -1
 		}
 		r.Converged = append(r.Converged, converged)
+		r.PhaseLengths = append(r.PhaseLengths, to-from)
 	}
 }
 

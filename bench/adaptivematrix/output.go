@@ -7,7 +7,9 @@ import (
 	"html/template"
 	"image/color"
 	"io"
+	"maps"
 	"os"
+	"slices"
 	"path/filepath"
 	"strings"
 	"time"
@@ -39,7 +41,9 @@ type Verdict struct {
 	GoodputOK    bool
 	P99OK        bool
 	// ConvergedOK: every phase's limit stood right within ConvergeWithin.
-	ConvergedOK bool
+	// Untested is set instead when a phase shorter than that ended before
+	// the limit stood right: the goal is then neither met nor missed.
+	ConvergedOK, Untested bool
 	// FloorOK: the limit never went below half the truth.
 	FloorOK bool
 	// Against each reference: "better", "tie" or "worse".
@@ -48,7 +52,7 @@ type Verdict struct {
 
 // Met reports whether adaptive met every goal on the case.
 func (v Verdict) Met() bool {
-	if !v.GoodputOK || !v.P99OK || !v.ConvergedOK || !v.FloorOK {
+	if !v.GoodputOK || !v.P99OK || !v.ConvergedOK || v.Untested || !v.FloorOK {
 		return false
 	}
 	for _, a := range v.Against {
@@ -85,10 +89,17 @@ func Judge(results []Result) []Verdict {
 		v.GoodputOK = v.Goodput >= 1-GoodputMargin
 		v.P99OK = v.P99 <= 1+P99Noise
 		v.ConvergedOK = true
-		for _, c := range a.Converged {
-			if c < 0 || c > ConvergeWithin {
+		for i, c := range a.Converged {
+			switch {
+			case c >= 0 && c <= ConvergeWithin:
+			case c < 0 && i < len(a.PhaseLengths) && a.PhaseLengths[i] < ConvergeWithin:
+				v.Untested = true
+			default:
 				v.ConvergedOK = false
 			}
+		}
+		if !v.ConvergedOK {
+			v.Untested = false
 		}
 		v.FloorOK = !a.Collapsed
 		for _, ref := range []string{Envoy, Gradient2} {
@@ -142,8 +153,8 @@ func WriteMarkdown(w io.Writer, cases []Case, results []Result) error {
 		b.WriteString("| --- | --: | --: | --- | --- | --- | --- | --- |\n")
 		for _, v := range verdicts {
 			fmt.Fprintf(&b, "| %s | %.0f%% %s | %.0f%% %s | %s | %s | %s | %s | %s |\n", v.Case,
-				100*v.Goodput, mark(v.GoodputOK), 100*v.P99, mark(v.P99OK), mark(v.ConvergedOK), mark(v.FloorOK),
-				orDash(v.Against[Envoy]), orDash(v.Against[Gradient2]), mark(v.Met()))
+				100*v.Goodput, mark(v.GoodputOK), 100*v.P99, mark(v.P99OK), convergedMark(v), mark(v.FloorOK),
+				orDash(v.Against[Envoy]), orDash(v.Against[Gradient2]), metMark(v))
 		}
 	}
 	_, err := io.WriteString(w, b.String())
@@ -167,6 +178,20 @@ func convergedCell(r Result) string {
 
 func ms(d time.Duration) string {
 	return fmt.Sprintf("%d ms", d.Round(time.Millisecond).Milliseconds())
+}
+
+func convergedMark(v Verdict) string {
+	if v.Untested {
+		return "not shown: the phase, under 60 s, ended first"
+	}
+	return mark(v.ConvergedOK)
+}
+
+func metMark(v Verdict) string {
+	if v.Untested && v.GoodputOK && v.P99OK && v.FloorOK && !slices.Contains(slices.Collect(maps.Values(v.Against)), "worse") {
+		return "yes, but convergence not shown"
+	}
+	return mark(v.Met())
 }
 
 func mark(ok bool) string {
