@@ -9,8 +9,8 @@ import (
 	"io"
 	"maps"
 	"os"
-	"slices"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
