@@ -81,3 +81,25 @@ func TestAdaptiveMatrixReduced(t *testing.T) {
 		t.Errorf("no-pool: adaptive %.0f rps; want at least 75%% of no limit's %.0f", a.Goodput, o.Goodput)
 	}
 }
+
+// TestLabController: LOOMLAB_CONTROLLER picks the lab's controller for
+// `loomlab proxy`, none without it, and a wrong name is refused with the
+// names it takes.
+func TestLabController(t *testing.T) {
+	for _, tc := range []struct {
+		env     []string
+		want    bool
+		wantErr string
+	}{
+		{nil, false, ""},
+		{[]string{"LOOMLAB_CONTROLLER=envoy"}, true, ""},
+		{[]string{"LOOMLAB_CONTROLLER=gradient2"}, true, ""},
+		{[]string{"LOOMLAB_CONTROLLER=pool-oracle", "LOOMGATE_UPSTREAM=http://127.0.0.1:1"}, true, ""},
+		{[]string{"LOOMLAB_CONTROLLER=vegas"}, false, `LOOMLAB_CONTROLLER="vegas": want envoy, gradient2 or pool-oracle`},
+	} {
+		got, err := labController(tc.env)
+		if (got != nil) != tc.want || tc.wantErr == "" && err != nil || tc.wantErr != "" && (err == nil || err.Error() != tc.wantErr) {
+			t.Errorf("labController(%q) = controller %v, %v; want controller %v, error %q", tc.env, got != nil, err, tc.want, tc.wantErr)
+		}
+	}
+}
