@@ -71,7 +71,7 @@ type Arm struct {
 // Sidecar is the part of a sidecar's configuration an arm varies. Zero
 // fields leave the sidecar's defaults (the README lists them).
 type Sidecar struct {
-	// Mode is "fixed" or "unbounded".
+	// Mode is "fixed", "unbounded" or "adaptive".
 	// If empty, unbounded.
 	Mode string
 	// Workers is the fixed mode's limit. If zero, the sidecar's default.
@@ -86,6 +86,11 @@ type Sidecar struct {
 	Bulkhead int
 	// Routes is LOOMGATE_ROUTES. If empty, the automatic route classes.
 	Routes string
+	// Controller, in adaptive mode, names a controller of the lab's to
+	// move the limit in place of loomgate's (LOOMLAB_CONTROLLER, which
+	// `loomlab proxy` reads; see package adaptivematrix). If empty,
+	// loomgate's.
+	Controller string
 }
 
 // Environ returns the LOOMGATE_* variables that configure a sidecar as s
@@ -112,6 +117,9 @@ func (s Sidecar) Environ() []string {
 	if s.Routes != "" {
 		env = append(env, "LOOMGATE_ROUTES="+s.Routes)
 	}
+	if s.Controller != "" {
+		env = append(env, "LOOMLAB_CONTROLLER="+s.Controller)
+	}
 	return env
 }
 
@@ -122,6 +130,9 @@ type Target struct {
 	URL string
 	// AdminURL is the sidecar's admin listener, empty without a sidecar.
 	AdminURL string
+	// UpstreamURL is the stub's base URL, for a scenario that changes it
+	// mid-run (its /pool); empty when the launcher does not say.
+	UpstreamURL string
 	// UpstreamRSS, if set, reads the resident memory of the upstream's
 	// process (the stub's), for Result.UpstreamMemoryBytes. Nil when it
 	// is not known apart, e.g. when the upstream shares the rig's process.

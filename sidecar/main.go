@@ -28,6 +28,12 @@ func StatusPageURL(addr net.Addr) string {
 // to stdout, and returns the process's exit status: 0 after a complete
 // drain, 2 for a bad configuration, 1 for anything else.
 func Main(ctx context.Context, environ []string, stdout, stderr io.Writer, version string) int {
+	return MainWithController(ctx, environ, stdout, stderr, version, nil)
+}
+
+// MainWithController is Main with Options.Controller set: the lab's
+// `loomlab proxy` runs the sidecar with a reference controller this way.
+func MainWithController(ctx context.Context, environ []string, stdout, stderr io.Writer, version string, controller func(ControllerHooks) Controller) int {
 	cfg, err := ParseEnv(environ)
 	if err != nil {
 		fmt.Fprintf(stderr, "loomgate: %v\n", err)
@@ -40,7 +46,7 @@ func Main(ctx context.Context, environ []string, stdout, stderr io.Writer, versi
 	if n := SetRuntimeMemoryLimit(ReadMemoryLimit("", nil), nil); n > 0 {
 		log.Info("Go runtime memory limit from the cgroup; set GOMEMLIMIT to choose", "limit", Size(n).String())
 	}
-	s, err := build(cfg, Options{Logger: log, AccessLog: stdout, Version: version})
+	s, err := build(cfg, Options{Logger: log, AccessLog: stdout, Version: version, Controller: controller})
 	if err != nil {
 		log.Error("cannot start", "err", err)
 		return 1

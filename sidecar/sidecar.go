@@ -44,6 +44,10 @@ type Options struct {
 	CgroupRoot string
 	// Getenv reads GOMEMLIMIT for the same. If nil, os.Getenv.
 	Getenv func(string) string
+	// Controller, in adaptive mode, builds the controller that moves the
+	// limit in place of package adaptive's: the lab runs reference
+	// algorithms through it. If nil, package adaptive's.
+	Controller func(ControllerHooks) Controller
 }
 
 // Sidecar is the proxy with its limiter, metrics and admin endpoints: what
@@ -57,8 +61,10 @@ type Sidecar struct {
 	registry *prometheus.Registry
 	metrics  *metrics.Metrics
 	advisor  *advice.Advisor
-	// adaptive moves the limit in adaptive mode; nil in the others.
+	// adaptive moves the limit in adaptive mode; nil in the others, and
+	// when plugged moves it instead (Options.Controller).
 	adaptive *adaptive.Controller
+	plugged  Controller
 	// shadow runs the configured policy in a dry run; nil without one.
 	// limiter then admits everyone.
 	shadow *limiter.Shadow
@@ -198,7 +204,13 @@ func build(cfg Config, opts Options) (*Sidecar, error) {
 	if err != nil {
 		return nil, err
 	}
-	if cfg.Mode == limiter.Adaptive {
+	if cfg.Mode == limiter.Adaptive && opts.Controller != nil {
+		policy := lim
+		if s.shadow != nil {
+			policy = s.shadow.Limiter()
+		}
+		s.plugged = plug(opts.Controller, policy)
+	} else if cfg.Mode == limiter.Adaptive {
 		policy := lim
 		if s.shadow != nil {
 			policy = s.shadow.Limiter()
@@ -225,10 +237,14 @@ func build(cfg Config, opts Options) (*Sidecar, error) {
 	if cfg.AccessLog == "json" {
 		obs.access = slog.New(slog.NewJSONHandler(opts.AccessLog, nil))
 	}
+	var observe proxy.Observer = obs
+	if s.plugged != nil {
+		observe = pluggedObserver{Observer: obs, controller: s.plugged}
+	}
 	s.proxy, err = proxy.New(proxy.Config{
 		Upstream:        cfg.Upstream,
 		Admitter:        lim,
-		Observer:        obs,
+		Observer:        observe,
 		UpstreamTimeout: cfg.UpstreamTimeout,
 		HeaderTimeout:   cfg.HeaderTimeout,
 		BodyTimeout:     cfg.BodyTimeout,
@@ -286,6 +302,12 @@ func (s *Sidecar) Run(ctx context.Context, ln, adminLn net.Listener) error {
 	if s.adaptive != nil {
 		g.Go(func() error {
 			s.adaptive.Run(runCtx)
+			return nil
+		})
+	}
+	if s.plugged != nil {
+		g.Go(func() error {
+			s.plugged.Run(runCtx)
 			return nil
 		})
 	}

@@ -22,6 +22,8 @@
 //	                  Wait and CPU, which take a StringValue query ("ms=200",
 //	                  "iters=1000") and answer what /wait and /cpu do, and to
 //	                  grpc.health.v1; any other request as over HTTP/1.1
+//	/pool?size=N      resize the hidden pool (Config.Pool) to N workers from
+//	                  now on: a capacity that changes mid-run
 //	/metrics          Prometheus text format: process and Go runtime collectors,
 //	                  loomgate_stub_in_flight, loomgate_stub_requests_total{path}
 //	                  and the occupancy of the hidden pools

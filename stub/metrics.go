@@ -46,7 +46,13 @@ func (s *Server) metricsHandler() fasthttp.RequestHandler {
 		constant("loomgate_stub_db_connections", "Size of the /db connection pool.", s.dbSize),
 		gauge("loomgate_stub_db_in_use", "/db connections held.", &s.dbOcc.inUse),
 		gauge("loomgate_stub_db_waiting", "/db requests waiting for a connection.", &s.dbOcc.waiting),
-		constant("loomgate_stub_pool_size", "Size of the hidden worker pool, 0 when there is none.", s.poolSize),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "loomgate_stub_pool_size", Help: "Size of the hidden worker pool now, 0 when there is none."},
+			func() float64 {
+				if s.pool == nil {
+					return 0
+				}
+				return float64(s.pool.Size())
+			}),
 		gauge("loomgate_stub_pool_in_use", "Workers of the hidden pool serving a request.", &s.poolOcc.inUse),
 		gauge("loomgate_stub_pool_waiting", "Requests waiting for a worker of the hidden pool.", &s.poolOcc.waiting),
 	)

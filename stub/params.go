@@ -15,6 +15,7 @@ const (
 	maxMillis = 600_000        // 10 minutes
 	maxIters  = 10_000_000_000 // tens of seconds of CPU
 	maxKB     = 1 << 20        // 1 GiB
+	maxPool   = 1_000_000
 )
 
 var (
@@ -58,6 +59,7 @@ var (
 	paramTo    = param{name: "to", max: maxMillis, unit: "milliseconds"}
 	paramIters = param{name: "iters", max: maxIters, unit: "iterations"}
 	paramKB    = param{name: "kb", max: maxKB, unit: "KiB"}
+	paramSize  = param{name: "size", max: maxPool, unit: "workers"}
 )
 
 // badParam is the 400 body for a parameter that is missing or malformed.

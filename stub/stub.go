@@ -73,6 +73,7 @@ const (
 	routeMixed
 	routeWS
 	routeMetrics
+	routePool
 	numRoutes
 )
 
@@ -109,6 +110,8 @@ func routeOf(path []byte) route {
 		return routeWS
 	case "/metrics":
 		return routeMetrics
+	case "/pool":
+		return routePool
 	}
 	return routeOther
 }
@@ -125,7 +128,7 @@ type Server struct {
 	srv *fasthttp.Server
 
 	db   *semaphore.Weighted
-	pool *semaphore.Weighted // nil without Config.Pool
+	pool *workers // nil without Config.Pool
 	// pinned is the global critical section behind /pinned.
 	pinned sync.Mutex
 
@@ -155,7 +158,7 @@ type Server struct {
 	// protocols serves /ws and gRPC; nil for a forwarding stub.
 	protocols *protocols
 
-	dbSize, poolSize int
+	dbSize int
 }
 
 // New returns a stub configured by cfg, ready to Serve.
@@ -190,8 +193,7 @@ func New(cfg Config) (*Server, error) {
 		dbSize: cfg.DBPool,
 	}
 	if cfg.Pool > 0 {
-		s.pool = semaphore.NewWeighted(int64(cfg.Pool))
-		s.poolSize = cfg.Pool
+		s.pool = newWorkers(cfg.Pool)
 	}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	s.metrics = s.metricsHandler()
@@ -288,6 +290,9 @@ func (s *Server) handle(ctx *fasthttp.RequestCtx) {
 	case routeMetrics:
 		s.metrics(ctx)
 		return
+	case routePool:
+		s.resize(ctx)
+		return
 	case routeWS:
 		if s.protocols != nil {
 			s.requests[routeWS].Inc()
@@ -296,7 +301,7 @@ func (s *Server) handle(ctx *fasthttp.RequestCtx) {
 		}
 	case routeOther:
 		s.requests[routeOther].Inc()
-		ctx.Error("not found: the stub serves /wait?ms=N, /cpu?iters=N, /db?ms=N, /mem?kb=N&ms=M, /pinned?ms=N, /mixed, /ws (WebSocket echo), gRPC and /metrics\n", fasthttp.StatusNotFound)
+		ctx.Error("not found: the stub serves /wait?ms=N, /cpu?iters=N, /db?ms=N, /mem?kb=N&ms=M, /pinned?ms=N, /mixed, /ws (WebSocket echo), /pool?size=N, gRPC and /metrics\n", fasthttp.StatusNotFound)
 		return
 	}
 	s.inFlight.Add(1)
@@ -372,7 +377,7 @@ func appendMillis(out []byte, ms int64) []byte {
 // acquire waits FIFO for one permit of sem (x/sync's semaphore serves
 // waiters in order), keeping occ up to date. If the stub is shut down
 // meanwhile it answers 503 and reports false.
-func (s *Server) acquire(ctx *fasthttp.RequestCtx, sem *semaphore.Weighted, occ *occupancy) bool {
+func (s *Server) acquire(ctx *fasthttp.RequestCtx, sem permits, occ *occupancy) bool {
 	occ.waiting.Add(1)
 	err := sem.Acquire(s.ctx, 1)
 	occ.waiting.Add(-1)
@@ -384,11 +389,42 @@ func (s *Server) acquire(ctx *fasthttp.RequestCtx, sem *semaphore.Weighted, occ 
 	return true
 }
 
-func release(sem *semaphore.Weighted, occ *occupancy) {
+func release(sem permits, occ *occupancy) {
 	// inUse drops before the permit is handed on, so the next holder's
 	// increment can never make inUse, or its peak, exceed the pool size.
 	occ.inUse.Add(-1)
 	sem.Release(1)
+}
+
+// permits is what the /db connections and the hidden pool both are.
+type permits interface {
+	Acquire(ctx context.Context, n int64) error
+	Release(n int64)
+}
+
+// resize is /pool?size=N: the hidden pool gets N workers from now on, so
+// that an experiment can change the upstream's capacity mid-run. It never
+// waits for a worker itself.
+func (s *Server) resize(ctx *fasthttp.RequestCtx) {
+	if s.pool == nil {
+		ctx.Error("no hidden pool to resize: start the stub with a pool (--pool N)\n", fasthttp.StatusConflict)
+		return
+	}
+	raw := ctx.QueryArgs().Peek(paramSize.name)
+	n, err := parseUint(raw, paramSize.max)
+	if raw == nil {
+		err = errMissing
+	}
+	if err != nil || n < 1 {
+		if err == nil {
+			err = errNotWhole
+		}
+		ctx.Error(badParam(paramSize, raw, err), fasthttp.StatusBadRequest)
+		return
+	}
+	s.pool.Resize(int(n))
+	ctx.Response.AppendBody(strconv.AppendInt(append([]byte(nil), "pool "...), n, 10))
+	ctx.Response.AppendBodyString("\n")
 }
 
 // raise lifts peak to v if v is higher.

@@ -98,7 +98,7 @@ func (l processes) Launch(ctx context.Context, arm bench.Arm) (bench.Target, fun
 			return bench.Target{}, nil, fmt.Errorf("arm %q: %w", arm.Label, err)
 		}
 	}
-	return bench.Target{URL: "http://" + addrs[1], AdminURL: "http://" + addrs[2], UpstreamRSS: upstreamRSS}, stop, nil
+	return bench.Target{URL: "http://" + addrs[1], AdminURL: "http://" + addrs[2], UpstreamURL: "http://" + addrs[0], UpstreamRSS: upstreamRSS}, stop, nil
 }
 
 // inProcess launches, for each run of a scenario, a stub and a sidecar in
@@ -152,7 +152,12 @@ func (inProcess) Launch(ctx context.Context, arm bench.Arm) (bench.Target, func(
 		stopStub()
 		return bench.Target{}, nil, fmt.Errorf("arm %q: %w", arm.Label, err)
 	}
-	s, err := sidecar.New(cfg, sidecar.Options{Logger: slog.New(slog.DiscardHandler), Version: version})
+	controller, err := labController(environ)
+	if err != nil {
+		stopStub()
+		return bench.Target{}, nil, fmt.Errorf("arm %q: %w", arm.Label, err)
+	}
+	s, err := sidecar.New(cfg, sidecar.Options{Logger: slog.New(slog.DiscardHandler), Version: version, Controller: controller})
 	if err != nil {
 		stopStub()
 		return bench.Target{}, nil, fmt.Errorf("arm %q: %w", arm.Label, err)
@@ -183,5 +188,5 @@ func (inProcess) Launch(ctx context.Context, arm bench.Arm) (bench.Target, func(
 		<-done
 		stopStub()
 	}
-	return bench.Target{URL: "http://" + ln.Addr().String(), AdminURL: "http://" + adminLn.Addr().String()}, stop, nil
+	return bench.Target{URL: "http://" + ln.Addr().String(), AdminURL: "http://" + adminLn.Addr().String(), UpstreamURL: "http://" + stubLn.Addr().String()}, stop, nil
 }

@@ -53,7 +53,14 @@ func run(ctx context.Context, args, environ []string, stdout, stderr io.Writer) 
 			fmt.Fprintf(stderr, "loomlab proxy takes no arguments, only LOOMGATE_* variables; got %q\n", args)
 			return 2
 		}
-		return sidecar.Main(ctx, environ, stdout, stderr, version)
+		// The adaptive scenario's arms name a controller of the lab's to
+		// run in place of loomgate's.
+		controller, err := labController(environ)
+		if err != nil {
+			fmt.Fprintf(stderr, "loomlab proxy: %v\n", err)
+			return 2
+		}
+		return sidecar.MainWithController(ctx, environ, stdout, stderr, version, controller)
 	case "version":
 		fmt.Fprintf(stdout, "loomlab %s (%s)\n", version, runtime.Version())
 		return 0

@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/loomgate/loomgate/bench"
+	"github.com/loomgate/loomgate/bench/adaptivematrix"
 	"github.com/loomgate/loomgate/bench/advicematrix"
 	"github.com/loomgate/loomgate/bench/fleet"
 	"github.com/loomgate/loomgate/bench/overhead"
@@ -68,6 +69,7 @@ An upstream for experiments. Each request runs on its own goroutine unless
   /pinned?ms=N      N ms inside one global critical section
   /mixed            15 + 180 + 5 ms in sequence
   /ws?ms=N&iters=M  WebSocket echo, each message after N ms and M rounds
+  /pool?size=N      resize the --pool to N workers from now on
   /metrics          Prometheus: process memory, in flight, pools
 
 HTTP/2 with prior knowledge (h2c) on the same port serves the same paths,
@@ -196,7 +198,7 @@ func benchCommand(ctx context.Context, args []string, launcher bench.Launcher, s
 	out := fs.String("out", "", "directory to write results.csv, results.json and report.html into")
 	inProc := fs.Bool("in-process", false, "run a scenario's stub and sidecar in this process instead of as processes of their own (memory figures are then the whole process's)")
 	scenarioName := fs.String("scenario", "", "run a scenario, which starts its own stub and sidecar, instead of --url: "+strings.Join(allScenarioNames(), ", ")+"; list describes them")
-	caseNames := fs.String("cases", "", "with --scenario advice: the cases to run, comma-separated (default all)")
+	caseNames := fs.String("cases", "", "with --scenario advice or adaptive: the cases to run, comma-separated (default all)")
 	protoFlag := fs.String("proto", "", "protocol: http1, h2c (HTTP/2 with prior knowledge, a GET per request) or grpc (a unary call per request: the URL's path is the method, or /wait and /cpu for the stub's, and its query the request); with a scenario it replaces the arms' (default http1, or the scenario's)")
 	conns := fs.Int("conns", 0, fmt.Sprintf("with --proto h2c or grpc: the connections every user's or request's streams share, as HTTP/2 clients share few (default %d)", bench.DefaultConns))
 	fs.Usage = func() {
@@ -297,8 +299,11 @@ Flags:
 	if *scenarioName == adviceScenario {
 		return runAdviceMatrix(ctx, launcher, *caseNames, stdout, stderr)
 	}
+	if *scenarioName == adaptiveScenario {
+		return runAdaptiveMatrix(ctx, launcher, *caseNames, *out, stdout, stderr)
+	}
 	if *caseNames != "" {
-		return fail("--cases goes with --scenario advice")
+		return fail("--cases goes with --scenario advice or adaptive")
 	}
 	if *scenarioName == overheadScenario {
 		switch {
@@ -334,6 +339,10 @@ Flags:
 		}
 		fmt.Fprintf(stdout, "%-10s the advice matrix: cases with known truth, each judged and its recommendation measured; --cases picks some\n", adviceScenario)
 		for _, c := range advicematrix.Cases() {
+			fmt.Fprintf(stdout, "           %s: %s\n", c.Name, c.Description)
+		}
+		fmt.Fprintf(stdout, "%-10s adaptive mode side by side with a limit fixed at the truth, none, and Envoy's and Netflix's controllers; --cases picks some\n", adaptiveScenario)
+		for _, c := range adaptivematrix.Cases() {
 			fmt.Fprintf(stdout, "           %s: %s\n", c.Name, c.Description)
 		}
 		fmt.Fprintf(stdout, "%-10s %s\n", overheadScenario, overheadDescription)
@@ -569,7 +578,7 @@ func joinRates(v []float64) string {
 // allScenarioNames lists the closed-loop scenarios, then the open-loop
 // ones, then the advice matrix and overhead.
 func allScenarioNames() []string {
-	return append(bench.ScenarioNames(), adviceScenario, overheadScenario, fleetScenario)
+	return append(bench.ScenarioNames(), adviceScenario, adaptiveScenario, overheadScenario, fleetScenario)
 }
 
 // openScenarioNames lists the open-loop scenarios.

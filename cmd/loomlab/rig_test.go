@@ -106,7 +106,7 @@ func TestBenchCommandRefusesBadInput(t *testing.T) {
 		code int
 		want string
 	}{
-		{nil, 2, "give --url URL (your service, or its sidecar) or --scenario NAME (crossover, fairfight, pool, cpu, memory, hidden, grpc, h2c, protocols, open, advice, overhead, fleet)"},
+		{nil, 2, "give --url URL (your service, or its sidecar) or --scenario NAME (crossover, fairfight, pool, cpu, memory, hidden, grpc, h2c, protocols, open, advice, adaptive, overhead, fleet)"},
 		{[]string{"--url", "http://127.0.0.1:1/", "-c", "10,x"}, 2, `-c "10,x": "x" is not a level`},
 		{[]string{"--url", "http://127.0.0.1:1/", "-c", "0"}, 2, `"0" is not a level`},
 		{[]string{"--url", "127.0.0.1:8080"}, 2, `--url "127.0.0.1:8080": want an http:// or https:// URL`},
@@ -114,7 +114,8 @@ func TestBenchCommandRefusesBadInput(t *testing.T) {
 		{[]string{"--url", "http://127.0.0.1:1/", "--window", "-1s"}, 2, "--window -1s: want a duration that is not negative"},
 		{[]string{"--url", "http://127.0.0.1:1/", "--scenario", "pool"}, 2, "--url and --scenario are exclusive"},
 		{[]string{"--scenario", "pool", "--admin", "http://127.0.0.1:9090"}, 2, "--admin goes with --url"},
-		{[]string{"--scenario", "nope"}, 2, `--scenario "nope": want one of crossover, fairfight, pool, cpu, memory, hidden, grpc, h2c, protocols, open, advice, overhead, fleet, or list`},
+		{[]string{"--scenario", "nope"}, 2, `--scenario "nope": want one of crossover, fairfight, pool, cpu, memory, hidden, grpc, h2c, protocols, open, advice, adaptive, overhead, fleet, or list`},
+		{[]string{"--scenario", "adaptive", "--cases", "pool,nope"}, 2, `--cases "pool,nope": no case "nope"; the cases are pool, pool-change, no-pool, slower, spread, two-routes, cpu, open`},
 		{[]string{"--scenario", "nope", "--rate", "10"}, 2, `--scenario "nope": want one of`},
 		{[]string{"--url", "http://127.0.0.1:1/", "--rate", "10", "-c", "5"}, 2, "-c and --rate are exclusive"},
 		{[]string{"--url", "http://127.0.0.1:1/", "--rate", "10,0"}, 2, `--rate "10,0": "0" is not a rate`},

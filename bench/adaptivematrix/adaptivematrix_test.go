@@ -1,0 +1,81 @@
+package adaptivematrix
+
+import (
+	"slices"
+	"testing"
+	"time"
+)
+
+// TestJudgeConvergence: a limit counts as right from the first sample
+// after which it stays within the phase's truth, per phase; a dip below
+// half the truth is a collapse.
+func TestJudgeConvergence(t *testing.T) {
+	s := time.Second
+	c := Case{Phases: []Phase{{Duration: 10 * s, Truth: pool(50)}, {Duration: 10 * s, Truth: pool(100)}}}
+	r := Result{Series: []Point{
+		{At: 1 * s, Limit: 0}, {At: 2 * s, Limit: 40}, {At: 3 * s, Limit: 45}, {At: 4 * s, Limit: 20}, {At: 5 * s, Limit: 48}, {At: 9 * s, Limit: 52},
+		{At: 11 * s, Limit: 52}, {At: 14 * s, Limit: 90}, {At: 19 * s, Limit: 110},
+	}}
+	r.judge(c, []time.Duration{0, 10 * s})
+	// 45 is within 15% of 50 (42.5 to 57.5), 20 is not, 48 is and stays.
+	if want := []time.Duration{5 * s, 4 * s}; !slices.Equal(r.Converged, want) {
+		t.Errorf("Converged = %v; want %v", r.Converged, want)
+	}
+	if r.Lowest != 20 || !r.Collapsed {
+		t.Errorf("Lowest %v, Collapsed %v; want 20, true (below 25, half of 50)", r.Lowest, r.Collapsed)
+	}
+}
+
+// TestJudgeHealthy: where nothing saturates, no limit, or one at least
+// the demand, is right; a limit that never stood right is -1.
+func TestJudgeHealthy(t *testing.T) {
+	s := time.Second
+	c := Case{Phases: []Phase{{Duration: 10 * s, Truth: healthy(100)}}}
+	open := Result{Series: []Point{{At: s}, {At: 2 * s}}}
+	open.judge(c, []time.Duration{0})
+	if open.Converged[0] != s || open.Limited() || open.Collapsed {
+		t.Errorf("open throughout: Converged %v, Limited %v, Collapsed %v; want 1s, false, false", open.Converged, open.Limited(), open.Collapsed)
+	}
+	capped := Result{Series: []Point{{At: s}, {At: 2 * s, Limit: 40}}}
+	capped.judge(c, []time.Duration{0})
+	if capped.Converged[0] != -1 || !capped.Collapsed {
+		t.Errorf("capped at 40 under a demand of 100: Converged %v, Collapsed %v; want -1, true", capped.Converged, capped.Collapsed)
+	}
+}
+
+// TestJudgeGoals: adaptive's verdict against the oracle and the references.
+func TestJudgeGoals(t *testing.T) {
+	ms := time.Millisecond
+	results := []Result{
+		{Case: "a", Arm: Adaptive, Goodput: 460, P99: 420 * ms, Converged: []time.Duration{20 * time.Second}},
+		{Case: "a", Arm: Oracle, Goodput: 500, P99: 400 * ms},
+		{Case: "a", Arm: Envoy, Goodput: 300, P99: 700 * ms},
+		{Case: "a", Arm: Gradient2, Goodput: 465, P99: 400 * ms},
+		{Case: "b", Arm: Adaptive, Goodput: 440, P99: 400 * ms, Converged: []time.Duration{70 * time.Second}},
+		{Case: "b", Arm: Oracle, Goodput: 500, P99: 400 * ms},
+	}
+	v := Judge(results)
+	if len(v) != 2 {
+		t.Fatalf("%d verdicts; want 2", len(v))
+	}
+	// 460/500 = 92%, 420/400 = 105%; against Envoy better; against
+	// Gradient2 within the noise both ways.
+	if a := v[0]; !a.GoodputOK || !a.P99OK || !a.ConvergedOK || !a.FloorOK || a.Against[Envoy] != "better" || a.Against[Gradient2] != "tie" || !a.Met() {
+		t.Errorf("case a: %+v; want every goal met, better than Envoy, a tie with Gradient2", a)
+	}
+	// 440/500 = 88%, and the limit right only after 70 s.
+	if b := v[1]; b.GoodputOK || b.ConvergedOK || b.Met() {
+		t.Errorf("case b: %+v; want goodput and convergence missed", b)
+	}
+}
+
+// TestRunOrder: the oracle of a case where no limit is right is the
+// unbounded arm, launched once.
+func TestRunOrder(t *testing.T) {
+	if got, want := runOrder(Case{}, Arms()), []string{Adaptive, Unbounded, Envoy, Gradient2}; !slices.Equal(got, want) {
+		t.Errorf("runOrder(no truth) = %v; want %v", got, want)
+	}
+	if got, want := runOrder(Case{Oracle: 50}, Arms()), Arms(); !slices.Equal(got, want) {
+		t.Errorf("runOrder(oracle 50) = %v; want %v", got, want)
+	}
+}

@@ -1,0 +1,151 @@
+package adaptivematrix
+
+import (
+	"time"
+
+	"github.com/loomgate/loomgate/bench"
+)
+
+// Case is one case of the matrix: a stub, load in phases, and the truth
+// of each phase, which every arm's limit is judged against.
+type Case struct {
+	Name        string
+	Description string
+	// Pool is the stub's hidden pool at the start; 0 for none.
+	Pool   int
+	Phases []Phase
+	// QueueTimeout, if set, bounds every limited arm's queue wait: with
+	// open arrivals above capacity a queue without it only grows.
+	QueueTimeout time.Duration
+	// Oracle is the true capacity the oracle arm is fixed at; 0 when no
+	// limit is right (nothing saturates), where the oracle is the
+	// unbounded arm. FollowPool makes the oracle set its limit to the
+	// stub's pool as it changes.
+	Oracle     int
+	FollowPool bool
+}
+
+// Phase is a time of steady load and of one truth.
+type Phase struct {
+	Duration time.Duration
+	// Pool, if set, resizes the stub's pool as the phase starts.
+	Pool int
+	// Flows are closed-loop clients; Rate and Path, open arrivals.
+	Flows []bench.Flow
+	Rate  float64
+	Path  string
+	Truth Truth
+}
+
+// Truth is what a right limit is during a phase.
+type Truth struct {
+	// Capacity is the concurrency the upstream sustains, and Lo to Hi the
+	// range a limit converged on it stands in (15% either side, unless
+	// the case says otherwise). Capacity 0: nothing saturates, and a
+	// right limit is none, or one at least the demand, Demand.
+	Capacity, Lo, Hi float64
+	Demand           float64
+}
+
+// within reports whether limit (0: none) is right for t.
+func (t Truth) within(limit float64) bool {
+	if t.Capacity == 0 {
+		return limit == 0 || limit >= t.Demand
+	}
+	return limit >= t.Lo && limit <= t.Hi
+}
+
+// floor is the limit below which an arm has collapsed: half of what the
+// phase needs (its capacity, or with nothing saturated its demand).
+func (t Truth) floor() float64 {
+	if t.Capacity == 0 {
+		return t.Demand / 2
+	}
+	return t.Capacity / 2
+}
+
+// ConvergeMargin is how near the truth a converged limit stands.
+const ConvergeMargin = 0.15
+
+func pool(n float64) Truth {
+	return Truth{Capacity: n, Lo: n * (1 - ConvergeMargin), Hi: n * (1 + ConvergeMargin)}
+}
+
+func healthy(demand float64) Truth { return Truth{Demand: demand} }
+
+// Cases returns the matrix. Service times are 100 ms unless a case says
+// otherwise: the stub's pool of 50 then serves 500 requests a second,
+// which the rig, the sidecar and the stub sustain on two shared cores.
+//
+// Each case whose upstream saturates begins with LeadIn of light load, as
+// a new replica's traffic ramps up behind its readiness probe and a load
+// balancer's slow start: an upstream seen only at full load gives no
+// evidence that its service time grew with the load, and adaptive mode
+// then stays pass-through (measured, and reported beside the matrix).
+func Cases() []Case {
+	s := time.Second
+	wait := "/wait?ms=100"
+	lead := func(path string, clients int) Phase {
+		return Phase{Duration: LeadIn, Flows: []bench.Flow{{Path: path, Clients: clients}}, Truth: healthy(float64(clients))}
+	}
+	return []Case{
+		{
+			Name: "pool", Description: "a hidden pool of 50 at 100 ms: 10 clients, then 200",
+			Pool: 50, Oracle: 50,
+			Phases: []Phase{lead(wait, 10), {Duration: 25 * s, Flows: []bench.Flow{{Path: wait, Clients: 200}}, Truth: pool(50)}},
+		},
+		{
+			Name: "pool-change", Description: "a hidden pool of 50, grown to 100, shrunk to 30, at 100 ms: 10 clients, then 200",
+			Pool: 50, Oracle: 50, FollowPool: true,
+			Phases: []Phase{
+				lead(wait, 10),
+				{Duration: 45 * s, Flows: []bench.Flow{{Path: wait, Clients: 200}}, Truth: pool(50)},
+				{Duration: 45 * s, Pool: 100, Flows: []bench.Flow{{Path: wait, Clients: 200}}, Truth: pool(100)},
+				{Duration: 45 * s, Pool: 30, Flows: []bench.Flow{{Path: wait, Clients: 200}}, Truth: pool(30)},
+			},
+		},
+		{
+			Name: "no-pool", Description: "nothing limits the upstream: 100 ms, 200 clients",
+			Phases: []Phase{{Duration: 15 * s, Flows: []bench.Flow{{Path: wait, Clients: 200}}, Truth: healthy(200)}},
+		},
+		{
+			Name: "slower", Description: "a dependency slows from 100 to 250 ms with no more load, nothing saturated: 100 clients",
+			Phases: []Phase{
+				{Duration: 10 * s, Flows: []bench.Flow{{Path: wait, Clients: 100}}, Truth: healthy(100)},
+				{Duration: 20 * s, Flows: []bench.Flow{{Path: "/wait?ms=250", Clients: 100}}, Truth: healthy(100)},
+			},
+		},
+		{
+			Name: "spread", Description: "a hidden pool of 50 behind service times spread 20-200 ms: 10 clients, then 150",
+			Pool: 50, Oracle: 50,
+			Phases: []Phase{lead("/wait?ms=20&to=200", 10), {Duration: 20 * s, Flows: []bench.Flow{{Path: "/wait?ms=20&to=200", Clients: 150}}, Truth: pool(50)}},
+		},
+		{
+			Name: "two-routes", Description: "a hidden pool of 50 shared by 20 ms and 200 ms requests: 5 clients each, then 100 each",
+			Pool: 50, Oracle: 50,
+			Phases: []Phase{
+				{Duration: LeadIn, Flows: []bench.Flow{{Path: "/wait?ms=20", Clients: 5}, {Path: "/wait?ms=200", Clients: 5}}, Truth: healthy(10)},
+				{Duration: 20 * s, Flows: []bench.Flow{{Path: "/wait?ms=20", Clients: 100}, {Path: "/wait?ms=200", Clients: 100}}, Truth: pool(50)},
+			},
+		},
+		{
+			Name: "cpu", Description: "CPU work of about 1 ms a request: 2 clients, then 32; the ceiling is the 2 cores, shared with the rig and the sidecar",
+			Oracle: 2,
+			// The cores are shared, and a request is not all CPU: the knee
+			// lies from one core's worth to twice the cores (as in the
+			// advice matrix).
+			Phases: []Phase{lead("/cpu?iters=300000", 2), {Duration: 15 * s, Flows: []bench.Flow{{Path: "/cpu?iters=300000", Clients: 32}}, Truth: Truth{Capacity: 2, Lo: 1, Hi: 4}}},
+		},
+		{
+			Name: "open", Description: "open arrivals at 1.5× capacity: 200 a second, then 750, at a hidden pool of 50 at 100 ms (500 a second); queue waits bounded at 1 s",
+			Pool: 50, Oracle: 50, QueueTimeout: time.Second,
+			Phases: []Phase{
+				{Duration: LeadIn, Rate: 200, Path: wait, Truth: healthy(20)},
+				{Duration: 20 * s, Rate: 750, Path: wait, Truth: pool(50)},
+			},
+		},
+	}
+}
+
+// LeadIn is the light load a saturating case begins with.
+const LeadIn = 10 * time.Second

@@ -1,0 +1,99 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/loomgate/loomgate/bench"
+	"github.com/loomgate/loomgate/bench/adaptivematrix"
+	"github.com/loomgate/loomgate/bench/adaptivematrix/reference"
+	"github.com/loomgate/loomgate/sidecar"
+)
+
+// adaptiveScenario is the adaptive matrix's name for --scenario.
+const adaptiveScenario = "adaptive"
+
+// labController reads LOOMLAB_CONTROLLER from environ: the controller of
+// the lab's that moves the limit in adaptive mode in place of loomgate's
+// (bench.Sidecar.Controller), or nil for loomgate's.
+func labController(environ []string) (func(sidecar.ControllerHooks) sidecar.Controller, error) {
+	var name, upstream string
+	for _, kv := range environ {
+		if v, ok := strings.CutPrefix(kv, "LOOMLAB_CONTROLLER="); ok {
+			name = v
+		}
+		if v, ok := strings.CutPrefix(kv, "LOOMGATE_UPSTREAM="); ok {
+			upstream = v
+		}
+	}
+	switch name {
+	case "":
+		return nil, nil
+	case adaptivematrix.ControllerEnvoy:
+		return func(h sidecar.ControllerHooks) sidecar.Controller {
+			return reference.NewEnvoy(reference.EnvoyConfig{SetLimit: h.SetLimit})
+		}, nil
+	case adaptivematrix.ControllerGradient2:
+		return func(h sidecar.ControllerHooks) sidecar.Controller {
+			return reference.NewGradient2(reference.Gradient2Config{
+				SetLimit: h.SetLimit,
+				InFlight: func() int64 { return h.State().InFlight },
+			})
+		}, nil
+	case adaptivematrix.ControllerPoolOracle:
+		return func(h sidecar.ControllerHooks) sidecar.Controller {
+			return adaptivematrix.PoolOracle{SetLimit: h.SetLimit, UpstreamURL: upstream}
+		}, nil
+	}
+	return nil, fmt.Errorf("LOOMLAB_CONTROLLER=%q: want %s, %s or %s", name,
+		adaptivematrix.ControllerEnvoy, adaptivematrix.ControllerGradient2, adaptivematrix.ControllerPoolOracle)
+}
+
+// runAdaptiveMatrix is --scenario adaptive: every case of the matrix, or
+// those --cases names, through every arm; the table to stdout, and with
+// --out the report with a chart of the limit per case.
+func runAdaptiveMatrix(ctx context.Context, launcher bench.Launcher, names, out string, stdout, stderr io.Writer) int {
+	cases := adaptivematrix.Cases()
+	if names != "" {
+		var picked []adaptivematrix.Case
+		for name := range strings.SplitSeq(names, ",") {
+			i := slices.IndexFunc(cases, func(c adaptivematrix.Case) bool { return c.Name == strings.TrimSpace(name) })
+			if i < 0 {
+				var all []string
+				for _, c := range cases {
+					all = append(all, c.Name)
+				}
+				fmt.Fprintf(stderr, "loomgate bench: --cases %q: no case %q; the cases are %s\n", names, name, strings.Join(all, ", "))
+				return 2
+			}
+			picked = append(picked, cases[i])
+		}
+		cases = picked
+	}
+	if launcher == nil {
+		fmt.Fprintln(stderr, "loomgate bench: --scenario adaptive needs a launcher to start its stubs and sidecars, which this build lacks")
+		return 1
+	}
+	began := time.Now()
+	results, err := adaptivematrix.Run(ctx, cases, launcher, adaptivematrix.Options{Progress: stderr})
+	if len(results) > 0 {
+		adaptivematrix.WriteMarkdown(stdout, cases, results)
+		fmt.Fprintf(stdout, "\n%d runs in %s.\n", len(results), time.Since(began).Round(time.Second))
+		if out != "" {
+			if werr := adaptivematrix.WriteDir(out, cases, results); werr != nil {
+				fmt.Fprintf(stderr, "loomgate bench: --out %s: %v\n", out, werr)
+				return 1
+			}
+			fmt.Fprintf(stderr, "loomgate bench: wrote %s\n", out)
+		}
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "loomgate bench: %v\n", err)
+		return 1
+	}
+	return 0
+}
