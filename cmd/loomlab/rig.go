@@ -196,6 +196,7 @@ func benchCommand(ctx context.Context, args []string, launcher bench.Launcher, s
 	inProc := fs.Bool("in-process", false, "run a scenario's stub and sidecar in this process instead of as processes of their own (memory figures are then the whole process's)")
 	scenarioName := fs.String("scenario", "", "run a scenario, which starts its own stub and sidecar, instead of --url: "+strings.Join(allScenarioNames(), ", ")+"; list describes them")
 	caseNames := fs.String("cases", "", "with --scenario advice: the cases to run, comma-separated (default all)")
+	procs := fs.Bool("procs", false, "with --scenario overhead: also compare loomgate with GOMAXPROCS 1 and 2 on shared CPUs, and under a CPU quota when a cgroup can be made")
 	fs.Usage = func() {
 		fmt.Fprint(stderr, `Usage: loomgate bench --url URL [flags]
        loomgate bench --url URL --rate R[,R2,...] [flags]
@@ -285,7 +286,10 @@ Flags:
 		case open || *levelsFlag != "":
 			return fail("--scenario %s has its own loads; -c and --rate do not go with it", overheadScenario)
 		}
-		return runOverhead(ctx, *window, *out, stdout, stderr)
+		return runOverhead(ctx, overhead.Config{Duration: *window, Procs: *procs}, *out, stdout, stderr)
+	}
+	if *procs {
+		return fail("--procs goes with --scenario %s", overheadScenario)
 	}
 	if *scenarioName == fleetScenario {
 		switch {
@@ -586,15 +590,16 @@ const (
 )
 
 // runOverhead runs the overhead scenario with this executable as the stub
-// and the sidecar, and prints its table; window, if set, replaces each
-// measurement's window.
-func runOverhead(ctx context.Context, window time.Duration, out string, stdout, stderr io.Writer) int {
+// and the sidecar, and prints its table; cfg's Duration, if set, replaces
+// the latency and memory measurements' window.
+func runOverhead(ctx context.Context, cfg overhead.Config, out string, stdout, stderr io.Writer) int {
 	exe, err := os.Executable()
 	if err != nil {
 		fmt.Fprintf(stderr, "loomgate bench: cannot find this executable to run the stub and the sidecar: %v\n", err)
 		return 1
 	}
-	res, err := overhead.Run(ctx, overhead.Config{Binary: exe, Duration: window, Progress: stderr})
+	cfg.Binary, cfg.Progress = exe, stderr
+	res, err := overhead.Run(ctx, cfg)
 	if err != nil {
 		fmt.Fprintf(stderr, "loomgate bench: %v\n", err)
 		if len(res.Rows) == 0 {
