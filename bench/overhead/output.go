@@ -87,6 +87,7 @@ func WriteMarkdown(w io.Writer, res Result) error {
 			cfg.CPUConcurrency, res.WrkRPS, res.RigRPS, 100*res.RigRPS/res.WrkRPS)
 	}
 	b.WriteString("\n")
+	writeLost(&b, res.Rows, cfg)
 	for _, s := range res.Skipped {
 		fmt.Fprintf(&b, "\nSkipped %s.\n", s)
 	}
@@ -119,8 +120,23 @@ func writeProcs(b *strings.Builder, res Result, cfg Config) {
 	fmt.Fprintf(b, "\nEvery process on any CPU, as a sidecar shares its node's with its service; load from wrk or the rig as above, the same rounds. "+
 		"GOMAXPROCS set in each loomgate's environment; HAProxy with its default threads. The quota arms run in a cgroup granted %.0f%% of one CPU; below 2 CPUs of quota, Go's default GOMAXPROCS is 2.\n",
 		100*cfg.Quota)
+	writeLost(b, res.Procs, cfg)
 	for _, n := range res.ProcsNotes {
 		fmt.Fprintf(b, "\n%s.\n", strings.ToUpper(n[:1])+n[1:])
+	}
+}
+
+// writeLost names the rounds that went without a figure at the rate.
+func writeLost(b *strings.Builder, rows []Row, cfg Config) {
+	var lost []string
+	for _, r := range rows {
+		if r.LostAtRate > 0 {
+			lost = append(lost, fmt.Sprintf("%s %d of %d", r.Name, r.LostAtRate, cfg.Rounds))
+		}
+	}
+	if len(lost) > 0 {
+		fmt.Fprintf(b, "\nRounds without a figure at %.0f rps, the rig behind its rate three turns in a row (a machine busy with more than this run): %s.\n",
+			cfg.CPURate, strings.Join(lost, ", "))
 	}
 }
 

@@ -150,8 +150,11 @@ type Row struct {
 	CPUAtRateRange [2]time.Duration
 	P99AtRate      time.Duration
 	// CPURounds and CPUAtRateRounds are the counted rounds' figures, in
-	// the order the rounds ran, for the ratios between arms round by round.
+	// the order the rounds ran, for the ratios between arms round by round;
+	// 0 for a round without the figure: LostAtRate rounds at CPURate, where
+	// the rig could not keep to the rate three turns in a row.
 	CPURounds, CPUAtRateRounds []time.Duration
+	LostAtRate                 int
 	// Latency is p50 and p99 at each of LatencyLevels.
 	Latency []LatencyPoint
 	// RSSUnbounded and RSSFixed are the highest resident memory with Held
@@ -449,6 +452,17 @@ func cpuRounds(ctx context.Context, arms []*arm, cfg Config, load *loader, progr
 				progress("%s: %v; again", a.name, err)
 				s, err = a.measureCPU(ctx, cfg, load)
 			}
+			if errors.Is(err, errBehind) {
+				// Three turns in a row: the machine is busy with more than
+				// this run. The round goes without this arm's figure at the
+				// rate rather than the run without its figures; the table
+				// says so.
+				progress("%s: %v; round %d goes without its figure at %.0f rps", a.name, err, round, cfg.CPURate)
+				s.cpuAtRate, s.p99AtRate, err = 0, 0, nil
+				if round > 0 {
+					a.row.LostAtRate++
+				}
+			}
 			if err != nil {
 				return fmt.Errorf("%s: %w", a.name, err)
 			}
@@ -685,12 +699,12 @@ func (a *arm) result() Row {
 }
 
 // medianAndRange is the median of ds (the upper one of an even count) and
-// their lowest and highest.
+// their lowest and highest, lost rounds (0) left out.
 func medianAndRange(ds []time.Duration) (time.Duration, [2]time.Duration) {
-	if len(ds) == 0 {
+	s := slices.DeleteFunc(slices.Clone(ds), func(d time.Duration) bool { return d == 0 })
+	if len(s) == 0 {
 		return 0, [2]time.Duration{}
 	}
-	s := slices.Clone(ds)
 	slices.Sort(s)
 	return s[len(s)/2], [2]time.Duration{s[0], s[len(s)-1]}
 }
@@ -701,7 +715,8 @@ func medianAndRange(ds []time.Duration) (time.Duration, [2]time.Duration) {
 func roundRatios(xs, refs []time.Duration) []float64 {
 	var r []float64
 	for i := range min(len(xs), len(refs)) {
-		if refs[i] > 0 {
+		// A round either arm lost pairs nothing.
+		if xs[i] > 0 && refs[i] > 0 {
 			r = append(r, float64(xs[i])/float64(refs[i]))
 		}
 	}

@@ -57,6 +57,8 @@ func TestRatioRange(t *testing.T) {
 		// Rounds the reference lacks are not paired.
 		{us(12, 13, 50), us(10, 10), "1.30 (1.20–1.30)"},
 		{us(12), nil, ""},
+		// A round either arm lost (0) pairs nothing.
+		{us(12, 0, 14), us(10, 10, 0), "1.20"},
 		{us(12), us(0), ""},
 	} {
 		if got := ratioRange(tc.xs, tc.refs); got != tc.want {
@@ -69,6 +71,9 @@ func TestMedianAndRange(t *testing.T) {
 	med, r := medianAndRange(us(30, 10, 20, 40))
 	if med != 30*time.Microsecond || r != [2]time.Duration{10 * time.Microsecond, 40 * time.Microsecond} {
 		t.Errorf("medianAndRange(30, 10, 20, 40) = %v, %v; want the upper median 30µs and 10µs–40µs", med, r)
+	}
+	if med, r := medianAndRange(us(0, 30, 10)); med != 30*time.Microsecond || r != [2]time.Duration{10 * time.Microsecond, 30 * time.Microsecond} {
+		t.Errorf("medianAndRange(0, 30, 10) = %v, %v; want the lost round left out: 30µs, 10µs–30µs", med, r)
 	}
 	if med, r := medianAndRange(nil); med != 0 || r != [2]time.Duration{} {
 		t.Errorf("medianAndRange(nil) = %v, %v; want zeros", med, r)
@@ -113,7 +118,7 @@ func TestWriteMarkdown(t *testing.T) {
 			{Name: "loomgate, GOMAXPROCS=1", CPUPerRequest: 15 * time.Microsecond, CPURounds: us(15, 15), RPS: 40000, P99: 4 * time.Millisecond,
 				CPUAtRate: 35 * time.Microsecond, CPUAtRateRounds: us(35, 35), P99AtRate: time.Millisecond},
 			{Name: "HAProxy", CPUPerRequest: 10 * time.Microsecond, CPURounds: us(10, 10, 10), RPS: 60000, P99: 2 * time.Millisecond,
-				CPUAtRate: 28 * time.Microsecond, CPUAtRateRounds: us(28, 28), P99AtRate: time.Millisecond},
+				CPUAtRate: 28 * time.Microsecond, CPUAtRateRounds: us(28, 0, 28), P99AtRate: time.Millisecond, LostAtRate: 1},
 		},
 		ProcsNotes: []string{"no CPU quota arm: create cgroup: permission denied"},
 		Skipped:    []string{"nginx: not installed (Debian package nginx)"},
@@ -133,6 +138,7 @@ func TestWriteMarkdown(t *testing.T) {
 		"### GOMAXPROCS",
 		"| loomgate, GOMAXPROCS=1 | 15.0 µs | 1.50 | 40000 | 4.00 ms | 35.0 µs | 1.25 | 1.00 ms |",
 		"No CPU quota arm: create cgroup: permission denied.",
+		"three turns in a row (a machine busy with more than this run): HAProxy 1 of 6.",
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("table lacks %q:\n%s", want, out)
