@@ -99,6 +99,7 @@ func TestArmResult(t *testing.T) {
 
 func TestWriteMarkdown(t *testing.T) {
 	res := Result{
+		Config:  Config{Rounds: 6},
 		Machine: "2 cores (test CPU)", Load: "wrk -t1", Placement: "each proxy alone on CPU 1", RigRPS: 50000, WrkRPS: 60000, StubRSS: 30 << 20,
 		Rows: []Row{
 			{Name: "direct", CPUPerRequest: 10 * time.Microsecond, CPURounds: us(10, 10, 10), CPUAtRate: 20 * time.Microsecond, CPUAtRateRounds: us(20, 20, 20),
