@@ -126,17 +126,20 @@ func writeProcs(b *strings.Builder, res Result, cfg Config) {
 	}
 }
 
-// writeLost names the rounds that went without a figure at the rate.
+// writeLost names the rounds that went without a figure.
 func writeLost(b *strings.Builder, rows []Row, cfg Config) {
 	var lost []string
 	for _, r := range rows {
+		if r.Lost > 0 {
+			lost = append(lost, fmt.Sprintf("%s at c%d %d of %d", r.Name, cfg.CPUConcurrency, r.Lost, cfg.Rounds))
+		}
 		if r.LostAtRate > 0 {
-			lost = append(lost, fmt.Sprintf("%s %d of %d", r.Name, r.LostAtRate, cfg.Rounds))
+			lost = append(lost, fmt.Sprintf("%s at %.0f rps %d of %d", r.Name, cfg.CPURate, r.LostAtRate, cfg.Rounds))
 		}
 	}
 	if len(lost) > 0 {
-		fmt.Fprintf(b, "\nRounds without a figure at %.0f rps, the rig behind its rate three turns in a row (a machine busy with more than this run): %s.\n",
-			cfg.CPURate, strings.Join(lost, ", "))
+		fmt.Fprintf(b, "\nRounds without a figure, the load unanswered or the rig behind its rate three turns in a row (a machine busy with more than this run): %s.\n",
+			strings.Join(lost, ", "))
 	}
 }
 

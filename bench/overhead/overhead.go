@@ -153,10 +153,11 @@ type Row struct {
 	P99AtRate      time.Duration
 	// CPURounds and CPUAtRateRounds are the counted rounds' figures, in
 	// the order the rounds ran, for the ratios between arms round by round;
-	// 0 for a round without the figure: LostAtRate rounds at CPURate, where
-	// the rig could not keep to the rate three turns in a row.
+	// 0 for a round without the figure: Lost rounds at CPUConcurrency,
+	// where the load got no answer, and LostAtRate at CPURate, where the
+	// rig could not keep to the rate (or had no turn), three turns in a row.
 	CPURounds, CPUAtRateRounds []time.Duration
-	LostAtRate                 int
+	Lost, LostAtRate           int
 	// Latency is p50 and p99 at each of LatencyLevels.
 	Latency []LatencyPoint
 	// RSSUnbounded and RSSFixed are the highest resident memory with Held
@@ -447,19 +448,26 @@ func cpuRounds(ctx context.Context, arms []*arm, cfg Config, load *loader, progr
 		for i := range arms {
 			a := arms[(round+i)%len(arms)]
 			s, err := a.measureCPU(ctx, cfg, load)
-			// The rig shares its CPU with the load and the upstream, and on
-			// a shared machine with whatever else runs there: a turn it
-			// could not keep to its rate is taken again, not counted.
-			for again := 0; errors.Is(err, errBehind) && again < 2; again++ {
+			// The load and the rig share their CPU with the upstream, and
+			// on a shared machine with whatever else runs there: a turn in
+			// which the load got no answer, or the rig could not keep to
+			// its rate, is taken again, not counted.
+			for again := 0; busy(err) && again < 2; again++ {
 				progress("%s: %v; again", a.name, err)
 				s, err = a.measureCPU(ctx, cfg, load)
 			}
-			if errors.Is(err, errBehind) {
+			if busy(err) {
 				// Three turns in a row: the machine is busy with more than
-				// this run. The round goes without this arm's figure at the
-				// rate rather than the run without its figures; the table
-				// says so.
-				progress("%s: %v; round %d goes without its figure at %.0f rps", a.name, err, round, cfg.CPURate)
+				// this run. The round goes without the figure rather than
+				// the run without its figures; the table says so. Without
+				// an answer at c50 there was no turn at the rate either.
+				progress("%s: %v; round %d goes without the figure", a.name, err, round)
+				if errors.Is(err, errNoAnswer) {
+					s = sample{}
+					if round > 0 {
+						a.row.Lost++
+					}
+				}
 				s.cpuAtRate, s.p99AtRate, err = 0, 0, nil
 				if round > 0 {
 					a.row.LostAtRate++
@@ -569,15 +577,22 @@ func (a *arm) measureCPU(ctx context.Context, cfg Config, load *loader) (sample,
 		return s, err
 	}
 	if out.requests == 0 {
-		return s, fmt.Errorf("no request answered at c%d", cfg.CPUConcurrency)
+		return s, fmt.Errorf("%w at c%d", errNoAnswer, cfg.CPUConcurrency)
 	}
 	s.cpu, s.rps, s.p99 = time.Duration((after-before)/out.requests), out.rps, out.p99
 	s.cpuAtRate, s.p99AtRate, err = cpuAtRate(ctx, a.p.Pid(), url, cfg)
 	return s, err
 }
 
-// errBehind is a rig that did not keep to its rate.
-var errBehind = errors.New("the rig fell behind")
+// errBehind is a rig that did not keep to its rate, errNoAnswer a closed
+// loop that got no answer in its window: on a machine busy with more than
+// this run, a turn worth taking again.
+var (
+	errBehind   = errors.New("the rig fell behind")
+	errNoAnswer = errors.New("no request answered")
+)
+
+func busy(err error) bool { return errors.Is(err, errBehind) || errors.Is(err, errNoAnswer) }
 
 // cpuAtRate is pid's CPU per request, and the p99, with the rig sending
 // to url at cfg.CPURate, open loop, over a window after a warm-up. The

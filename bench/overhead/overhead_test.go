@@ -139,7 +139,7 @@ func TestWriteMarkdown(t *testing.T) {
 		"### GOMAXPROCS",
 		"| loomgate, GOMAXPROCS=1 | 15.0 µs | 1.50 | 40000 | 4.00 ms | 35.0 µs | 1.25 | 1.00 ms |",
 		"No CPU quota arm: create cgroup: permission denied.",
-		"three turns in a row (a machine busy with more than this run): HAProxy 1 of 6.",
+		"three turns in a row (a machine busy with more than this run): HAProxy at 5000 rps 1 of 6.",
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("table lacks %q:\n%s", want, out)
