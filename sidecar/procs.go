@@ -11,10 +11,11 @@ import (
 // The sidecar keeps Go's default: every CPU the process may run on,
 // bounded by its container's CPU limit (rounded up, and at least 2), and
 // followed when that limit changes. Measured on 2 cores shared with the
-// load and the upstream, one P did not cost less CPU per request than
-// two, at c50 or at 5000 rps, and under a CPU quota of half a CPU it
-// raised the p99 several times over: a request waits whenever the one P
-// is busy or its thread is descheduled (docs/results.md, GOMAXPROCS).
+// load and the upstream, one P was not reliably cheaper per request than
+// two, at c50 or at 5000 rps (the difference changed sign from run to
+// run), and under a CPU quota of half a CPU its p99 at 5000 rps was 2.5 to
+// 3.7 times two Ps': a request waits whenever the one P is busy or its
+// thread is descheduled (docs/results.md, GOMAXPROCS).
 type Procs struct {
 	N int
 	// Source is "GOMAXPROCS" when the variable set N, else "Go's default".
