@@ -70,6 +70,13 @@ type Config struct {
 	// and is not counted: it finds every process cold (its heap, its
 	// connection pools, its pages not yet touched). If zero, 12.
 	Rounds int
+	// ProcessRounds is how many counted rounds one process of each proxy
+	// serves before a fresh one takes over, with a turn of its own first
+	// that is not counted. Two processes of the same binary differ by a
+	// few percent for the whole of their lives (where their memory
+	// landed), and one process a run made that a difference between
+	// runs. If zero, 4: three processes in 12 rounds.
+	ProcessRounds int
 	// Shared lets the kernel place every process on any CPU. If false,
 	// and this process may run on at least two CPUs, the proxy under test
 	// runs alone on one CPU, and the load, the rig and the upstream on
@@ -195,6 +202,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.Quota == 0 {
 		c.Quota = 0.5
+	}
+	if c.ProcessRounds == 0 {
+		c.ProcessRounds = 4
 	}
 	if c.LatencyLevels == nil {
 		c.LatencyLevels = []int{50, 1000}
@@ -445,6 +455,11 @@ func runProcs(ctx context.Context, cfg Config, dir, haproxy string, load *loader
 // is not, the arms in turn (see Config.Rounds).
 func cpuRounds(ctx context.Context, arms []*arm, cfg Config, load *loader, progress func(string, ...any)) error {
 	for round := range cfg.Rounds + 1 {
+		if round > 1 && (round-1)%cfg.ProcessRounds == 0 {
+			if err := relaunch(ctx, arms, cfg, load, progress); err != nil {
+				return err
+			}
+		}
 		for i := range arms {
 			a := arms[(round+i)%len(arms)]
 			s, err := a.measureCPU(ctx, cfg, load)
@@ -486,6 +501,33 @@ func cpuRounds(ctx context.Context, arms []*arm, cfg Config, load *loader, progr
 				s.cpu, cfg.CPUConcurrency, s.rps, s.p99, s.cpuAtRate, cfg.CPURate, s.p99AtRate)
 		}
 	}
+	return nil
+}
+
+// relaunch replaces each proxy's process with a fresh one (see
+// Config.ProcessRounds), and gives each a turn that is not counted: a new
+// process is as cold as the first round found the first.
+func relaunch(ctx context.Context, arms []*arm, cfg Config, load *loader, progress func(string, ...any)) error {
+	for _, a := range arms {
+		if a.upstreamOnly {
+			continue
+		}
+		a.stop()
+		var err error
+		if a.p, a.target, err = a.start("unbounded"); err != nil {
+			return fmt.Errorf("%s: %w", a.name, err)
+		}
+	}
+	for _, a := range arms {
+		if a.upstreamOnly {
+			continue
+		}
+		// Only the warmth counts here; a busy turn is no reason to stop.
+		if _, err := a.measureCPU(ctx, cfg, load); err != nil && !busy(err) {
+			return fmt.Errorf("%s: %w", a.name, err)
+		}
+	}
+	progress("a fresh process of each proxy, warmed by a turn not counted")
 	return nil
 }
 
