@@ -73,11 +73,11 @@ func WriteMarkdown(w io.Writer, res Result) error {
 	}
 	fmt.Fprintf(&b, "\nOn %s, %s; load from %s. CPU: each process's own (user + system, all its threads, from its CPU clock) per request, "+
 		"over %v at c%d and over %v at %.0f rps open loop from the rig, on `/wait?ms=0`, each after %v of warm-up (direct: the upstream's own); "+
-		"the median of %s, after one not counted, the arms in turn, lowest and highest in brackets; a ratio is the median of the rounds' own ratios, with their range. "+
+		"the median of %s, after one not counted, the arms in turn, a fresh process of each proxy every %d, lowest and highest in brackets; a ratio is the median of the rounds' own ratios, with their range. "+
 		"Bare fasthttp is `loomgate stub --forward`, fasthttp's Server and HostClient.Do alone. Memory: the highest VmRSS over %v with %d users on `/wait?ms=%d` "+
 		"(in brackets the requests in flight on average, by Little's law: the rest wait in the queue or on the way); per request, above the process's idle resident memory, divided by the %d held. "+
 		"Latency on `/wait?ms=%d` (direct's own in brackets).",
-		res.Machine, res.Placement, res.Load, cfg.CPUWindow, cfg.CPUConcurrency, cfg.CPUWindow, cfg.CPURate, cpuWarmup, plural(cfg.Rounds, "round"),
+		res.Machine, res.Placement, res.Load, cfg.CPUWindow, cfg.CPUConcurrency, cfg.CPUWindow, cfg.CPURate, cpuWarmup, plural(cfg.Rounds, "round"), cfg.ProcessRounds,
 		cfg.Duration, cfg.Held, cfg.HoldDelay.Milliseconds(), cfg.Held, cfg.LatencyDelay.Milliseconds())
 	if res.StubRSS > 0 {
 		fmt.Fprintf(&b, " The upstream (`loomgate stub`, its own process) ended at %.1f MiB resident.", float64(res.StubRSS)/(1<<20))
