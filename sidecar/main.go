@@ -7,6 +7,8 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"runtime"
+	"strings"
 )
 
 // StatusPageURL is where a browser on this machine finds the status page
@@ -23,6 +25,17 @@ func StatusPageURL(addr net.Addr) string {
 	return "http://" + net.JoinHostPort(host, port) + "/"
 }
 
+// envValue is name's value in environ (os.Environ's form), "" if unset;
+// the first one wins, as with os.Getenv.
+func envValue(environ []string, name string) string {
+	for _, kv := range environ {
+		if k, v, ok := strings.Cut(kv, "="); ok && k == name {
+			return v
+		}
+	}
+	return ""
+}
+
 // Main is `loomgate proxy`: read the configuration from environ, listen,
 // serve, and drain when ctx ends. It logs to stderr, writes the access log
 // to stdout, and returns the process's exit status: 0 after a complete
@@ -35,11 +48,24 @@ func Main(ctx context.Context, environ []string, stdout, stderr io.Writer, versi
 // `loomlab proxy` runs the sidecar with a reference controller this way.
 func MainWithController(ctx context.Context, environ []string, stdout, stderr io.Writer, version string, controller func(ControllerHooks) Controller) int {
 	cfg, err := ParseEnv(environ)
+	procs, perr := ReadProcs(envValue(environ, "GOMAXPROCS"), runtime.GOMAXPROCS(0))
+	if perr != nil {
+		// Reported with the LOOMGATE_ variables' problems, so that all
+		// are fixed in one round.
+		var ee *EnvError
+		if errors.As(err, &ee) {
+			ee.Problems = append(ee.Problems, perr.Error())
+		} else if err == nil {
+			err = &EnvError{Problems: []string{perr.Error()}}
+		}
+	}
 	if err != nil {
 		fmt.Fprintf(stderr, "loomgate: %v\n", err)
 		return 2
 	}
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: cfg.LogLevel}))
+	// What a CPU figure of this process is read against; see Procs.
+	log.Info("Go runtime Ps; set GOMAXPROCS to choose", "GOMAXPROCS", procs.N, "from", procs.Source, "cpus", runtime.NumCPU())
 	// A container's limit is the runtime's too, unless GOMEMLIMIT says
 	// otherwise: the collector then works harder near the limit instead of
 	// letting garbage grow into it and the kernel's OOM killer.

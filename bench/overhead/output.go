@@ -10,9 +10,11 @@ import (
 // WriteMarkdown writes the overhead scenario's table: per arm the
 // CPU per request at saturation and at a fixed rate (medians of the
 // rounds, with their range), with ratios to HAProxy's and to the bare
-// fasthttp proxy's, the resident memory with the requests held in each
-// mode, with its ratio to HAProxy's, and the latency added over direct;
-// then where it ran and what was skipped.
+// fasthttp proxy's (medians of the rounds' ratios, with their range), the
+// resident memory with the requests held in each mode, per request held
+// and its ratio to HAProxy's, and the latency added over direct; then
+// where it ran and what was skipped; then the GOMAXPROCS comparison, if
+// it ran.
 func WriteMarkdown(w io.Writer, res Result) error {
 	cfg := res.Config.withDefaults()
 	var direct, haproxy, bare *Row
@@ -31,34 +33,29 @@ func WriteMarkdown(w io.Writer, res Result) error {
 		fmt.Sprintf("CPU per request, c%d", cfg.CPUConcurrency), "× HAProxy", "× bare",
 		fmt.Sprintf("CPU per request, %.0f rps", cfg.CPURate), "× HAProxy", "× bare"}
 	head = append(head,
-		fmt.Sprintf("RSS, %d held, unbounded", cfg.Held), "× HAProxy",
-		fmt.Sprintf("RSS, %d in flight + %d queued", cfg.FixedWorkers, cfg.Held-cfg.FixedWorkers), "× HAProxy")
+		fmt.Sprintf("RSS, %d held, unbounded", cfg.Held), "per request", "× HAProxy",
+		fmt.Sprintf("RSS, %d in flight + %d queued", cfg.FixedWorkers, cfg.Held-cfg.FixedWorkers), "per request", "× HAProxy")
 	for _, c := range cfg.LatencyLevels {
 		head = append(head, fmt.Sprintf("added p50, c%d", c), fmt.Sprintf("added p99, c%d", c))
 	}
-	fmt.Fprintf(&b, "| %s |\n", strings.Join(head, " | "))
-	align := make([]string, len(head))
-	align[0] = "---"
-	for i := 1; i < len(align); i++ {
-		align[i] = "--:"
-	}
-	fmt.Fprintf(&b, "| %s |\n", strings.Join(align, " | "))
+	writeHead(&b, head)
+	closed := func(r *Row) []time.Duration { return r.CPURounds }
+	open := func(r *Row) []time.Duration { return r.CPUAtRateRounds }
+	perHeld := func(rss, idle int64) float64 { return float64(rss-idle) / float64(cfg.Held) }
 	for _, r := range res.Rows {
-		closed := func(h *Row) float64 { return h.CPUPerRequest.Seconds() }
-		open := func(h *Row) float64 { return h.CPUAtRate.Seconds() }
 		cells := []string{r.Name,
-			microsRange(r.CPUPerRequest, r.CPURange), ratio(closed(&r), haproxy, closed), ratio(closed(&r), bare, closed),
-			microsRange(r.CPUAtRate, r.CPUAtRateRange), ratio(open(&r), haproxy, open), ratio(open(&r), bare, open)}
+			microsRange(r.CPUPerRequest, r.CPURange), roundsRatio(&r, haproxy, closed), roundsRatio(&r, bare, closed),
+			microsRange(r.CPUAtRate, r.CPUAtRateRange), roundsRatio(&r, haproxy, open), roundsRatio(&r, bare, open)}
 		if r.Name == "direct" {
-			cells = append(cells, "", "", "", "")
+			cells = append(cells, "", "", "", "", "", "")
 		} else {
-			cells = append(cells, mib(r.RSSUnbounded, r.HeldUnbounded),
-				ratio(float64(r.RSSUnbounded), haproxy, func(h *Row) float64 { return float64(h.RSSUnbounded) }))
+			cells = append(cells, mib(r.RSSUnbounded, r.HeldUnbounded), kib(perHeld(r.RSSUnbounded, r.Idle)),
+				ratio(perHeld(r.RSSUnbounded, r.Idle), haproxy, func(h *Row) float64 { return perHeld(h.RSSUnbounded, h.Idle) }))
 			if r.RSSFixed == 0 {
-				cells = append(cells, "no queue", "")
+				cells = append(cells, "no queue", "", "")
 			} else {
-				cells = append(cells, mib(r.RSSFixed, r.HeldFixed),
-					ratio(float64(r.RSSFixed), haproxy, func(h *Row) float64 { return float64(h.RSSFixed) }))
+				cells = append(cells, mib(r.RSSFixed, r.HeldFixed), kib(perHeld(r.RSSFixed, r.Idle)),
+					ratio(perHeld(r.RSSFixed, r.Idle), haproxy, func(h *Row) float64 { return perHeld(h.RSSFixed, h.Idle) }))
 			}
 		}
 		for i := range cfg.LatencyLevels {
@@ -74,10 +71,14 @@ func WriteMarkdown(w io.Writer, res Result) error {
 		}
 		fmt.Fprintf(&b, "| %s |\n", strings.Join(cells, " | "))
 	}
-	fmt.Fprintf(&b, "\nOn %s, load from %s; CPU from /proc/<pid>/stat (user + system) over %v at c%d, and at %.0f rps open loop from the rig, on `/wait?ms=0` "+
-		"(direct: the upstream's own; the median of %d rounds, the arms in turn, lowest and highest in brackets); bare fasthttp is `loomgate stub --forward`, fasthttp's Server and HostClient.Do alone; resident memory the highest VmRSS over %v with %d users on `/wait?ms=%d` "+
-		"(in brackets the requests in flight on average, by Little's law: the rest wait in the queue or on the way), latency on `/wait?ms=%d` (direct's own in brackets).",
-		res.Machine, res.Load, cfg.Duration, cfg.CPUConcurrency, cfg.CPURate, cfg.Rounds, cfg.Duration, cfg.Held, cfg.HoldDelay.Milliseconds(), cfg.LatencyDelay.Milliseconds())
+	fmt.Fprintf(&b, "\nOn %s, %s; load from %s. CPU: each process's own (user + system, all its threads, from its CPU clock) per request, "+
+		"over %v at c%d and over %v at %.0f rps open loop from the rig, on `/wait?ms=0`, each after %v of warm-up (direct: the upstream's own); "+
+		"the median of %s, after one not counted, the arms in turn, a fresh process of each proxy every %d, lowest and highest in brackets; a ratio is the median of the rounds' own ratios, with their range. "+
+		"Bare fasthttp is `loomgate stub --forward`, fasthttp's Server and HostClient.Do alone. Memory: the highest VmRSS over %v with %d users on `/wait?ms=%d` "+
+		"(in brackets the requests in flight on average, by Little's law: the rest wait in the queue or on the way); per request, above the process's idle resident memory, divided by the %d held. "+
+		"Latency on `/wait?ms=%d` (direct's own in brackets).",
+		res.Machine, res.Placement, res.Load, cfg.CPUWindow, cfg.CPUConcurrency, cfg.CPUWindow, cfg.CPURate, cpuWarmup, plural(cfg.Rounds, "round"), cfg.ProcessRounds,
+		cfg.Duration, cfg.Held, cfg.HoldDelay.Milliseconds(), cfg.Held, cfg.LatencyDelay.Milliseconds())
 	if res.StubRSS > 0 {
 		fmt.Fprintf(&b, " The upstream (`loomgate stub`, its own process) ended at %.1f MiB resident.", float64(res.StubRSS)/(1<<20))
 	}
@@ -86,11 +87,79 @@ func WriteMarkdown(w io.Writer, res Result) error {
 			cfg.CPUConcurrency, res.WrkRPS, res.RigRPS, 100*res.RigRPS/res.WrkRPS)
 	}
 	b.WriteString("\n")
+	writeLost(&b, res.Rows, cfg)
 	for _, s := range res.Skipped {
 		fmt.Fprintf(&b, "\nSkipped %s.\n", s)
 	}
+	if len(res.Procs) > 0 || len(res.ProcsNotes) > 0 {
+		writeProcs(&b, res, cfg)
+	}
 	_, err := io.WriteString(w, b.String())
 	return err
+}
+
+// writeProcs writes the GOMAXPROCS comparison's table.
+func writeProcs(b *strings.Builder, res Result, cfg Config) {
+	var haproxy *Row
+	for i := range res.Procs {
+		if res.Procs[i].Name == "HAProxy" {
+			haproxy = &res.Procs[i]
+		}
+	}
+	fmt.Fprintf(b, "\n### GOMAXPROCS\n\n")
+	writeHead(b, []string{"",
+		fmt.Sprintf("CPU per request, c%d", cfg.CPUConcurrency), "× HAProxy", "rps", "p99",
+		fmt.Sprintf("CPU per request, %.0f rps", cfg.CPURate), "× HAProxy", "p99"})
+	closed := func(r *Row) []time.Duration { return r.CPURounds }
+	open := func(r *Row) []time.Duration { return r.CPUAtRateRounds }
+	for _, r := range res.Procs {
+		fmt.Fprintf(b, "| %s |\n", strings.Join([]string{r.Name,
+			microsRange(r.CPUPerRequest, r.CPURange), roundsRatio(&r, haproxy, closed), fmt.Sprintf("%.0f", r.RPS), millis(r.P99),
+			microsRange(r.CPUAtRate, r.CPUAtRateRange), roundsRatio(&r, haproxy, open), millis(r.P99AtRate)}, " | "))
+	}
+	fmt.Fprintf(b, "\nEvery process on any CPU, as a sidecar shares its node's with its service; load from wrk or the rig as above, the same rounds. "+
+		"GOMAXPROCS set in each loomgate's environment; HAProxy with its default threads. The quota arms run in a cgroup granted %.0f%% of one CPU; below 2 CPUs of quota, Go's default GOMAXPROCS is 2.\n",
+		100*cfg.Quota)
+	writeLost(b, res.Procs, cfg)
+	for _, n := range res.ProcsNotes {
+		fmt.Fprintf(b, "\n%s.\n", strings.ToUpper(n[:1])+n[1:])
+	}
+}
+
+// writeLost names the rounds that went without a figure.
+func writeLost(b *strings.Builder, rows []Row, cfg Config) {
+	var lost []string
+	for _, r := range rows {
+		if r.Lost > 0 {
+			lost = append(lost, fmt.Sprintf("%s at c%d %d of %d", r.Name, cfg.CPUConcurrency, r.Lost, cfg.Rounds))
+		}
+		if r.LostAtRate > 0 {
+			lost = append(lost, fmt.Sprintf("%s at %.0f rps %d of %d", r.Name, cfg.CPURate, r.LostAtRate, cfg.Rounds))
+		}
+	}
+	if len(lost) > 0 {
+		fmt.Fprintf(b, "\nRounds without a figure, the load unanswered or the rig behind its rate three turns in a row (a machine busy with more than this run): %s.\n",
+			strings.Join(lost, ", "))
+	}
+}
+
+func writeHead(b *strings.Builder, head []string) {
+	fmt.Fprintf(b, "| %s |\n", strings.Join(head, " | "))
+	align := make([]string, len(head))
+	align[0] = "---"
+	for i := 1; i < len(align); i++ {
+		align[i] = "--:"
+	}
+	fmt.Fprintf(b, "| %s |\n", strings.Join(align, " | "))
+}
+
+// roundsRatio is r's figures over ref's, round by round (ratioRange), or
+// "" without ref.
+func roundsRatio(r, ref *Row, of func(*Row) []time.Duration) string {
+	if ref == nil {
+		return ""
+	}
+	return ratioRange(of(r), of(ref))
 }
 
 func micros(d time.Duration) string {
@@ -109,6 +178,17 @@ func microsRange(d time.Duration, r [2]time.Duration) string {
 
 func millis(d time.Duration) string {
 	return fmt.Sprintf("%.2f ms", float64(d)/float64(time.Millisecond))
+}
+
+func plural(n int, noun string) string {
+	if n == 1 {
+		return "1 " + noun
+	}
+	return fmt.Sprintf("%d %ss", n, noun)
+}
+
+func kib(b float64) string {
+	return fmt.Sprintf("%.1f KiB", b/(1<<10))
 }
 
 func mib(b int64, held float64) string {

@@ -10,23 +10,42 @@ import (
 	"github.com/loomgate/loomgate/bench"
 )
 
-// startProc starts a process whose output goes to name.log in dir. The
-// scenario's processes hold no requests when they are stopped, so a second
-// is grace enough.
-func startProc(dir, name string, env []string, path string, args ...string) (*bench.Proc, error) {
-	logf, err := os.Create(filepath.Join(dir, name+".log"))
+// startProc starts a process whose output goes to a name-*.log of its own
+// in dir, where
+// at says. The scenario's processes hold no requests when they are
+// stopped, so a second is grace enough.
+func startProc(dir, name string, at place, env []string, path string, args ...string) (*bench.Proc, error) {
+	logf, err := os.CreateTemp(dir, name+"-*.log")
 	if err != nil {
 		return nil, err
 	}
 	// The process holds its own descriptor; this one is not needed.
 	defer logf.Close()
-	return bench.Command{Name: name, Path: path, Args: args, Env: env, Output: logf, Grace: time.Second}.Start()
+	cmd := bench.Command{Name: name, Path: path, Args: args, Env: env, Output: logf, Grace: time.Second}
+	if at.group != nil {
+		// The process joins the cgroup before its own first instruction,
+		// through a shell that moves itself there and then becomes it:
+		// Go reads its CPU quota once at start-up.
+		cmd.Path = "/bin/sh"
+		cmd.Args = append([]string{"-c", `echo $$ > "$0" && exec "$@"`, at.group.procs, path}, args...)
+	}
+	var p *bench.Proc
+	start := func() (err error) {
+		p, err = cmd.Start()
+		return err
+	}
+	if at.pinned {
+		err = startOn(at.cpu, start)
+	} else {
+		err = start()
+	}
+	return p, err
 }
 
 // startServing starts a process told to listen on addr and returns it
 // once addr accepts connections, with its base URL.
-func startServing(ctx context.Context, dir, addr, name string, env []string, path string, args ...string) (*bench.Proc, string, error) {
-	p, err := startProc(dir, name, env, path, args...)
+func startServing(ctx context.Context, dir, addr, name string, at place, env []string, path string, args ...string) (*bench.Proc, string, error) {
+	p, err := startProc(dir, name, at, env, path, args...)
 	if err != nil {
 		return nil, "", err
 	}
@@ -40,15 +59,17 @@ func startServing(ctx context.Context, dir, addr, name string, env []string, pat
 // startBare runs `loomgate stub --forward`: fasthttp's HostClient.Do
 // behind fasthttp's Server and nothing else, the floor of a proxy built on
 // fasthttp.
-func startBare(ctx context.Context, dir string, cfg Config, upstream string) (*bench.Proc, string, error) {
+func startBare(ctx context.Context, dir string, cfg Config, upstream string, at place) (*bench.Proc, string, error) {
 	addr, err := bench.FreeAddr()
 	if err != nil {
 		return nil, "", err
 	}
-	return startServing(ctx, dir, addr, "bare", nil, cfg.Binary, "stub", "--listen", addr, "--forward", upstream)
+	return startServing(ctx, dir, addr, "bare", at, nil, cfg.Binary, "stub", "--listen", addr, "--forward", upstream)
 }
 
-func startLoomgate(ctx context.Context, dir string, cfg Config, upstream, mode string) (*bench.Proc, string, error) {
+// startLoomgate runs the sidecar in mode, with extra added to its
+// environment (GOMAXPROCS, for the comparison of Ps).
+func startLoomgate(ctx context.Context, dir string, cfg Config, upstream, mode string, at place, extra []string) (*bench.Proc, string, error) {
 	addr, err := bench.FreeAddr()
 	if err != nil {
 		return nil, "", err
@@ -65,13 +86,14 @@ func startLoomgate(ctx context.Context, dir string, cfg Config, upstream, mode s
 	if mode == "fixed" {
 		env = append(env, fmt.Sprintf("LOOMGATE_WORKERS=%d", cfg.FixedWorkers), fmt.Sprintf("LOOMGATE_QUEUE_SIZE=%d", cfg.Held))
 	}
-	return startServing(ctx, dir, addr, "loomgate-"+mode, env, cfg.Binary, "proxy")
+	env = append(env, extra...)
+	return startServing(ctx, dir, addr, "loomgate-"+mode, at, env, cfg.Binary, "proxy")
 }
 
 // startHAProxy runs HAProxy with what a sidecar needs: HTTP mode, keep-alive
 // to the upstream, and in fixed mode maxconn on the server, which queues
 // the rest in HAProxy as loomgate's fixed mode does.
-func startHAProxy(ctx context.Context, dir, path string, cfg Config, upstream, mode string) (*bench.Proc, string, error) {
+func startHAProxy(ctx context.Context, dir, path string, cfg Config, upstream, mode string, at place) (*bench.Proc, string, error) {
 	addr, err := bench.FreeAddr()
 	if err != nil {
 		return nil, "", err
@@ -99,13 +121,13 @@ backend b
 	if err := os.WriteFile(file, []byte(conf), 0o644); err != nil {
 		return nil, "", err
 	}
-	return startServing(ctx, dir, addr, "haproxy-"+mode, nil, path, "-f", file, "-db")
+	return startServing(ctx, dir, addr, "haproxy-"+mode, at, nil, path, "-f", file, "-db")
 }
 
 // startNginx runs nginx as one process (no master, one worker), so that its
 // CPU and memory are one process's, as loomgate's and HAProxy's are, with
 // keep-alive to the upstream.
-func startNginx(ctx context.Context, dir, path string, cfg Config, upstream string) (*bench.Proc, string, error) {
+func startNginx(ctx context.Context, dir, path string, cfg Config, upstream string, at place) (*bench.Proc, string, error) {
 	addr, err := bench.FreeAddr()
 	if err != nil {
 		return nil, "", err
@@ -143,5 +165,5 @@ http {
 	if err := os.WriteFile(file, []byte(conf), 0o644); err != nil {
 		return nil, "", err
 	}
-	return startServing(ctx, dir, addr, "nginx", nil, path, "-p", prefix, "-c", file)
+	return startServing(ctx, dir, addr, "nginx", at, nil, path, "-p", prefix, "-c", file)
 }

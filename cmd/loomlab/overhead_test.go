@@ -26,8 +26,8 @@ func TestOverheadScenario(t *testing.T) {
 	defer cancel()
 	res, err := overhead.Run(ctx, overhead.Config{
 		Binary: labBinary(t), HAProxy: haproxy, Nginx: nginx, Wrk: wrk,
-		Duration: time.Second, CPUConcurrency: 4, CPURate: 300, Rounds: 2, LatencyLevels: []int{4}, LatencyDelay: 20 * time.Millisecond,
-		Held: 40, HoldDelay: 300 * time.Millisecond, FixedWorkers: 10,
+		Duration: time.Second, CPUWindow: time.Second, CPUConcurrency: 4, CPURate: 300, Rounds: 2, ProcessRounds: 1, LatencyLevels: []int{4}, LatencyDelay: 20 * time.Millisecond,
+		Held: 40, HoldDelay: 300 * time.Millisecond, FixedWorkers: 10, Procs: true,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -53,6 +53,16 @@ func TestOverheadScenario(t *testing.T) {
 	}
 	if r := names["loomgate"]; r.RSSFixed == 0 {
 		t.Error("loomgate has no fixed-mode memory figure")
+	}
+	// The GOMAXPROCS comparison: two loomgates and HAProxy at least, the
+	// quota arms where a cgroup can be made (the notes say why not).
+	if len(res.Procs) < 3 {
+		t.Errorf("GOMAXPROCS comparison: %d rows, notes %v; want at least 3", len(res.Procs), res.ProcsNotes)
+	}
+	for _, r := range res.Procs {
+		if r.CPUPerRequest <= 0 || r.CPUAtRate <= 0 || len(r.CPURounds) != 2 {
+			t.Errorf("%s: CPU per request %v, %v at 300 rps, rounds %v; want two rounds measured", r.Name, r.CPUPerRequest, r.CPUAtRate, r.CPURounds)
+		}
 	}
 	if res.RigRPS <= 0 || res.WrkRPS <= 0 {
 		t.Errorf("rig %.0f rps, wrk %.0f rps; want both measured", res.RigRPS, res.WrkRPS)

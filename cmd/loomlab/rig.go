@@ -201,6 +201,7 @@ func benchCommand(ctx context.Context, args []string, launcher bench.Launcher, s
 	caseNames := fs.String("cases", "", "with --scenario advice or adaptive: the cases to run, comma-separated (default all)")
 	protoFlag := fs.String("proto", "", "protocol: http1, h2c (HTTP/2 with prior knowledge, a GET per request) or grpc (a unary call per request: the URL's path is the method, or /wait and /cpu for the stub's, and its query the request); with a scenario it replaces the arms' (default http1, or the scenario's)")
 	conns := fs.Int("conns", 0, fmt.Sprintf("with --proto h2c or grpc: the connections every user's or request's streams share, as HTTP/2 clients share few (default %d)", bench.DefaultConns))
+	procs := fs.Bool("procs", false, "with --scenario overhead: also compare loomgate with GOMAXPROCS 1 and 2 on shared CPUs, and under a CPU quota when a cgroup can be made")
 	fs.Usage = func() {
 		fmt.Fprint(stderr, `Usage: loomgate bench --url URL [flags]
        loomgate bench --url URL --rate R[,R2,...] [flags]
@@ -312,7 +313,10 @@ Flags:
 		case open || *levelsFlag != "":
 			return fail("--scenario %s has its own loads; -c and --rate do not go with it", overheadScenario)
 		}
-		return runOverhead(ctx, *window, *out, stdout, stderr)
+		return runOverhead(ctx, overhead.Config{Duration: *window, Procs: *procs}, *out, stdout, stderr)
+	}
+	if *procs {
+		return fail("--procs goes with --scenario %s", overheadScenario)
 	}
 	if *scenarioName == fleetScenario {
 		switch {
@@ -644,15 +648,16 @@ const (
 )
 
 // runOverhead runs the overhead scenario with this executable as the stub
-// and the sidecar, and prints its table; window, if set, replaces each
-// measurement's window.
-func runOverhead(ctx context.Context, window time.Duration, out string, stdout, stderr io.Writer) int {
+// and the sidecar, and prints its table; cfg's Duration, if set, replaces
+// the latency and memory measurements' window.
+func runOverhead(ctx context.Context, cfg overhead.Config, out string, stdout, stderr io.Writer) int {
 	exe, err := os.Executable()
 	if err != nil {
 		fmt.Fprintf(stderr, "loomgate bench: cannot find this executable to run the stub and the sidecar: %v\n", err)
 		return 1
 	}
-	res, err := overhead.Run(ctx, overhead.Config{Binary: exe, Duration: window, Progress: stderr})
+	cfg.Binary, cfg.Progress = exe, stderr
+	res, err := overhead.Run(ctx, cfg)
 	if err != nil {
 		fmt.Fprintf(stderr, "loomgate bench: %v\n", err)
 		if len(res.Rows) == 0 {
