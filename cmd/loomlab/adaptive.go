@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"slices"
 	"strings"
 	"time"
 
@@ -57,22 +56,9 @@ func labController(environ []string) (func(sidecar.ControllerHooks) sidecar.Cont
 // those --cases names, through every arm; the table to stdout, and with
 // --out the report with a chart of the limit per case.
 func runAdaptiveMatrix(ctx context.Context, launcher bench.Launcher, names, out string, stdout, stderr io.Writer) int {
-	cases := adaptivematrix.Cases()
-	if names != "" {
-		var picked []adaptivematrix.Case
-		for name := range strings.SplitSeq(names, ",") {
-			i := slices.IndexFunc(cases, func(c adaptivematrix.Case) bool { return c.Name == strings.TrimSpace(name) })
-			if i < 0 {
-				var all []string
-				for _, c := range cases {
-					all = append(all, c.Name)
-				}
-				fmt.Fprintf(stderr, "loomgate bench: --cases %q: no case %q; the cases are %s\n", names, name, strings.Join(all, ", "))
-				return 2
-			}
-			picked = append(picked, cases[i])
-		}
-		cases = picked
+	cases, ok := pickCases(adaptivematrix.Cases(), func(c adaptivematrix.Case) string { return c.Name }, names, stderr)
+	if !ok {
+		return 2
 	}
 	if launcher == nil {
 		fmt.Fprintln(stderr, "loomgate bench: --scenario adaptive needs a launcher to start its stubs and sidecars, which this build lacks")

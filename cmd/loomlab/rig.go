@@ -599,26 +599,36 @@ func openScenarioNames() []string {
 // adviceScenario is the advice matrix's name for --scenario.
 const adviceScenario = "advice"
 
+// pickCases is a matrix's cases that --cases names, in the order named, or
+// all of them when names is empty; a name it lacks is said on stderr with
+// the names it has.
+func pickCases[C any](cases []C, name func(C) string, names string, stderr io.Writer) ([]C, bool) {
+	if names == "" {
+		return cases, true
+	}
+	var picked []C
+	for want := range strings.SplitSeq(names, ",") {
+		i := slices.IndexFunc(cases, func(c C) bool { return name(c) == strings.TrimSpace(want) })
+		if i < 0 {
+			var all []string
+			for _, c := range cases {
+				all = append(all, name(c))
+			}
+			fmt.Fprintf(stderr, "loomgate bench: --cases %q: no case %q; the cases are %s\n", names, want, strings.Join(all, ", "))
+			return nil, false
+		}
+		picked = append(picked, cases[i])
+	}
+	return picked, true
+}
+
 // runAdviceMatrix is --scenario advice: every case of the matrix, or those
 // --cases names, each judged against its truth, the recommended setting
 // applied and measured against the prediction.
 func runAdviceMatrix(ctx context.Context, launcher bench.Launcher, names string, stdout, stderr io.Writer) int {
-	cases := advicematrix.Cases()
-	if names != "" {
-		var picked []advicematrix.Case
-		for name := range strings.SplitSeq(names, ",") {
-			i := slices.IndexFunc(cases, func(c advicematrix.Case) bool { return c.Name == strings.TrimSpace(name) })
-			if i < 0 {
-				var all []string
-				for _, c := range cases {
-					all = append(all, c.Name)
-				}
-				fmt.Fprintf(stderr, "loomgate bench: --cases %q: no case %q; the cases are %s\n", names, name, strings.Join(all, ", "))
-				return 2
-			}
-			picked = append(picked, cases[i])
-		}
-		cases = picked
+	cases, ok := pickCases(advicematrix.Cases(), func(c advicematrix.Case) string { return c.Name }, names, stderr)
+	if !ok {
+		return 2
 	}
 	if launcher == nil {
 		fmt.Fprintln(stderr, "loomgate bench: --scenario advice needs a launcher to start its stubs and sidecars, which this build lacks")
