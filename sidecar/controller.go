@@ -51,7 +51,7 @@ type pluggedObserver struct {
 
 func (o pluggedObserver) Observe(out *proxy.Outcome) {
 	o.Observer.Observe(out)
-	if out.Admitted && out.Kind == proxy.OK && out.UpstreamStatus > 0 && out.UpstreamStatus < 500 {
+	if out.Admitted && out.Answered() {
 		o.controller.Record(out.Service)
 	}
 }
