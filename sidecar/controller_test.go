@@ -48,28 +48,10 @@ func TestPluggedController(t *testing.T) {
 
 	ctrl := &fixedController{limit: 3}
 	cfg := testConfig(t, "LOOMGATE_MODE=adaptive", "LOOMGATE_UPSTREAM=http://"+up.Addr().String())
-	s, err := New(cfg, Options{Logger: slog.New(slog.DiscardHandler), Controller: func(h ControllerHooks) Controller {
+	s := startWith(t, cfg, Options{Logger: slog.New(slog.DiscardHandler), Controller: func(h ControllerHooks) Controller {
 		ctrl.hooks = h
 		return ctrl
 	}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	adminLn, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- s.Run(ctx, ln, adminLn) }()
-	t.Cleanup(func() {
-		cancel()
-		<-done
-	})
 	// The controller sets its limit as Run starts; wait for it before the
 	// load, so that no request is admitted while admission is still open.
 	for deadline := time.Now().Add(5 * time.Second); s.Stats().Limit != 3; time.Sleep(time.Millisecond) {
@@ -80,7 +62,7 @@ func TestPluggedController(t *testing.T) {
 
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
-	closedLoop("http://"+ln.Addr().String()+"/", 10, stop, &wg)
+	closedLoop(s.URL+"/", 10, stop, &wg)
 	time.Sleep(500 * time.Millisecond)
 	close(stop)
 	wg.Wait()

@@ -34,7 +34,13 @@ type running struct {
 
 func start(t testing.TB, cfg Config) *running {
 	t.Helper()
-	s, err := New(cfg, Options{Logger: slog.New(slog.DiscardHandler)})
+	return startWith(t, cfg, Options{Logger: slog.New(slog.DiscardHandler)})
+}
+
+// startWith is start with opts of the test's own.
+func startWith(t testing.TB, cfg Config, opts Options) *running {
+	t.Helper()
+	s, err := New(cfg, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
