@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/loomgate/loomgate/field"
+	"github.com/loomgate/loomgate/route"
 )
 
 // Estimate is the estimator's judgement of the upstream, as the
@@ -79,9 +80,11 @@ type Config struct {
 	// Min and Max bound the limit. If Min is zero, 1; if Max is zero, no
 	// bound above.
 	Min, Max int
-	// Tick is the measuring interval. If zero, 30 of the least median
-	// service times seen, from 1s to 3s: long enough for every permit to
-	// turn over many times, short enough to converge within a minute.
+	// Tick is the measuring interval while a limit is in force. If zero,
+	// 20 of the least median service times seen, from 1s to 2s: long
+	// enough for every permit to turn over many times, short enough that
+	// a trial (two ticks) follows a grown pool within seconds. While
+	// admission is open the tick is shorter (see openTickMin).
 	Tick time.Duration
 	// LiftAfter is how long nothing must wait for the limit, with the
 	// upstream unstretched, before admission opens again. If zero, 2m.
@@ -134,10 +137,23 @@ const (
 	// limit from which the limit counts as the binding constraint: only
 	// then does a step up have demand to show.
 	busyShare = 0.5
-	// stretched is the service time, over the least seen, from which
-	// the upstream counts as holding requests it does not serve: only
-	// then is a step down tried.
+	// stretched is the stretch (what the upstream holds over what it
+	// serves at its unloaded speed) from which it counts as holding
+	// requests it does not serve: only then is a step down tried.
 	stretched = 1.2
+	// overloadStretch and loadRose: an open admission is limited at once,
+	// without the estimator, when the upstream holds half again what it
+	// serves while serving a fifth more than it ever did unstretched.
+	overloadStretch = 1.5
+	loadRose        = 1.2
+	// baseAnswers is how many answers of a route class make one sample of
+	// its mean service time: fewer, and the least of the samples is the
+	// luckiest, not the unloaded speed.
+	baseAnswers = 50
+	// openTickMin is the shortest tick while admission is open: an
+	// overload of open arrivals piles up inside the upstream by the
+	// second, and is acted on within two ticks.
+	openTickMin = 500 * time.Millisecond
 	// restTicks is how many ticks pass, at a limit both of whose
 	// neighbours were tried and refused, before the next trial.
 	restTicks = 3
@@ -166,26 +182,41 @@ type Controller struct {
 	completed atomic.Int64
 	serviceNs atomic.Int64
 	hist      histogram
+	// The same per route class, whose unloaded speeds differ.
+	perClass [route.Max + 1]struct{ n, ns atomic.Int64 }
 
 	mu    sync.Mutex
 	limit int
 	// The controller's phase and what it compares against.
-	phase     phase
-	base      tick // the last tick at the limit in force, before a trial
-	from      int  // the limit before a trial
-	dir       int  // +1 up, -1 down: the next trial's direction
-	step      float64
-	refused   int  // trials refused in a row
-	knees     int  // rests after a refused step down, in a row
-	upKnees   int  // rests after a refused step up, in a row
+	phase   phase
+	base    tick // the last tick at the limit in force, before a trial
+	from    int  // the limit before a trial
+	dir     int  // +1 up, -1 down: the next trial's direction
+	step    float64
+	refused int // trials refused in a row
+	knees   int // rests after a refused step down, in a row
+	// prev is the last tick measured at the limit in force, at prevAt:
+	// a trial starts from a base that agrees with it.
+	prev      tick
+	prevAt    int
 	rest      int  // ticks left to rest
 	restBase  tick // the figures at the knee, when the rest began
 	bothWays  bool // the trial under way had evidence for both directions
 	calmSince time.Time
 	mins      minWindowed
-	changes   []Change
-	tickLen   time.Duration
-	skip      int // ticks to pass over before the next measure
+	// Each route class's least mean service time, and the pooled answers
+	// not yet enough for a sample of it.
+	unloaded [route.Max + 1]classBase
+	// The most throughput, and the most requests held at once, of the
+	// ticks in which the upstream was not stretched.
+	calmThroughput, calmInFlight peakWindowed
+	hot                          int // open ticks in a row that found saturation
+	changes                      []Change
+	tickLen                      time.Duration
+	// openTickLen is the tick while admission is open: 5 of the least
+	// median service times, from 0.5 s to 1 s.
+	openTickLen time.Duration
+	skip        int // ticks to pass over before the next measure
 
 	samples, busy int // this tick's State samples, and those with waiters
 	inFlightSum   int64
@@ -213,6 +244,14 @@ type tick struct {
 	inFlight   float64       // mean admitted
 	n          int64         // completions
 	mean       time.Duration // mean service time
+	// served is how many requests the upstream would hold at once for
+	// this tick's answers at each route's unloaded speed (Little's law,
+	// route by route), and stretch the requests it held over that: 1 when
+	// nothing waits inside it, 2 when half of what it holds waits. By
+	// route, because the mix moves with the load: a pool shared by 20 ms
+	// and 200 ms requests serves more of the slow ones when it is
+	// overloaded, and a single median would read that as a stretch.
+	served, stretch float64
 }
 
 // New validates cfg and returns a Controller; Run starts it.
@@ -232,13 +271,19 @@ func New(cfg Config) (*Controller, error) {
 	return &Controller{cfg: cfg, log: cfg.Logger, step: firstStep, dir: +1, apply: -1}, nil
 }
 
-// Record counts one request answered by the upstream, with its service
-// time (admission to last byte). It is safe for concurrent use and takes
-// no lock.
-func (c *Controller) Record(service time.Duration) {
+// Record counts one request of route class class (an index of
+// route.Classes; out of range counts as route.Other's) answered by the
+// upstream, with its service time (admission to last byte). It is safe for
+// concurrent use and takes no lock.
+func (c *Controller) Record(class int, service time.Duration) {
 	c.completed.Add(1)
 	c.serviceNs.Add(int64(service))
 	c.hist.add(service)
+	if class < 0 || class >= len(c.perClass) {
+		class = 0
+	}
+	c.perClass[class].n.Add(1)
+	c.perClass[class].ns.Add(int64(service))
 }
 
 // Limit is the limit in force, 0 when admission is open.
@@ -295,20 +340,30 @@ func (c *Controller) tickLength() time.Duration {
 	}
 	c.mu.Lock()
 	d := c.tickLen
+	if c.phase == open {
+		d = c.openTickLen
+	}
 	c.mu.Unlock()
 	if d == 0 {
-		return time.Second
+		return openTickMin
 	}
 	return d
 }
+
+// classTick is one route class's answers in a tick.
+type classTick struct{ n, ns int64 }
 
 // step1 closes a tick of length d and acts on it.
 func (c *Controller) step1(now time.Time, d time.Duration) {
 	n := c.completed.Swap(0)
 	total := time.Duration(c.serviceNs.Swap(0))
 	median := c.hist.takeMedian()
+	var classes [route.Max + 1]classTick
+	for i := range c.perClass {
+		classes[i] = classTick{c.perClass[i].n.Swap(0), c.perClass[i].ns.Swap(0)}
+	}
 	c.mu.Lock()
-	c.decide(now, d, n, total, median)
+	c.decide(now, d, n, total, median, &classes)
 	// The limiter, the log and the metrics hear of the decisions after
 	// the lock is released: no lock is held across another component.
 	limit, changes := c.apply, c.pending
@@ -334,7 +389,7 @@ func (c *Controller) step1(now time.Time, d time.Duration) {
 // decide closes a tick of length d with n answers, their service times
 // adding up to total, of the given median, and chooses what to do. The
 // caller holds c.mu.
-func (c *Controller) decide(now time.Time, d time.Duration, n int64, total, median time.Duration) {
+func (c *Controller) decide(now time.Time, d time.Duration, n int64, total, median time.Duration, classes *[route.Max + 1]classTick) {
 	t := tick{throughput: float64(n) / d.Seconds(), service: median, n: n}
 	if c.samples > 0 {
 		t.busy = float64(c.busy) / float64(c.samples)
@@ -352,18 +407,28 @@ func (c *Controller) decide(now time.Time, d time.Duration, n int64, total, medi
 		t.throughput = t.inFlight / (total.Seconds() / float64(n))
 	}
 	c.samples, c.busy, c.inFlightSum = 0, 0, 0
+	t.served = c.servedAtUnloadedSpeed(now, d, classes)
+	if t.served > 0 {
+		t.stretch = t.inFlight / t.served
+	}
 	if median > 0 {
 		c.mins.add(now, median)
 		// From the least service time, not this tick's: a stretched
 		// upstream would otherwise slow the controller that should
 		// relieve it.
-		c.tickLen = min(max(30*c.mins.least(now), time.Second), 3*time.Second)
+		least := c.mins.least(now)
+		c.tickLen = min(max(20*least, time.Second), 2*time.Second)
+		c.openTickLen = min(max(5*least, openTickMin), time.Second)
 	}
 	if n < 20 {
 		// Too few answers to judge anything; the tick does not count.
+		c.hot = 0
 		return
 	}
-	least := c.mins.least(now)
+	if c.phase == open && t.stretch > 0 && t.stretch <= stretched {
+		c.calmThroughput.add(now, t.throughput)
+		c.calmInFlight.add(now, t.inFlight)
+	}
 	if c.skip > 0 {
 		// The tick after a jump of the limit mixes the old limit's
 		// requests, still finishing, with the new: it is no base.
@@ -372,6 +437,9 @@ func (c *Controller) decide(now time.Time, d time.Duration, n int64, total, medi
 	}
 	switch c.phase {
 	case open:
+		if c.overloadedNow(now, t) {
+			return
+		}
 		est := c.cfg.Estimate()
 		// Saturated in the estimator's window is not enough: after a lift
 		// the window still remembers the last overload. The upstream must
@@ -383,7 +451,7 @@ func (c *Controller) decide(now time.Time, d time.Duration, n int64, total, medi
 			c.calmSince = now
 		}
 	case measure:
-		c.consider(now, t, least)
+		c.consider(now, t, false)
 	case settle:
 		c.phase = judge
 	case judge:
@@ -391,15 +459,80 @@ func (c *Controller) decide(now time.Time, d time.Duration, n int64, total, medi
 	}
 }
 
+// servedAtUnloadedSpeed folds a tick's answers per route class into each
+// class's least mean service time, and returns how many requests the
+// upstream would have held at once to give the tick's answers at those
+// speeds: the sum over classes of throughput × least mean service time. A
+// class not yet seen often enough for a least counts at this tick's speed,
+// as unstretched. The caller holds c.mu.
+func (c *Controller) servedAtUnloadedSpeed(now time.Time, d time.Duration, classes *[route.Max + 1]classTick) float64 {
+	var served float64
+	for i, ct := range classes {
+		if ct.n == 0 {
+			continue
+		}
+		b := &c.unloaded[i]
+		b.n += ct.n
+		b.ns += ct.ns
+		if b.n >= baseAnswers {
+			b.least.add(now, time.Duration(b.ns/b.n))
+			b.n, b.ns = 0, 0
+		}
+		least := b.least.least(now)
+		if least == 0 {
+			least = time.Duration(ct.ns / ct.n)
+		}
+		served += float64(ct.n) / d.Seconds() * least.Seconds()
+	}
+	return served
+}
+
+// overloadedNow limits admission, without waiting for the estimator, when
+// the load has just risen past what the upstream serves: for two ticks in
+// a row it holds half again what it serves at its unloaded speed, while
+// serving a fifth more than it ever did unstretched. The limit is what it
+// serves (Little's law at the unloaded speeds, route by route), never
+// below the most it held unstretched.
+//
+// The rise in throughput is what tells an overload from a dependency that
+// slowed: with arrivals that keep coming whatever the latency, a slower
+// dependency also holds more requests than it serves at its old speed,
+// but it serves no more than before. A load that crept up to the capacity
+// gives no such rise, and is left to the estimator; nothing piles up
+// quickly there. The caller holds c.mu.
+func (c *Controller) overloadedNow(now time.Time, t tick) bool {
+	calm := c.calmThroughput.peak(now)
+	if t.stretch < overloadStretch || calm == 0 || t.throughput < loadRose*calm {
+		c.hot = 0
+		return false
+	}
+	if c.hot++; c.hot < 2 {
+		return false
+	}
+	c.hot = 0
+	held := c.calmInFlight.peak(now)
+	to := c.clamp(int(math.Round(max(t.served, held))), held)
+	c.set(now, to, CapacityFound, fmt.Sprintf("the load rose: the upstream holds %.0f at once, serves %.0f/s, as many as %.1f would at its unloaded speed (at most %.0f/s and %.0f held before it stretched)", t.inFlight, t.throughput, t.served, calm, held))
+	c.phase, c.skip = measure, 1
+	c.calmSince = now
+	return true
+}
+
 // consider takes t, a tick at the limit in force, as the base of the next
 // trial, and starts the trial if there is evidence for one and no rest.
 // The caller holds c.mu.
-func (c *Controller) consider(now time.Time, t tick, least time.Duration) {
+func (c *Controller) consider(now time.Time, t tick, chained bool) {
 	c.base = t
+	// A tick that straddled a change of the upstream (a pool resized, a
+	// burst) is no base: a trial judged against it is judged against a
+	// throughput that is gone. Unless it was measured at a trial just
+	// kept, the base must agree with the tick before it at the same limit.
+	stable := chained || c.prevAt == c.limit && c.prev.n > 0 && math.Abs(t.throughput/c.prev.throughput-1) <= 0.1
+	c.prev, c.prevAt = t, c.limit
 	if t.busy >= busyShare {
 		c.calmSince = now
-	} else if now.Sub(c.calmSince) >= c.cfg.LiftAfter && (least == 0 || float64(t.service) <= stretched*float64(least)) {
-		c.set(now, 0, DemandFell, fmt.Sprintf("nothing waited for the limit for %v and service time %v is within %.0f%% of the least seen", c.cfg.LiftAfter, t.service.Round(time.Millisecond), (stretched-1)*100))
+	} else if now.Sub(c.calmSince) >= c.cfg.LiftAfter && t.stretch <= stretched {
+		c.set(now, 0, DemandFell, fmt.Sprintf("nothing waited for the limit for %v and the upstream holds %.0f at once, within %.0f%% of what it serves at its unloaded speed", c.cfg.LiftAfter, t.inFlight, (stretched-1)*100))
 		c.phase = open
 		return
 	}
@@ -412,16 +545,18 @@ func (c *Controller) consider(now time.Time, t tick, least time.Duration) {
 		// Resting at the knee, unless the upstream has changed since:
 		// throughput moved by a fifth, or service time stretched.
 		moved := math.Abs(t.throughput/c.restBase.throughput-1) > 0.2
-		stretch := least > 0 && float64(t.service) >= stretched*float64(least) &&
-			float64(t.service) >= stretched*float64(c.restBase.service)
+		stretch := t.stretch >= stretched && t.stretch >= stretched*c.restBase.stretch
 		if !moved && !stretch {
 			c.rest--
 			return
 		}
-		c.rest, c.knees, c.upKnees = 0, 0, 0
+		c.rest, c.knees = 0, 0
+	}
+	if !stable {
+		return
 	}
 	up := t.busy >= busyShare && (c.cfg.Max == 0 || c.limit < c.cfg.Max)
-	down := least > 0 && float64(t.service) >= stretched*float64(least) && c.limit > c.cfg.Min
+	down := t.stretch >= stretched && c.limit > c.cfg.Min
 	if !up && !down {
 		return
 	}
@@ -436,11 +571,14 @@ func (c *Controller) consider(now time.Time, t tick, least time.Duration) {
 	}
 	to := c.trial(c.dir)
 	if c.dir < 0 {
-		// The upstream serves about throughput × least service time
-		// at once (Little's law at its unloaded speed): a limit far
-		// above that only queues inside it, so try that at once.
-		served := int(math.Ceil(1.05 * t.throughput * least.Seconds()))
-		to = min(to, c.clamp(served, 0))
+		// The upstream serves about t.served at once: a limit far above
+		// that only queues inside it, so try that at once, but no lower
+		// than half the limit in one step: requests of one route class
+		// whose costs differ widely make t.served low when the mix moves
+		// towards the costly ones, and a halving that loses throughput is
+		// undone in a tick.
+		served := int(math.Ceil(1.05 * t.served))
+		to = min(to, c.clamp(max(served, (c.limit+1)/2), 0))
 	}
 	if to == c.limit {
 		c.dir = -c.dir
@@ -473,8 +611,8 @@ func (c *Controller) judgeTrial(now time.Time, t tick) {
 		// upstream serves wait inside it, and stretch its service time by
 		// the step (noise in a tick's throughput cannot fake that).
 		stretch := 0.0
-		if c.base.mean > 0 {
-			stretch = float64(t.mean)/float64(c.base.mean) - 1
+		if c.base.stretch > 0 {
+			stretch = t.stretch/c.base.stretch - 1
 		}
 		kept = t.busy >= busyShare/2 && gain >= followShare*(ratio-1) && stretch <= followShare*(ratio-1)
 		reason = ThroughputFollowed
@@ -492,11 +630,11 @@ func (c *Controller) judgeTrial(now time.Time, t tick) {
 		// Steps grow while they are borne out, so that a pool that
 		// doubled is reached in a few.
 		c.step = min(2*c.step, lastStep)
-		c.refused, c.knees, c.upKnees = 0, 0, 0
+		c.refused, c.knees = 0, 0
 		// The tick just judged was taken at the new limit: it is the base
 		// of the next step, which goes on in the same direction.
 		c.dir = dir
-		c.consider(now, t, c.mins.least(now))
+		c.consider(now, t, true)
 		return
 	}
 	to := c.from
@@ -509,15 +647,13 @@ func (c *Controller) judgeTrial(now time.Time, t tick) {
 		// Every neighbour with evidence for it refused: the limit is at
 		// the knee. Rest before trying again. A refused step up costs
 		// nothing but a little latency inside the upstream, and is how a
-		// grown pool is found, so its rest stays short (doubling once at
-		// most); a refused step down cost throughput, so its rest doubles
-		// each time the knee holds, up to 8 times.
+		// grown pool is found, so its rest stays short; a refused step
+		// down cost throughput, so its rest doubles each time the knee
+		// holds, up to 8 times.
+		c.rest = restTicks
 		if dir < 0 {
 			c.rest = restTicks << c.knees
 			c.knees = min(c.knees+1, 3)
-		} else {
-			c.rest = restTicks << c.upKnees
-			c.upKnees = min(c.upKnees+1, 1)
 		}
 		c.refused = 0
 		// The rest's base is the first tick measured back at the limit
@@ -551,6 +687,42 @@ func (c *Controller) logChange(now time.Time, from, to int, reason Reason, detai
 		c.changes = c.changes[len(c.changes)-50:]
 	}
 	c.pending = append(c.pending, ch)
+}
+
+// classBase is one route class's least mean service time, over samples
+// of baseAnswers answers, and the answers pooled towards the next sample.
+type classBase struct {
+	n, ns int64
+	least minWindowed
+}
+
+// peakWindowed keeps the greatest value per minute for minWindow.
+type peakWindowed struct {
+	peaks [10]struct {
+		minute int64
+		peak   float64
+	}
+}
+
+func (p *peakWindowed) add(now time.Time, v float64) {
+	minute := now.Unix() / 60
+	slot := &p.peaks[minute%int64(len(p.peaks))]
+	if slot.minute != minute {
+		slot.minute, slot.peak = minute, v
+		return
+	}
+	slot.peak = max(slot.peak, v)
+}
+
+func (p *peakWindowed) peak(now time.Time) float64 {
+	minute := now.Unix() / 60
+	var peak float64
+	for _, s := range p.peaks {
+		if minute-s.minute < int64(minWindow/time.Minute) {
+			peak = max(peak, s.peak)
+		}
+	}
+	return peak
 }
 
 // minWindowed keeps the least median service time per minute for

@@ -27,7 +27,10 @@ type pool struct {
 	service func() time.Duration
 }
 
-func (p *pool) serve() {
+func (p *pool) serve() { p.serveFor(p.service()) }
+
+// serveFor serves a request whose work takes d.
+func (p *pool) serveFor(d time.Duration) {
 	p.mu.Lock()
 	if p.busy < p.size {
 		p.busy++
@@ -38,7 +41,7 @@ func (p *pool) serve() {
 		p.mu.Unlock()
 		<-ch
 	}
-	time.Sleep(p.service())
+	time.Sleep(d)
 	p.mu.Lock()
 	if len(p.waiting) > 0 && p.busy <= p.size {
 		ch := p.waiting[0]
@@ -93,6 +96,42 @@ func newRig(t *testing.T, up *pool, est Estimate, cfg Config) *rig {
 	return r
 }
 
+// routeClients starts n clients of route class class whose requests take
+// d of work each, until the rig closes.
+func (r *rig) routeClients(n, class int, d time.Duration) {
+	for range n {
+		r.wg.Go(func() {
+			for r.clients.Load() >= 0 {
+				if err := r.lim.Acquire(context.Background(), 0); err != nil {
+					r.t.Errorf("Acquire = %v", err)
+					return
+				}
+				start := time.Now()
+				r.up.serveFor(d)
+				r.ctrl.Record(class, time.Since(start))
+				r.lim.Release(0)
+			}
+		})
+	}
+}
+
+// arrivals sends requests at rate a second for dur, each on its own
+// whatever the latency: open arrivals, as from many independent users.
+func (r *rig) arrivals(rate float64, dur time.Duration) {
+	every := time.Duration(float64(time.Second) / rate)
+	for end := time.Now().Add(dur); time.Now().Before(end); time.Sleep(every) {
+		r.wg.Go(func() {
+			if err := r.lim.Acquire(context.Background(), 0); err != nil {
+				return
+			}
+			start := time.Now()
+			r.up.serve()
+			r.ctrl.Record(0, time.Since(start))
+			r.lim.Release(0)
+		})
+	}
+}
+
 // setClients starts or stops clients until n run.
 func (r *rig) setClients(n int) {
 	r.clients.Store(int64(n))
@@ -108,7 +147,7 @@ func (r *rig) setClients(n int) {
 				}
 				start := time.Now()
 				r.up.serve()
-				r.ctrl.Record(time.Since(start))
+				r.ctrl.Record(0, time.Since(start))
 				r.lim.Release(0)
 			}
 		})
@@ -116,7 +155,7 @@ func (r *rig) setClients(n int) {
 }
 
 func (r *rig) close() {
-	r.clients.Store(0)
+	r.clients.Store(-1)
 	r.stop()
 	r.lim.SetLimit(0)
 	r.wg.Wait()
@@ -293,6 +332,120 @@ func TestHoldsWhenADependencySlows(t *testing.T) {
 		}
 		if s := settled(samples, 50, 0.2); s < 0.8 {
 			t.Errorf("limit within 20%% of 50 for %.0f%% of the three minutes; want 80%% (%v)", s*100, samples)
+		}
+	})
+}
+
+// firstLimit is the first limit set within samples (taken a second
+// apart), and the second it came at; 0, -1 when none was.
+func firstLimit(samples []int) (limit, at int) {
+	for i, l := range samples {
+		if l != 0 {
+			return l, i + 1
+		}
+	}
+	return 0, -1
+}
+
+// TestLimitsWithinSecondsOfASuddenOverload: 10 clients, then 200, on a
+// pool of 50 at 100 ms, with an estimator that has found nothing yet (its
+// window is seconds behind). The controller sees the load rise past what
+// the upstream serves and limits at the pool within three seconds.
+func TestLimitsWithinSecondsOfASuddenOverload(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r := newRig(t, &pool{size: 50, service: fixed(100 * time.Millisecond)}, Estimate{}, Config{})
+		defer r.close()
+		r.setClients(10)
+		if l := r.limits(10 * time.Second); l[len(l)-1] != 0 {
+			t.Fatalf("limit under 10 clients = %d; want open (path %v)", l[len(l)-1], l)
+		}
+		r.setClients(200)
+		samples := r.limits(60 * time.Second)
+		if l, at := firstLimit(samples); at < 0 || at > 3 || !within(l, 50, 0.15) {
+			t.Errorf("first limit %d at %ds after the overload; want within 15%% of 50 within 3s (path %v)", l, at, samples)
+		}
+		if s := settled(samples[3:], 50, 0.2); s < 0.8 {
+			t.Errorf("limit within 20%% of 50 for %.0f%% of the minute; want 80%% (%v)", s*100, samples)
+		}
+	})
+}
+
+// TestWeighsRoutesSharingAPoolByTheirCost: a pool of 50 shared by 20 ms and
+// 200 ms requests, 5 clients each, then 100 each. Overloaded, the pool
+// serves more of the slow requests than before (each client waits as
+// long in its queue, whatever its cost), so the median service time jumps
+// ten-fold without any stretch; weighed route by route, what it serves is
+// still 50 at once. The limit settles at 50, never below half of it.
+func TestWeighsRoutesSharingAPoolByTheirCost(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r := newRig(t, &pool{size: 50}, Estimate{}, Config{})
+		defer r.close()
+		r.routeClients(5, 1, 20*time.Millisecond)
+		r.routeClients(5, 2, 200*time.Millisecond)
+		r.limits(10 * time.Second)
+		r.routeClients(95, 1, 20*time.Millisecond)
+		r.routeClients(95, 2, 200*time.Millisecond)
+		samples := r.limits(90 * time.Second)
+		// The first limit is taken in the seconds when the mix is still
+		// moving towards the slow requests; trials do the rest.
+		if l, at := firstLimit(samples); at < 0 || at > 5 || !within(l, 50, 0.25) {
+			t.Errorf("first limit %d at %ds after the overload; want within 25%% of 50 within 5s (path %v)", l, at, samples)
+		}
+		if got := lastMedian(samples); !within(got, 50, 0.15) {
+			t.Errorf("limit at 70-90s = %d; want within 15%% of 50 (path %v)", got, samples)
+		}
+		if lowest := slices.Min(samples[5:]); lowest < 25 {
+			t.Errorf("lowest limit %d; want never below 25, half the pool (path %v)", lowest, samples)
+		}
+	})
+}
+
+// TestLimitsOpenArrivalsAtOnce: 200 arrivals a second, then 750, at a pool
+// of 50 at 100 ms (500 a second). Each second before a limit piles 250
+// requests inside the upstream; the limit comes at the pool within two
+// seconds.
+func TestLimitsOpenArrivalsAtOnce(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r := newRig(t, &pool{size: 50, service: fixed(100 * time.Millisecond)}, Estimate{}, Config{})
+		defer r.close()
+		r.wg.Go(func() {
+			r.arrivals(200, 10*time.Second)
+			r.arrivals(750, 20*time.Second)
+		})
+		if l := r.limits(10 * time.Second); l[len(l)-1] != 0 {
+			t.Fatalf("limit at 200 a second = %d; want open (path %v)", l[len(l)-1], l)
+		}
+		samples := r.limits(20 * time.Second)
+		if l, at := firstLimit(samples); at < 0 || at > 2 || !within(l, 50, 0.15) {
+			t.Errorf("first limit %d at %ds after the overload; want within 15%% of 50 within 2s (path %v)", l, at, samples)
+		}
+	})
+}
+
+// TestOpenArrivalsToASlowerDependencyStayOpen: 200 arrivals a second to an
+// upstream with no pool whose work slows from 100 to 250 ms. It then holds
+// 2.5 times the requests, as an overloaded pool would, but serves no more
+// than before: nothing saturates, and admission stays open.
+func TestOpenArrivalsToASlowerDependencyStayOpen(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var mu sync.Mutex
+		service := 100 * time.Millisecond
+		up := &pool{size: 100000, service: func() time.Duration {
+			mu.Lock()
+			defer mu.Unlock()
+			return service
+		}}
+		r := newRig(t, up, Estimate{}, Config{})
+		defer r.close()
+		r.wg.Go(func() { r.arrivals(200, 40*time.Second) })
+		r.limits(10 * time.Second)
+		mu.Lock()
+		service = 250 * time.Millisecond
+		mu.Unlock()
+		for i, l := range r.limits(25 * time.Second) {
+			if l != 0 {
+				t.Fatalf("limit %d %ds after the dependency slowed; want open", l, i+1)
+			}
 		}
 	})
 }

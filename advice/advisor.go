@@ -153,16 +153,21 @@ func New(cfg Config) (*Advisor, error) {
 }
 
 // Record adds one finished request, at its End (the clock is read only if
-// End is zero). It does not allocate.
-func (a *Advisor) Record(o *outcome.Record) {
+// End is zero), and returns its route class (an index of Routes), or -1
+// for a request that never reached admission: the adaptive controller
+// weighs routes by the same classes, without classifying again. It does
+// not allocate.
+func (a *Advisor) Record(o *outcome.Record) (class int) {
 	if !o.Admission {
-		return
+		return -1
 	}
 	now := o.End
 	if now.IsZero() {
 		now = time.Now()
 	}
-	a.window.record(now, a.cfg.Routes.Class(o.Method, o.Target), o)
+	class = a.cfg.Routes.Class(o.Method, o.Target)
+	a.window.record(now, class, o)
+	return class
 }
 
 // Routes are the route classes the Advisor sorts requests into.

@@ -385,9 +385,9 @@ type observer struct {
 
 func (o *observer) Observe(out *proxy.Outcome) {
 	o.metrics.Record(out)
-	o.advisor.Record(out)
+	class := o.advisor.Record(out)
 	if o.adaptive != nil && out.Admitted && out.Answered() {
-		o.adaptive.Record(out.Service)
+		o.adaptive.Record(class, out.Service)
 	}
 	if o.access != nil {
 		o.log(out)

@@ -121,20 +121,25 @@ func Cases() []Case {
 			Phases: []Phase{lead("/wait?ms=20&to=200", 10), {Duration: 20 * s, Flows: []bench.Flow{{Path: "/wait?ms=20&to=200", Clients: 150}}, Truth: pool(50)}},
 		},
 		{
-			Name: "two-routes", Description: "a hidden pool of 50 shared by 20 ms and 200 ms requests: 5 clients each, then 100 each",
+			Name: "two-routes", Description: "a hidden pool of 50 shared by two routes, 20 ms /wait and 200 ms /mixed: 5 clients each, then 100 each",
 			Pool: 50, Oracle: 50,
+			// Two routes, as loomgate's route classes tell them apart (by
+			// path, not query): requests of one route whose costs differ
+			// ten-fold are one class, and weighed as one.
 			Phases: []Phase{
-				{Duration: LeadIn, Flows: []bench.Flow{{Path: "/wait?ms=20", Clients: 5}, {Path: "/wait?ms=200", Clients: 5}}, Truth: healthy(10)},
-				{Duration: 20 * s, Flows: []bench.Flow{{Path: "/wait?ms=20", Clients: 100}, {Path: "/wait?ms=200", Clients: 100}}, Truth: pool(50)},
+				{Duration: LeadIn, Flows: []bench.Flow{{Path: "/wait?ms=20", Clients: 5}, {Path: "/mixed", Clients: 5}}, Truth: healthy(10)},
+				{Duration: 20 * s, Flows: []bench.Flow{{Path: "/wait?ms=20", Clients: 100}, {Path: "/mixed", Clients: 100}}, Truth: pool(50)},
 			},
 		},
 		{
-			Name: "cpu", Description: "CPU work of about 1 ms a request: 2 clients, then 32; the ceiling is the 2 cores, shared with the rig and the sidecar",
+			Name: "cpu", Description: "CPU work of about 1 ms a request: 1 client, then 32; the ceiling is the 2 cores, shared with the rig and the sidecar",
 			Oracle: 2,
 			// The cores are shared, and a request is not all CPU: the knee
 			// lies from one core's worth to twice the cores (as in the
 			// advice matrix).
-			Phases: []Phase{lead("/cpu?iters=300000", 2), {Duration: 15 * s, Flows: []bench.Flow{{Path: "/cpu?iters=300000", Clients: 32}}, Truth: Truth{Capacity: 2, Lo: 1, Hi: 4}}},
+			// Its light load is one client: two would already fill the two
+			// cores that the rig and the sidecar share.
+			Phases: []Phase{lead("/cpu?iters=300000", 1), {Duration: 15 * s, Flows: []bench.Flow{{Path: "/cpu?iters=300000", Clients: 32}}, Truth: Truth{Capacity: 2, Lo: 1, Hi: 4}}},
 		},
 		{
 			Name: "open", Description: "open arrivals at 1.5× capacity: 200 a second, then 750, at a hidden pool of 50 at 100 ms (500 a second); queue waits bounded at 1 s",

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"time"
 
@@ -55,17 +56,28 @@ func labController(environ []string) (func(sidecar.ControllerHooks) sidecar.Cont
 // runAdaptiveMatrix is --scenario adaptive: every case of the matrix, or
 // those --cases names, through every arm; the table to stdout, and with
 // --out the report with a chart of the limit per case.
-func runAdaptiveMatrix(ctx context.Context, launcher bench.Launcher, names, out string, stdout, stderr io.Writer) int {
+func runAdaptiveMatrix(ctx context.Context, launcher bench.Launcher, names, armNames, out string, stdout, stderr io.Writer) int {
 	cases, ok := pickCases(adaptivematrix.Cases(), func(c adaptivematrix.Case) string { return c.Name }, names, stderr)
 	if !ok {
 		return 2
+	}
+	var arms []string
+	if armNames != "" {
+		for want := range strings.SplitSeq(armNames, ",") {
+			want = strings.TrimSpace(want)
+			if !slices.Contains(adaptivematrix.Arms(), want) {
+				fmt.Fprintf(stderr, "loomgate bench: --arms %q: no arm %q; the arms are %s\n", armNames, want, strings.Join(adaptivematrix.Arms(), ", "))
+				return 2
+			}
+			arms = append(arms, want)
+		}
 	}
 	if launcher == nil {
 		fmt.Fprintln(stderr, "loomgate bench: --scenario adaptive needs a launcher to start its stubs and sidecars, which this build lacks")
 		return 1
 	}
 	began := time.Now()
-	results, err := adaptivematrix.Run(ctx, cases, launcher, adaptivematrix.Options{Progress: stderr})
+	results, err := adaptivematrix.Run(ctx, cases, launcher, adaptivematrix.Options{Progress: stderr, Arms: arms})
 	if len(results) > 0 {
 		adaptivematrix.WriteMarkdown(stdout, cases, results)
 		fmt.Fprintf(stdout, "\n%d runs in %s.\n", len(results), time.Since(began).Round(time.Second))

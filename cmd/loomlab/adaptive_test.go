@@ -5,6 +5,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/loomgate/loomgate/bench/adaptivematrix"
 )
@@ -66,6 +67,12 @@ func TestAdaptiveMatrixReduced(t *testing.T) {
 	}
 	if a.Collapsed || a.Limited() && a.Lowest < 25 {
 		t.Errorf("pool: adaptive's limit went to %v; want never below half the pool, 25", a.Lowest)
+	}
+	// The jump from 10 clients to 200 is a sudden overload of an upstream
+	// seen unstretched: limited within two ticks of half a second, not
+	// after the estimator's buckets (5 s margin for shared cores).
+	if len(a.Converged) != 2 || a.Converged[1] < 0 || a.Converged[1] > 5*time.Second {
+		t.Errorf("pool: adaptive's limit right %v into each phase; want within 5s of the overload", a.Converged)
 	}
 
 	// Nothing limits the upstream: 200 clients at 100 ms ask 2000 a

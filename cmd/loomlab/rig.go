@@ -199,6 +199,7 @@ func benchCommand(ctx context.Context, args []string, launcher bench.Launcher, s
 	inProc := fs.Bool("in-process", false, "run a scenario's stub and sidecar in this process instead of as processes of their own (memory figures are then the whole process's)")
 	scenarioName := fs.String("scenario", "", "run a scenario, which starts its own stub and sidecar, instead of --url: "+strings.Join(allScenarioNames(), ", ")+"; list describes them")
 	caseNames := fs.String("cases", "", "with --scenario advice or adaptive: the cases to run, comma-separated (default all)")
+	armNames := fs.String("arms", "", "with --scenario adaptive: the arms to run, comma-separated, from "+strings.Join(adaptivematrix.Arms(), ", ")+" (default all; a goal judged against a missing arm is not judged)")
 	protoFlag := fs.String("proto", "", "protocol: http1, h2c (HTTP/2 with prior knowledge, a GET per request) or grpc (a unary call per request: the URL's path is the method, or /wait and /cpu for the stub's, and its query the request); with a scenario it replaces the arms' (default http1, or the scenario's)")
 	conns := fs.Int("conns", 0, fmt.Sprintf("with --proto h2c or grpc: the connections every user's or request's streams share, as HTTP/2 clients share few (default %d)", bench.DefaultConns))
 	procs := fs.Bool("procs", false, "with --scenario overhead: also compare loomgate with GOMAXPROCS 1 and 2 on shared CPUs, and under a CPU quota when a cgroup can be made")
@@ -301,7 +302,7 @@ Flags:
 		return runAdviceMatrix(ctx, launcher, *caseNames, stdout, stderr)
 	}
 	if *scenarioName == adaptiveScenario {
-		return runAdaptiveMatrix(ctx, launcher, *caseNames, *out, stdout, stderr)
+		return runAdaptiveMatrix(ctx, launcher, *caseNames, *armNames, *out, stdout, stderr)
 	}
 	if *caseNames != "" {
 		return fail("--cases goes with --scenario advice or adaptive")
