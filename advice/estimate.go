@@ -170,12 +170,17 @@ func estimate(points, calm []point, liveFrom int64) (Estimate, [classes]routeEst
 		r.baselineP25, r.baselineP50, r.baselineP99, r.baseline = median(p25s), median(p50s), median(p99s), median(means)
 	}
 
-	// Stretch per bucket and class, then what the last minute says.
+	// Stretch per bucket and class, then what the last minute says. By
+	// the first quartile, or by the median: where the bottleneck serves
+	// the newest first, a quarter of the requests never wait (Go's
+	// scheduler runs a goroutine just woken ahead of those queued, and a
+	// CPU-bound upstream at 30 times its cores kept its first quartile
+	// within 16% of unloaded while its median grew elevenfold).
 	stretched := func(p point, c int) bool {
 		r := &routes[c]
 		cp := p.class[c]
-		return cp.n >= minClassRequests && r.baselineP25 > 0 &&
-			float64(cp.p25) >= Stretched*float64(r.baselineP25) && p.load >= LoadRise*r.baseLoad
+		return cp.n >= minClassRequests && r.baselineP25 > 0 && p.load >= LoadRise*r.baseLoad &&
+			(float64(cp.p25) >= Stretched*float64(r.baselineP25) || float64(cp.p50) >= Stretched*float64(r.baselineP50))
 	}
 	// A bottleneck that several routes share delays each by about the same
 	// wait, whatever its own load: a long service time stretches less for

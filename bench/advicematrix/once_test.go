@@ -42,3 +42,31 @@ func TestOnce(t *testing.T) {
 		}
 	}
 }
+
+// TestJudgeHealthyDemand: a healthy upstream capped below its demand is a
+// problem, whether the demand is closed clients or open arrivals, which
+// are counted by what they held.
+func TestJudgeHealthyDemand(t *testing.T) {
+	closed := Phase{Flows: []bench.Flow{{Path: "/wait", Clients: 40}}}
+	open := Phase{Rates: []Rate{{Path: "/wait", PerSecond: 240}}}
+	tests := []struct {
+		name    string
+		last    Phase
+		workers int
+		held    float64
+		problem bool
+	}{
+		{"closed, capped below its clients", closed, 30, 40, true},
+		{"closed, capped above its clients", closed, 50, 40, false},
+		{"open, capped below what it held", open, 20, 24.6, true},
+		{"open, capped at what it held", open, 24, 24.6, false},
+		{"open, no cap", open, 0, 24.6, false},
+	}
+	for _, tt := range tests {
+		r := Result{Workers: tt.workers, InFlight: tt.held}
+		r.judge(tt.last)
+		if got := len(r.Problems) > 0; got != tt.problem {
+			t.Errorf("%s: problems %q; want a problem: %v", tt.name, r.Problems, tt.problem)
+		}
+	}
+}
