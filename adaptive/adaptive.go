@@ -133,6 +133,9 @@ const (
 	// throughput that counts as following it (up) or as losing it
 	// (down): a step of 10% up is kept when throughput rose 5% or more.
 	followShare = 0.5
+	// holdLoss is the most throughput a step down may lose and still
+	// count as having held it: above a tick's noise of a few percent.
+	holdLoss = 0.05
 	// busyShare is the share of samples with requests waiting for the
 	// limit from which the limit counts as the binding constraint: only
 	// then does a step up have demand to show.
@@ -511,7 +514,10 @@ func (c *Controller) overloadedNow(now time.Time, t tick) bool {
 	}
 	c.hot = 0
 	held := c.calmInFlight.peak(now)
-	to := c.clamp(int(math.Round(max(t.served, held))), held)
+	// Rounded up, and 5% over: a limit a little above the capacity costs
+	// a little latency inside the upstream, one below it costs throughput
+	// until a trial finds it.
+	to := c.clamp(int(math.Ceil(max(1.05*t.served, held))), held)
 	c.set(now, to, CapacityFound, fmt.Sprintf("the load rose: the upstream holds %.0f at once, serves %.0f/s, as many as %.1f would at its unloaded speed (at most %.0f/s and %.0f held before it stretched)", t.inFlight, t.throughput, t.served, calm, held))
 	c.phase, c.skip = measure, 1
 	c.calmSince = now
@@ -617,8 +623,10 @@ func (c *Controller) judgeTrial(now time.Time, t tick) {
 		kept = t.busy >= busyShare/2 && gain >= followShare*(ratio-1) && stretch <= followShare*(ratio-1)
 		reason = ThroughputFollowed
 	} else {
-		// Down: kept if throughput held.
-		kept = gain >= -followShare*(1-ratio)
+		// Down: kept if throughput held, within half the step and never
+		// more than holdLoss: at a small limit a step is a third or a
+		// half, and half of that would accept a real loss as noise.
+		kept = gain >= -min(followShare*(1-ratio), holdLoss)
 		reason = ThroughputHeld
 	}
 	dir := +1
