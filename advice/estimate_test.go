@@ -209,6 +209,24 @@ func TestEstimateNeedsVariation(t *testing.T) {
 	}
 }
 
+// TestEstimateCPUBound: an upstream whose bottleneck runs the newest
+// first, as a CPU scheduler does with a task just woken. At 1 request in
+// flight every answer takes about 0.9 ms; at 27 a third still do (they ran
+// as soon as they arrived) while the rest wait 5 to 40 ms. The first
+// quartile never moves; the median grows tenfold, and that is saturation,
+// at what 1800 answers a second at 0.9 ms unloaded make: 1.6 at once.
+func TestEstimateCPUBound(t *testing.T) {
+	r, _ := route.Parse("")
+	w := newWindow(t0)
+	end := feed(w, r,
+		stage{0, 30, []flow{{"/cpu", 1000, 800 * time.Microsecond, time.Millisecond}}},
+		stage{30, 90, []flow{{"/cpu", 600, 800 * time.Microsecond, 900 * time.Microsecond}, {"/cpu", 1200, 5 * time.Millisecond, 40 * time.Millisecond}}})
+	e := w.figures(end, r.Names()).Estimate
+	if !e.Saturated || e.Capacity < 1 || e.Capacity > 4 {
+		t.Errorf("CPU-bound at 27 in flight: saturated %v, capacity %.2f (%s); want saturated, 1 to 4", e.Saturated, e.Capacity, e.Unknown)
+	}
+}
+
 func TestRecordDoesNotAllocate(t *testing.T) {
 	a, err := New(Config{State: func() State { return State{} }})
 	if err != nil {
