@@ -213,7 +213,8 @@ type Controller struct {
 	// The most throughput, and the most requests held at once, of the
 	// ticks in which the upstream was not stretched.
 	calmThroughput, calmInFlight peakWindowed
-	hot                          int // open ticks in a row that found saturation
+	hot                          int     // open ticks in a row that found saturation
+	hotServed                    float64 // the most served in those ticks
 	changes                      []Change
 	tickLen                      time.Duration
 	// openTickLen is the tick while admission is open: 5 of the least
@@ -425,7 +426,7 @@ func (c *Controller) decide(now time.Time, d time.Duration, n int64, total, medi
 	}
 	if n < 20 {
 		// Too few answers to judge anything; the tick does not count.
-		c.hot = 0
+		c.hot, c.hotServed = 0, 0
 		return
 	}
 	if c.phase == open && t.stretch > 0 && t.stretch <= stretched {
@@ -506,19 +507,22 @@ func (c *Controller) servedAtUnloadedSpeed(now time.Time, d time.Duration, class
 func (c *Controller) overloadedNow(now time.Time, t tick) bool {
 	calm := c.calmThroughput.peak(now)
 	if t.stretch < overloadStretch || calm == 0 || t.throughput < loadRose*calm {
-		c.hot = 0
+		c.hot, c.hotServed = 0, 0
 		return false
 	}
+	c.hotServed = max(c.hotServed, t.served)
 	if c.hot++; c.hot < 2 {
 		return false
 	}
-	c.hot = 0
+	// The more of the two ticks: in the first, the answers of the
+	// requests that queued inside have not all come, and what the
+	// upstream serves reads low. A limit below the capacity costs
+	// throughput until a trial finds it.
+	served := c.hotServed
+	c.hot, c.hotServed = 0, 0
 	held := c.calmInFlight.peak(now)
-	// Rounded up, and 5% over: a limit a little above the capacity costs
-	// a little latency inside the upstream, one below it costs throughput
-	// until a trial finds it.
-	to := c.clamp(int(math.Ceil(max(1.05*t.served, held))), held)
-	c.set(now, to, CapacityFound, fmt.Sprintf("the load rose: the upstream holds %.0f at once, serves %.0f/s, as many as %.1f would at its unloaded speed (at most %.0f/s and %.0f held before it stretched)", t.inFlight, t.throughput, t.served, calm, held))
+	to := c.clamp(int(math.Round(max(served, held))), held)
+	c.set(now, to, CapacityFound, fmt.Sprintf("the load rose: the upstream holds %.0f at once, serves %.0f/s, as many as %.1f would at its unloaded speed (at most %.0f/s and %.0f held before it stretched)", t.inFlight, t.throughput, served, calm, held))
 	c.phase, c.skip = measure, 1
 	c.calmSince = now
 	return true
