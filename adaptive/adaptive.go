@@ -183,12 +183,12 @@ type Controller struct {
 	cfg Config
 	log *slog.Logger
 
-	// The current tick's figures, written by Record from every request.
-	completed atomic.Int64
-	serviceNs atomic.Int64
-	hist      histogram
-	// The same per route class, whose unloaded speeds differ.
+	// The current tick's figures, written by Record from every request:
+	// answers and their service time per route class, whose unloaded
+	// speeds differ (the tick's totals are their sums), and the median's
+	// histogram.
 	perClass [route.Max + 1]struct{ n, ns atomic.Int64 }
+	hist     histogram
 
 	mu    sync.Mutex
 	limit int
@@ -282,8 +282,6 @@ func New(cfg Config) (*Controller, error) {
 // upstream, with its service time (admission to last byte). It is safe for
 // concurrent use and takes no lock.
 func (c *Controller) Record(class int, service time.Duration) {
-	c.completed.Add(1)
-	c.serviceNs.Add(int64(service))
 	c.hist.add(service)
 	if class < 0 || class >= len(c.perClass) {
 		class = 0
@@ -361,12 +359,14 @@ type classTick struct{ n, ns int64 }
 
 // step1 closes a tick of length d and acts on it.
 func (c *Controller) step1(now time.Time, d time.Duration) {
-	n := c.completed.Swap(0)
-	total := time.Duration(c.serviceNs.Swap(0))
 	median := c.hist.takeMedian()
 	var classes [route.Max + 1]classTick
+	var n int64
+	var total time.Duration
 	for i := range c.perClass {
 		classes[i] = classTick{c.perClass[i].n.Swap(0), c.perClass[i].ns.Swap(0)}
+		n += classes[i].n
+		total += time.Duration(classes[i].ns)
 	}
 	c.mu.Lock()
 	c.decide(now, d, n, total, median, &classes)

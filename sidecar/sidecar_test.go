@@ -176,12 +176,18 @@ func TestConfigProblemsNameTheirFields(t *testing.T) {
 // BenchmarkObserve is what every request costs the sidecar after its
 // response: the metrics and the advice's window, given the Outcome the
 // proxy hands over, its end's clock reading included.
-func BenchmarkObserve(b *testing.B) {
-	s, err := New(testConfig(b), Options{Logger: slog.New(slog.DiscardHandler)})
+func BenchmarkObserve(b *testing.B) { benchmarkObserve(b) }
+
+// BenchmarkObserveAdaptive is the same in adaptive mode, where the
+// controller counts each answer by its route class too.
+func BenchmarkObserveAdaptive(b *testing.B) { benchmarkObserve(b, "LOOMGATE_MODE=adaptive") }
+
+func benchmarkObserve(b *testing.B, environ ...string) {
+	s, err := New(testConfig(b, environ...), Options{Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		b.Fatal(err)
 	}
-	obs := &observer{metrics: s.metrics, advisor: s.advisor}
+	obs := &observer{metrics: s.metrics, advisor: s.advisor, adaptive: s.adaptive}
 	o := proxy.Outcome{Kind: proxy.OK, Status: 200, UpstreamStatus: 200, Admission: true, Admitted: true,
 		Queue: time.Millisecond, Service: 40 * time.Millisecond, Total: 42 * time.Millisecond,
 		Method: []byte("GET"), Target: []byte("/users/7?x=1")}
