@@ -249,7 +249,6 @@ type tick struct {
 	busy       float64       // share of samples with requests waiting
 	inFlight   float64       // mean admitted
 	n          int64         // completions
-	mean       time.Duration // mean service time
 	// served is how many requests the upstream would hold at once for
 	// this tick's answers at each route's unloaded speed (Little's law,
 	// route by route), and stretch the requests it held over that: 1 when
@@ -400,9 +399,6 @@ func (c *Controller) decide(now time.Time, d time.Duration, n int64, total, medi
 	if c.samples > 0 {
 		t.busy = float64(c.busy) / float64(c.samples)
 		t.inFlight = float64(c.inFlightSum) / float64(c.samples)
-	}
-	if n > 0 {
-		t.mean = total / time.Duration(n)
 	}
 	if n > 0 && total > 0 && t.inFlight > 0 {
 		// Little's law, L / S: the requests held on average over their

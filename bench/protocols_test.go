@@ -35,22 +35,12 @@ func (l *countingListener) Accept() (net.Conn, error) {
 // the stub.
 func startCountedStub(t *testing.T, cfg stub.Config) (string, *atomic.Int64) {
 	t.Helper()
-	s, err := stub.New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	cl := &countingListener{Listener: ln}
-	go s.Serve(cl)
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		s.Shutdown(ctx)
-	})
-	return "http://" + ln.Addr().String(), &cl.n
+	return stubtest.Serve(t, cfg, cl), &cl.n
 }
 
 // TestRunOverHTTP2AgainstStub: over h2c and gRPC, eight users behind the

@@ -17,12 +17,20 @@ import (
 // ends, then shuts it down, and returns its base URL.
 func Start(t testing.TB, cfg stub.Config) string {
 	t.Helper()
-	s, err := stub.New(cfg)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	return Serve(t, cfg, ln)
+}
+
+// Serve is Start on a listener of the caller's, for a test that wraps one
+// (to count its connections, say).
+func Serve(t testing.TB, cfg stub.Config, ln net.Listener) string {
+	t.Helper()
+	s, err := stub.New(cfg)
 	if err != nil {
+		ln.Close()
 		t.Fatal(err)
 	}
 	go s.Serve(ln)
