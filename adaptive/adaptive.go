@@ -249,6 +249,10 @@ type tick struct {
 	busy       float64       // share of samples with requests waiting
 	inFlight   float64       // mean admitted
 	n          int64         // completions
+	// slowdown is the mean service time over what the tick's mix of
+	// route classes took unloaded: the stretch without the tick's count
+	// of answers, which answers in step put a batch off.
+	slowdown float64
 	// served is how many requests the upstream would hold at once for
 	// this tick's answers at each route's unloaded speed (Little's law,
 	// route by route), and stretch the requests it held over that: 1 when
@@ -412,6 +416,8 @@ func (c *Controller) decide(now time.Time, d time.Duration, n int64, total, medi
 	t.served = c.servedAtUnloadedSpeed(now, d, classes)
 	if t.served > 0 {
 		t.stretch = t.inFlight / t.served
+		// served = n/d × the mix's unloaded mean.
+		t.slowdown = total.Seconds() / (t.served * d.Seconds())
 	}
 	if median > 0 {
 		c.mins.add(now, median)
@@ -619,8 +625,8 @@ func (c *Controller) judgeTrial(now time.Time, t tick) {
 		// upstream serves wait inside it, and stretch its service time by
 		// the step (noise in a tick's throughput cannot fake that).
 		stretch := 0.0
-		if c.base.stretch > 0 {
-			stretch = t.stretch/c.base.stretch - 1
+		if c.base.slowdown > 0 {
+			stretch = t.slowdown/c.base.slowdown - 1
 		}
 		kept = t.busy >= busyShare/2 && gain >= followShare*(ratio-1) && stretch <= followShare*(ratio-1)
 		reason = ThroughputFollowed
