@@ -22,6 +22,7 @@ import (
 	"github.com/loomgate/loomgate/internal/header"
 	"github.com/loomgate/loomgate/internal/listen"
 	"github.com/loomgate/loomgate/internal/peer"
+	"github.com/loomgate/loomgate/internal/rawio"
 	"github.com/loomgate/loomgate/internal/sniff"
 	"github.com/loomgate/loomgate/limiter"
 )
@@ -378,12 +379,12 @@ func (p *Proxy) Serve(ln net.Listener) error {
 	p.served = make(chan struct{})
 	p.mu.Unlock()
 	defer close(p.served)
-	// HTTP/2 connections go to p.h2; fasthttp gets the rest unwrapped. A
+	// HTTP/2 connections go to p.h2; fasthttp gets the rest, raw. A
 	// connection that sends nothing in the header timeout is closed
 	// without an answer, as fasthttp would.
 	sn := sniff.New(l, p.h2.serve, p.server.ReadTimeout, l.ConnClosed)
 	sn.RefuseBareLF(p.refuseBareLF)
-	err := p.server.Serve(sn)
+	err := p.server.Serve(rawListener{sn})
 	p.mu.Lock()
 	stopping := p.stopping
 	p.mu.Unlock()
@@ -807,7 +808,27 @@ func dialAside(addr string, timeout time.Duration) (net.Conn, error) {
 		ch <- dialed{conn, err}
 	}()
 	d := <-ch
-	return d.conn, d.err
+	if d.err != nil {
+		return nil, d.err
+	}
+	// Its reads and writes do not wake the runtime's monitor thread (see
+	// rawListener).
+	return rawio.Wrap(d.conn), nil
+}
+
+// rawListener hands fasthttp connections whose reads and writes are raw
+// system calls. Announced ones wake the runtime's monitor thread after
+// every idle spell, once a request at a moderate rate: measured at 5000
+// rps on one CPU, 33 µs of CPU a request with them and 27 without
+// (package rawio has why).
+type rawListener struct{ net.Listener }
+
+func (l rawListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	return rawio.Wrap(c), nil
 }
 
 // fasthttpLogger routes fasthttp's own messages (mostly connections that

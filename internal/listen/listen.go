@@ -78,8 +78,8 @@ func (l *Listener) Accept() (net.Conn, error) {
 		}
 		c, err := l.Listener.Accept()
 		if err == nil {
-			// The connection is returned as it is, not wrapped: fasthttp
-			// writes a response with one writev only to a *net.TCPConn.
+			// The connection is returned as it is, not wrapped: what
+			// comes next looks at its first bytes through *net.TCPConn.
 			// Its close is reported by ConnClosed.
 			l.open.Add(1)
 			return c, nil

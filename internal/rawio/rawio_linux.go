@@ -1,0 +1,165 @@
+package rawio
+
+import (
+	"io"
+	"net"
+	"os"
+	"sync"
+	"syscall"
+	"time"
+	"unsafe"
+)
+
+// Conn is a TCP connection whose reads and writes are raw system calls.
+// Methods other than Read and Write are the TCP connection's own.
+type Conn struct {
+	tc  *net.TCPConn
+	raw syscall.RawConn
+
+	// A read's buffer and result, set around raw.Read: its function is
+	// made once, with the connection, so a read allocates nothing.
+	rmu    sync.Mutex
+	rb     []byte
+	rn     int
+	rerr   error
+	readFn func(fd uintptr) bool
+
+	wmu     sync.Mutex
+	wb      []byte
+	wn      int
+	werr    error
+	writeFn func(fd uintptr) bool
+}
+
+// Wrap returns c as a Conn when it is a *net.TCPConn, and c itself
+// otherwise.
+func Wrap(c net.Conn) net.Conn {
+	tc, ok := c.(*net.TCPConn)
+	if !ok {
+		return c
+	}
+	raw, err := tc.SyscallConn()
+	if err != nil {
+		return c
+	}
+	rc := &Conn{tc: tc, raw: raw}
+	rc.readFn = rc.read
+	rc.writeFn = rc.write
+	return rc
+}
+
+// Read reads as (*net.TCPConn).Read does.
+func (c *Conn) Read(b []byte) (int, error) {
+	if len(b) == 0 {
+		return 0, nil
+	}
+	c.rmu.Lock()
+	c.rb, c.rn, c.rerr = b, 0, nil
+	err := c.raw.Read(c.readFn)
+	n, rerr := c.rn, c.rerr
+	c.rb, c.rerr = nil, nil
+	c.rmu.Unlock()
+	if err == nil {
+		err = rerr
+	}
+	if err != nil && err != io.EOF {
+		err = c.opError("read", err)
+	}
+	return n, err
+}
+
+// read is one attempt: false asks raw.Read to wait until the socket is
+// readable and try again.
+func (c *Conn) read(fd uintptr) bool {
+	for {
+		n, _, errno := syscall.RawSyscall(syscall.SYS_READ, fd, uintptr(unsafe.Pointer(unsafe.SliceData(c.rb))), uintptr(len(c.rb)))
+		switch errno {
+		case 0:
+			c.rn = int(n)
+			if n == 0 {
+				c.rerr = io.EOF
+			}
+			return true
+		case syscall.EINTR:
+		case syscall.EAGAIN:
+			return false
+		default:
+			c.rerr = os.NewSyscallError("read", errno)
+			return true
+		}
+	}
+}
+
+// Write writes all of b, as (*net.TCPConn).Write does, or fails.
+func (c *Conn) Write(b []byte) (int, error) {
+	c.wmu.Lock()
+	c.wb, c.wn, c.werr = b, 0, nil
+	err := c.raw.Write(c.writeFn)
+	n, werr := c.wn, c.werr
+	c.wb, c.werr = nil, nil
+	c.wmu.Unlock()
+	if err == nil {
+		err = werr
+	}
+	if err != nil {
+		err = c.opError("write", err)
+	}
+	return n, err
+}
+
+// ReadFrom copies r to the connection, writing each read at once, as
+// (*net.TCPConn).ReadFrom does for a source it cannot splice: a
+// bufio.Writer hands a streamed body to its writer's ReadFrom, and each
+// piece of it must go out as it arrives, not when a buffer fills.
+func (c *Conn) ReadFrom(r io.Reader) (int64, error) {
+	buf := copyBufs.Get().(*[copyBuf]byte)
+	defer copyBufs.Put(buf)
+	return io.CopyBuffer(writerOnly{c}, r, buf[:])
+}
+
+// copyBuf is io.Copy's own buffer size.
+const copyBuf = 32 << 10
+
+var copyBufs = sync.Pool{New: func() any { return new([copyBuf]byte) }}
+
+// writerOnly hides Conn's ReadFrom from io.CopyBuffer, which would call it.
+type writerOnly struct{ io.Writer }
+
+// write writes what the socket takes of what is left; false asks
+// raw.Write to wait until it takes more.
+func (c *Conn) write(fd uintptr) bool {
+	for c.wn < len(c.wb) {
+		rest := c.wb[c.wn:]
+		n, _, errno := syscall.RawSyscall(syscall.SYS_WRITE, fd, uintptr(unsafe.Pointer(unsafe.SliceData(rest))), uintptr(len(rest)))
+		switch errno {
+		case 0:
+			c.wn += int(n)
+		case syscall.EINTR:
+		case syscall.EAGAIN:
+			return false
+		default:
+			c.werr = os.NewSyscallError("write", errno)
+			return true
+		}
+	}
+	return true
+}
+
+// opError wraps err as net.Conn's errors are, naming the operation a raw
+// connection would otherwise call raw-read or raw-write.
+func (c *Conn) opError(op string, err error) error {
+	if oe, ok := err.(*net.OpError); ok {
+		err = oe.Err
+	}
+	return &net.OpError{Op: op, Net: "tcp", Source: c.tc.LocalAddr(), Addr: c.tc.RemoteAddr(), Err: err}
+}
+
+func (c *Conn) Close() error                          { return c.tc.Close() }
+func (c *Conn) CloseWrite() error                     { return c.tc.CloseWrite() }
+func (c *Conn) CloseRead() error                      { return c.tc.CloseRead() }
+func (c *Conn) LocalAddr() net.Addr                   { return c.tc.LocalAddr() }
+func (c *Conn) RemoteAddr() net.Addr                  { return c.tc.RemoteAddr() }
+func (c *Conn) SetDeadline(t time.Time) error         { return c.tc.SetDeadline(t) }
+func (c *Conn) SetReadDeadline(t time.Time) error     { return c.tc.SetReadDeadline(t) }
+func (c *Conn) SetWriteDeadline(t time.Time) error    { return c.tc.SetWriteDeadline(t) }
+func (c *Conn) SyscallConn() (syscall.RawConn, error) { return c.raw, nil }
