@@ -56,6 +56,7 @@ func (c *Conn) Read(b []byte) (int, error) {
 	c.rmu.Lock()
 	c.rb, c.rn, c.rerr = b, 0, nil
 	err := c.raw.Read(c.readFn)
+	afterRead()
 	n, rerr := c.rn, c.rerr
 	c.rb, c.rerr = nil, nil
 	c.rmu.Unlock()
@@ -94,6 +95,7 @@ func (c *Conn) read(fd uintptr) bool {
 func (c *Conn) Write(b []byte) (int, error) {
 	c.wmu.Lock()
 	c.wb, c.wn, c.werr = b, 0, nil
+	beforeWrite()
 	err := c.raw.Write(c.writeFn)
 	n, werr := c.wn, c.werr
 	c.wb, c.werr = nil, nil

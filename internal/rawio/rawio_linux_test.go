@@ -206,3 +206,26 @@ func TestReadFromWritesEachPiece(t *testing.T) {
 	}
 	pw.Close()
 }
+
+// What one goroutine did before writing to a socket happens before what
+// another does after reading it, for the race detector as for net.Conn.
+func TestHandOffThroughSocket(t *testing.T) {
+	c, peer := pair(t)
+	shared := 0
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		b := make([]byte, 1)
+		if _, err := c.Read(b); err != nil {
+			t.Error(err)
+			return
+		}
+		shared++ // after the read: ordered after the writer's increment
+	}()
+	shared++
+	w := Wrap(peer.(*net.TCPConn))
+	if _, err := w.Write([]byte("x")); err != nil {
+		t.Fatal(err)
+	}
+	<-done
+}
