@@ -16,6 +16,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/loomgate/loomgate/internal/rawio"
 	"github.com/loomgate/loomgate/limiter"
 )
 
@@ -61,8 +62,16 @@ func newH2(p *Proxy, upstream string) *h2 {
 	h := &h2{p: p, ln: newConnQueue()}
 	target, _ := url.Parse(upstream)
 	target.Path, target.RawPath = "", ""
+	dialer := &net.Dialer{Timeout: p.timeout}
 	h.tr = &http.Transport{
-		DialContext:           (&net.Dialer{Timeout: p.timeout}).DialContext,
+		// Raw reads and writes, as on HTTP/1 (see rawListener).
+		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+			c, err := dialer.DialContext(ctx, network, addr)
+			if err != nil {
+				return nil, err
+			}
+			return rawio.Wrap(c), nil
+		},
 		ResponseHeaderTimeout: 0, // bounded by the stream's context
 		DisableCompression:    true,
 		IdleConnTimeout:       90 * time.Second,
@@ -106,7 +115,7 @@ func newH2(p *Proxy, upstream string) *h2 {
 // closes. It is no request: nothing is admitted or reported for it.
 func (h *h2) serve(c net.Conn) {
 	h.once.Do(func() { go h.srv.Serve(h.ln) })
-	hc := &h2Conn{Conn: c, done: make(chan struct{})}
+	hc := &h2Conn{Conn: rawio.Wrap(c), done: make(chan struct{})}
 	defer h.p.connDone()
 	if !h.ln.push(hc) {
 		c.Close()
