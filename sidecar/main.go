@@ -64,8 +64,17 @@ func MainWithController(ctx context.Context, environ []string, stdout, stderr io
 		return 2
 	}
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: cfg.LogLevel}))
+	cpuLimit := ReadCPULimit()
+	if one := UnderCPULimit(procs, cpuLimit); one != procs {
+		procs = one
+		runtime.GOMAXPROCS(one.N)
+		go followCPULimit(ctx, ReadCPULimit, cpuLimitCheck, func(limit float64) {
+			runtime.SetDefaultGOMAXPROCS()
+			log.Info("CPU limit raised above one CPU: Go's default Ps again", "GOMAXPROCS", runtime.GOMAXPROCS(0), "cpu_limit", limit)
+		})
+	}
 	// What a CPU figure of this process is read against; see Procs.
-	log.Info("Go runtime Ps; set GOMAXPROCS to choose", "GOMAXPROCS", procs.N, "from", procs.Source, "cpus", runtime.NumCPU())
+	log.Info("Go runtime Ps; set GOMAXPROCS to choose", "GOMAXPROCS", procs.N, "from", procs.Source, "cpus", runtime.NumCPU(), "cpu_limit", cpuLimit)
 	// A container's limit is the runtime's too, unless GOMEMLIMIT says
 	// otherwise: the collector then works harder near the limit instead of
 	// letting garbage grow into it and the kernel's OOM killer.
