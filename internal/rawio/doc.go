@@ -8,7 +8,7 @@
 // pause wakes it: a sidecar at a moderate rate, whose P idles between
 // requests, paid a futex wake-up, two of the monitor's sleeps and their
 // context switches on every request (0.75 context switches a request
-// where HAProxy makes 0.29; a third of the process's CPU time at 5000
+// where HAProxy makes 0.29; a fifth of the process's CPU time at 5000
 // rps on one CPU).
 //
 // A socket the netpoller watches is non-blocking: its read and write
