@@ -21,7 +21,7 @@ import (
 type Procs struct {
 	N int
 	// Source is "GOMAXPROCS" when the variable set N, procsSource when
-	// UnderCPULimit did, else "Go's default".
+	// UnderCPULimit did, else goDefault.
 	Source string
 }
 
@@ -31,7 +31,7 @@ type Procs struct {
 // error here instead, naming the variable, as for every LOOMGATE_ one.
 func ReadProcs(env string, n int) (Procs, error) {
 	if env == "" {
-		return Procs{N: n, Source: "Go's default"}, nil
+		return Procs{N: n, Source: goDefault}, nil
 	}
 	// Parsed as the runtime parses it, so that what is accepted here is
 	// what it applied.
@@ -49,14 +49,18 @@ func ReadProcs(env string, n int) (Procs, error) {
 // thread woken to look for work each time a request wakes the first.
 const onePLimit = 1.0
 
-// procsSource names the rule in the start-up log.
-const procsSource = "CPU limit of at most one CPU"
+// The sources of Procs named in the start-up log: Go's own choice, and
+// UnderCPULimit's.
+const (
+	goDefault   = "Go's default"
+	procsSource = "CPU limit of at most one CPU"
+)
 
 // UnderCPULimit returns the Ps to run with under a CPU limit of limit CPUs
 // (0: none): 1 where Go's default chose more for a limit of at most one
 // CPU, and p unchanged otherwise, a GOMAXPROCS of the operator's above all.
 func UnderCPULimit(p Procs, limit float64) Procs {
-	if p.Source != "Go's default" || limit <= 0 || limit > onePLimit || p.N <= 1 {
+	if p.Source != goDefault || limit <= 0 || limit > onePLimit || p.N <= 1 {
 		return p
 	}
 	return Procs{N: 1, Source: procsSource}

@@ -11,7 +11,8 @@ import (
 )
 
 // Conn is a TCP connection whose reads and writes are raw system calls.
-// Methods other than Read and Write are the TCP connection's own.
+// Methods other than Read, Write and ReadFrom are the TCP connection's
+// own.
 type Conn struct {
 	tc  *net.TCPConn
 	raw syscall.RawConn
