@@ -570,7 +570,14 @@ func (c *Controller) consider(now time.Time, t tick, chained bool) {
 		return
 	}
 	up := t.busy >= busyShare && (c.cfg.Max == 0 || c.limit < c.cfg.Max)
-	down := t.stretch >= stretched && c.limit > c.cfg.Min
+	// A step down goes no lower than what the upstream serves at once at
+	// its unloaded speed: fewer can only serve less. A stretch can come
+	// from what shares the upstream's cores, not from waiting inside it:
+	// CPU-bound work on 2 cores, at a limit of 2, is stretched a third by
+	// the load's own clients, and a step to 1 loses a third of the
+	// throughput for every request queued behind it.
+	floor := max(c.cfg.Min, int(math.Ceil(t.served)))
+	down := t.stretch >= stretched && c.limit > floor
 	if !up && !down {
 		return
 	}
@@ -592,7 +599,7 @@ func (c *Controller) consider(now time.Time, t tick, chained bool) {
 		// towards the costly ones, and a halving that loses throughput is
 		// undone in a tick.
 		served := int(math.Ceil(1.05 * t.served))
-		to = min(to, c.clamp(max(served, (c.limit+1)/2), 0))
+		to = max(min(to, c.clamp(max(served, (c.limit+1)/2), 0)), floor)
 	}
 	if to == c.limit {
 		c.dir = -c.dir

@@ -464,6 +464,94 @@ func TestOpenArrivalsToASlowerDependencyStayOpen(t *testing.T) {
 	})
 }
 
+// cpuBound is a synthetic upstream bound by 2 cores that something else
+// also uses under load (the load's own clients, a sidecar): a request
+// takes d alone, and 1.3 times d × its share of the cores once two or
+// more run, so that 2 and 3 at once serve the same and 1 serves a third
+// less. Its service time at its best throughput is stretched 1.3 times
+// over the unloaded speed, as a pool's would be by waiting inside it.
+type cpuBound struct {
+	d    time.Duration
+	busy atomic.Int64
+}
+
+func (c *cpuBound) serve() time.Duration {
+	n := c.busy.Add(1)
+	defer c.busy.Add(-1)
+	took := c.d
+	if n >= 2 {
+		took = time.Duration(1.3 * float64(c.d) * max(1, float64(n)/2))
+	}
+	time.Sleep(took)
+	return took
+}
+
+// TestCPUBoundNeverStepsBelowWhatItServes: 1 client, then 32, on the
+// CPU-bound upstream. At a limit of 2 its service time is stretched, but
+// the upstream serves 1.5 requests at once at its unloaded speed: a step
+// down to 1 can only lose a third of the throughput, for every request
+// queued behind it, so none is tried.
+func TestCPUBoundNeverStepsBelowWhatItServes(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		lim, err := limiter.New(limiter.Config{Mode: limiter.Adaptive, QueueSize: 100000, QueueTimeout: time.Hour})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctrl, err := New(Config{
+			SetLimit: lim.SetLimit,
+			State:    func() State { s := lim.Stats(); return State{InFlight: s.InFlight, Queued: s.Queued} },
+			Estimate: func() Estimate { return Estimate{Saturated: true, Capacity: 2, LowerBound: 1} },
+			Logger:   slog.New(slog.DiscardHandler),
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		var wg sync.WaitGroup
+		wg.Go(func() { ctrl.Run(ctx) })
+		up := &cpuBound{d: time.Millisecond}
+		var clients atomic.Int64
+		clients.Store(1)
+		client := func(id int64) {
+			for n := clients.Load(); n >= 0; n = clients.Load() {
+				if id > n {
+					time.Sleep(100 * time.Millisecond)
+					continue
+				}
+				if err := lim.Acquire(context.Background(), 0); err != nil {
+					t.Errorf("Acquire = %v", err)
+					return
+				}
+				ctrl.Record(0, up.serve())
+				lim.Release(0)
+			}
+		}
+		for id := range int64(32) {
+			wg.Go(func() { client(id + 1) })
+		}
+		defer func() {
+			clients.Store(-1)
+			cancel()
+			lim.SetLimit(0)
+			wg.Wait()
+		}()
+		time.Sleep(10 * time.Second)
+		clients.Store(32)
+		var samples []int
+		for range 120 {
+			time.Sleep(250 * time.Millisecond)
+			samples = append(samples, ctrl.Limit())
+		}
+		l, at := firstLimit(samples)
+		if at < 0 {
+			t.Fatalf("no limit within 30s of 32 clients")
+		}
+		if lowest := slices.Min(samples[at:]); lowest < 2 {
+			t.Errorf("lowest limit %d; want never below 2, what the upstream serves at once (first %d; path %v; changes %+v)", lowest, l, samples, ctrl.Changes())
+		}
+	})
+}
+
 func TestValidateNamesEveryBadField(t *testing.T) {
 	err := Config{Min: -1, Max: -2, Tick: -time.Second, LiftAfter: -time.Second}.Validate()
 	var got []string
