@@ -200,6 +200,7 @@ type Controller struct {
 	step    float64
 	refused int // trials refused in a row
 	knees   int // rests after a refused step down, in a row
+	upKnees int // rests after a refused step up, in a row
 	// prev is the last tick measured at the limit in force, at prevAt:
 	// a trial starts from a base that agrees with it.
 	prev      tick
@@ -238,7 +239,7 @@ type phase int
 const (
 	open    phase = iota // no limit; waiting for the estimator
 	measure              // at a limit, measuring the base of a trial
-	settle               // a trial's first tick: requests of the old limit finish
+	settle               // a step down's first tick: requests of the old limit finish
 	judge                // a trial's second tick: measured and judged
 )
 
@@ -347,8 +348,14 @@ func (c *Controller) tickLength() time.Duration {
 	}
 	c.mu.Lock()
 	d := c.tickLen
-	if c.phase == open {
+	switch {
+	case c.phase == open:
 		d = c.openTickLen
+	case c.phase == judge && c.limit > c.from:
+		// A step up is judged on half a tick, 10 service times or more:
+		// its permits are taken at once, and it is what costs latency
+		// at a knee that holds (see judgeTrial).
+		d /= 2
 	}
 	c.mu.Unlock()
 	if d == 0 {
@@ -564,7 +571,7 @@ func (c *Controller) consider(now time.Time, t tick, chained bool) {
 			c.rest--
 			return
 		}
-		c.rest, c.knees = 0, 0
+		c.rest, c.knees, c.upKnees = 0, 0, 0
 	}
 	if !stable {
 		return
@@ -607,7 +614,14 @@ func (c *Controller) consider(now time.Time, t tick, chained bool) {
 	}
 	c.from = c.limit
 	c.set(now, to, Probe, fmt.Sprintf("trying %d, from %d: throughput %.0f/s, service %v, %.0f%% of the tick with requests waiting", to, c.limit, t.throughput, t.service.Round(time.Millisecond), t.busy*100))
-	c.phase = settle
+	// A step up is judged on its first (half) tick: the new permits are
+	// taken at once, and the answers of requests admitted before it are
+	// a tenth of the tick's. A step down waits a tick for the requests
+	// above the new limit to finish.
+	c.phase = judge
+	if to < c.from {
+		c.phase = settle
+	}
 }
 
 // trial is the limit a step in direction dir would try.
@@ -653,7 +667,7 @@ func (c *Controller) judgeTrial(now time.Time, t tick) {
 		// Steps grow while they are borne out, so that a pool that
 		// doubled is reached in a few.
 		c.step = min(2*c.step, lastStep)
-		c.refused, c.knees = 0, 0
+		c.refused, c.knees, c.upKnees = 0, 0, 0
 		// The tick just judged was taken at the new limit: it is the base
 		// of the next step, which goes on in the same direction.
 		c.dir = dir
@@ -668,15 +682,20 @@ func (c *Controller) judgeTrial(now time.Time, t tick) {
 	c.dir = -dir
 	if c.refused >= 2 || !c.bothWays {
 		// Every neighbour with evidence for it refused: the limit is at
-		// the knee. Rest before trying again. A refused step up costs
-		// nothing but a little latency inside the upstream, and is how a
-		// grown pool is found, so its rest stays short; a refused step
-		// down cost throughput, so its rest doubles each time the knee
-		// holds, up to 8 times.
-		c.rest = restTicks
+		// the knee. Rest before trying again, longer each time the knee
+		// holds. A refused step down cost throughput: its rest doubles up
+		// to 8 times. A refused step up put requests in the upstream's
+		// queue, where a pool answering in step keeps them a whole turn
+		// longer than their peers, but it is how a grown pool is found:
+		// its rest doubles once, to 12 s at the longest tick, so that a
+		// pool grown is found within seconds and the limit stands above a
+		// pool that holds a fifteenth of the time.
 		if dir < 0 {
 			c.rest = restTicks << c.knees
 			c.knees = min(c.knees+1, 3)
+		} else {
+			c.rest = restTicks << c.upKnees
+			c.upKnees = min(c.upKnees+1, 1)
 		}
 		c.refused = 0
 		// The rest's base is the first tick measured back at the limit

@@ -232,7 +232,7 @@ func TestFindsThePoolFromAWrongEstimate(t *testing.T) {
 
 // TestFollowsAPoolThatChanges: the pool grows from 50 to 100, then shrinks
 // to 30, as a deploy might change it; the limit follows each within a
-// minute.
+// minute, and the growth within 20 s.
 func TestFollowsAPoolThatChanges(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		up := &pool{size: 50, service: fixed(100 * time.Millisecond)}
@@ -242,6 +242,11 @@ func TestFollowsAPoolThatChanges(t *testing.T) {
 		r.limits(60 * time.Second)
 		up.resize(100)
 		grown := r.limits(60 * time.Second)
+		// Steps up rest at most 12 s at a knee that held for a minute,
+		// then grow while they are kept.
+		if at := slices.IndexFunc(grown, func(l int) bool { return within(l, 100, 0.15) }); at < 0 || at >= 20 {
+			t.Errorf("limit first within 15%% of 100 at %ds after the pool grew; want within 20s (path %v)", at+1, grown)
+		}
 		if got := lastMedian(grown); !within(got, 100, 0.15) {
 			t.Errorf("limit 40-60s after the pool grew to 100 = %d; want within 15%% (path %v)", got, grown)
 		}
@@ -249,6 +254,32 @@ func TestFollowsAPoolThatChanges(t *testing.T) {
 		shrunk := r.limits(60 * time.Second)
 		if got := lastMedian(shrunk); !within(got, 30, 0.15) {
 			t.Errorf("limit 40-60s after the pool shrank to 30 = %d; want within 15%% (path %v)", got, shrunk)
+		}
+	})
+}
+
+// TestProbesLessWhileTheKneeHolds: at a pool of 50 that does not change,
+// steps up are refused again and again; each puts requests in the pool's
+// queue, so the rests between them grow, and after the first minute the
+// limit stands above the pool for under a tenth of the time.
+func TestProbesLessWhileTheKneeHolds(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r := newRig(t, &pool{size: 50, service: around(100 * time.Millisecond)}, Estimate{Saturated: true, Capacity: 50, LowerBound: 10}, Config{})
+		defer r.close()
+		r.setClients(200)
+		r.limits(60 * time.Second)
+		samples := r.limits(3 * time.Minute)
+		above := 0
+		for _, l := range samples {
+			if l > 50 {
+				above++
+			}
+		}
+		if share := float64(above) / float64(len(samples)); share >= 0.1 {
+			t.Errorf("limit above the pool for %.0f%% of three minutes; want under 10%% (%v)", share*100, samples)
+		}
+		if got := lastMedian(samples); got != 50 {
+			t.Errorf("limit at the end = %d; want the pool, 50 (path %v)", got, samples)
 		}
 	})
 }
