@@ -144,6 +144,11 @@ const (
 	// serves at its unloaded speed) from which it counts as holding
 	// requests it does not serve: only then is a step down tried.
 	stretched = 1.2
+	// trimStretch is the slowdown from which a limit just set from
+	// admission open is trimmed to what the upstream serves. A tick's mean
+	// service time is a few percent off, so a trim may be refused; it is
+	// tried once, and costs a tick a little below the limit.
+	trimStretch = 1.02
 	// overloadStretch and loadRose: an open admission is limited at once,
 	// without the estimator, when the upstream holds half again what it
 	// serves while serving a fifth more than it ever did unstretched.
@@ -218,8 +223,15 @@ type Controller struct {
 	calmThroughput, calmInFlight peakWindowed
 	hot                          int     // open ticks in a row that found saturation
 	hotServed                    float64 // the most served in those ticks
-	changes                      []Change
-	tickLen                      time.Duration
+	// fresh is set when the limit has just been set from admission open:
+	// until its first measured tick, ticks are short, and that tick is a
+	// trial's base without a second to agree with it.
+	fresh bool
+	// trimming is set while the trial under way is a trim (see consider),
+	// descending once a trim was kept: the next goes a permit lower.
+	trimming, descending bool
+	changes              []Change
+	tickLen              time.Duration
 	// openTickLen is the tick while admission is open: 5 of the least
 	// median service times, from 0.5 s to 1 s.
 	openTickLen time.Duration
@@ -349,8 +361,15 @@ func (c *Controller) tickLength() time.Duration {
 	c.mu.Lock()
 	d := c.tickLen
 	switch {
-	case c.phase == open:
+	case c.phase == open || c.fresh && c.skip > 0:
+		// Also the tick after a limit is first set: the requests above it
+		// finish within a few service times.
 		d = c.openTickLen
+	case c.fresh:
+		// The first tick measured at a limit first set, on which it is
+		// trimmed or a step up is tried: the sooner, the less the first
+		// limit's error costs.
+		d /= 2
 	case c.phase == judge && c.limit > c.from:
 		// A step up is judged on half a tick, 10 service times or more:
 		// its permits are taken at once, and it is what costs latency
@@ -462,11 +481,13 @@ func (c *Controller) decide(now time.Time, d time.Duration, n int64, total, medi
 		if est.Saturated && est.Capacity > 0 && !math.IsNaN(est.Capacity) && t.inFlight >= est.Capacity {
 			to := c.clamp(int(math.Round(max(est.Capacity, est.LowerBound))), est.LowerBound)
 			c.set(now, to, CapacityFound, fmt.Sprintf("the upstream queues inside; its capacity is %.1f (at least %.0f)", est.Capacity, est.LowerBound))
-			c.phase, c.skip = measure, 1
+			c.phase, c.skip, c.fresh = measure, 1, true
 			c.calmSince = now
 		}
 	case measure:
-		c.consider(now, t, false)
+		fresh := c.fresh
+		c.fresh = false
+		c.consider(now, t, fresh, fresh)
 	case settle:
 		c.phase = judge
 	case judge:
@@ -525,30 +546,33 @@ func (c *Controller) overloadedNow(now time.Time, t tick) bool {
 	if c.hot++; c.hot < 2 {
 		return false
 	}
-	// The more of the two ticks: in the first, the answers of the
-	// requests that queued inside have not all come, and what the
-	// upstream serves reads low. A limit below the capacity costs
-	// throughput until a trial finds it.
+	// The more of the two ticks: the first began before the load rose,
+	// and what the upstream serves reads low (a third low, measured on a
+	// pool of 50). What a tick's answers show it serving is a count, a
+	// tenth off either way; the first tick at the limit trims it, and
+	// steps up find the rest (see consider).
 	served := c.hotServed
 	c.hot, c.hotServed = 0, 0
 	held := c.calmInFlight.peak(now)
 	to := c.clamp(int(math.Round(max(served, held))), held)
 	c.set(now, to, CapacityFound, fmt.Sprintf("the load rose: the upstream holds %.0f at once, serves %.0f/s, as many as %.1f would at its unloaded speed (at most %.0f/s and %.0f held before it stretched)", t.inFlight, t.throughput, served, calm, held))
-	c.phase, c.skip = measure, 1
+	c.phase, c.skip, c.fresh = measure, 1, true
 	c.calmSince = now
 	return true
 }
 
 // consider takes t, a tick at the limit in force, as the base of the next
 // trial, and starts the trial if there is evidence for one and no rest.
-// The caller holds c.mu.
-func (c *Controller) consider(now time.Time, t tick, chained bool) {
+// stable says t needs no earlier tick to agree with it; fresh, that it is
+// the first measured at a limit set from admission open. The caller holds
+// c.mu.
+func (c *Controller) consider(now time.Time, t tick, stable, fresh bool) {
 	c.base = t
 	// A tick that straddled a change of the upstream (a pool resized, a
 	// burst) is no base: a trial judged against it is judged against a
 	// throughput that is gone. Unless it was measured at a trial just
 	// kept, the base must agree with the tick before it at the same limit.
-	stable := chained || c.prevAt == c.limit && c.prev.n > 0 && math.Abs(t.throughput/c.prev.throughput-1) <= 0.1
+	stable = stable || c.prevAt == c.limit && c.prev.n > 0 && math.Abs(t.throughput/c.prev.throughput-1) <= 0.1
 	c.prev, c.prevAt = t, c.limit
 	if t.busy >= busyShare {
 		c.calmSince = now
@@ -585,11 +609,21 @@ func (c *Controller) consider(now time.Time, t tick, chained bool) {
 	// throughput for every request queued behind it.
 	floor := max(c.cfg.Min, int(math.Ceil(t.served)))
 	down := t.stretch >= stretched && c.limit > floor
-	if !up && !down {
+	// A limit just set from admission open came from a count of answers
+	// in the seconds the load rose, a tenth off either way; measured now
+	// at a steady load, a service time stretched by more than a tick's
+	// noise says part of it waits inside the upstream. Trimmed first: a
+	// step down is otherwise tried only from a stretch of a fifth.
+	trim := fresh && c.limit > floor && (c.descending || t.slowdown >= trimStretch)
+	c.descending = c.descending && trim
+	if !up && !down && !trim {
 		return
 	}
 	c.bothWays = up && down
 	switch {
+	case trim:
+		c.dir = -1
+		c.trimming = true
 	case up && down:
 		// Both have something to show: alternate, from the last.
 	case up:
@@ -607,6 +641,18 @@ func (c *Controller) consider(now time.Time, t tick, chained bool) {
 		// undone in a tick.
 		served := int(math.Ceil(1.05 * t.served))
 		to = max(min(to, c.clamp(max(served, (c.limit+1)/2), 0)), floor)
+		if trim {
+			// To what it serves at once, by its service time alone (the
+			// count of answers is what put the limit off), rounded down
+			// as a step kept in part is (see judgeTrial). The stretch of
+			// a few requests waiting among many reads a little low, so a
+			// trim kept is followed by steps of one permit down until
+			// throughput no longer holds.
+			to = max(c.clamp(int(math.Floor(float64(c.limit)/t.slowdown)), 0), floor)
+			if c.descending {
+				to = c.limit - 1
+			}
+		}
 	}
 	if to == c.limit {
 		c.dir = -c.dir
@@ -641,15 +687,22 @@ func (c *Controller) judgeTrial(now time.Time, t tick) {
 	var kept bool
 	var reason Reason
 	if c.limit > c.from {
-		// Up: kept if throughput followed the step, demand filled it, and
-		// the service time did not grow with it: requests beyond what the
-		// upstream serves wait inside it, and stretch its service time by
-		// the step (noise in a tick's throughput cannot fake that).
+		// Up: kept if demand filled it and throughput followed by half
+		// the step, or beyond a tick's noise (holdLoss): a step of 50%
+		// that raised throughput 8% found 8% more, and a step of one
+		// permit, the finest there is, is a third or a half of a small
+		// limit (a third request of work that is partly CPU, on 2 cores,
+		// fills the time the others wait). It is kept only as far as
+		// throughput followed (below). The service time must agree: had
+		// it grown by the whole step, the requests added would all wait
+		// inside the upstream. It is measured apart from the requests
+		// held, whose samples a tick's throughput also rests on.
 		stretch := 0.0
 		if c.base.slowdown > 0 {
 			stretch = t.slowdown/c.base.slowdown - 1
 		}
-		kept = t.busy >= busyShare/2 && gain >= followShare*(ratio-1) && stretch <= followShare*(ratio-1)
+		kept = t.busy >= busyShare/2 && gain >= min(followShare*(ratio-1), holdLoss) &&
+			stretch <= max(followShare*(ratio-1), ratio/(1+holdLoss)-1)
 		reason = ThroughputFollowed
 	} else {
 		// Down: kept if throughput held, within half the step and never
@@ -662,6 +715,36 @@ func (c *Controller) judgeTrial(now time.Time, t tick) {
 	if c.limit < c.from {
 		dir = -1
 	}
+	if kept && dir > 0 {
+		// Kept as far as throughput followed: a step of 10% that raised
+		// throughput 6% put the rest in the upstream's queue. Rounded
+		// down: a permit too few costs its share of throughput; a permit
+		// too many, in a pool that answers in step, keeps one request a
+		// turn waiting a whole turn longer than its peers, which is the
+		// tail latency. A tick's throughput is a percent or so off.
+		if followed := max(int(math.Floor(float64(c.from)*(1+gain))), c.from+1); followed < c.limit {
+			figures += fmt.Sprintf("; kept as far as throughput followed, %d", followed)
+			short := followed < c.limit-1
+			c.limit, c.apply = followed, followed
+			if short {
+				// The knee lies within the step: rest there as after a
+				// step up refused, rather than go on with a step twice as
+				// large (in a pool answering in step, a step of a fifth
+				// above it holds a sixth of the requests a whole turn).
+				c.logChange(now, c.from, c.limit, reason, figures)
+				c.trimming = false
+				c.step, c.refused, c.knees = firstStep, 0, 0
+				c.skip = 1
+				c.rest = restTicks << c.upKnees
+				c.upKnees = min(c.upKnees+1, 1)
+				c.restBase = tick{}
+				return
+			}
+			// Short by a permit, which a tick's noise and the rounding
+			// down can make: go on, with a step no larger.
+			c.step /= 2
+		}
+	}
 	if kept {
 		c.logChange(now, c.from, c.limit, reason, figures)
 		// Steps grow while they are borne out, so that a pool that
@@ -671,9 +754,13 @@ func (c *Controller) judgeTrial(now time.Time, t tick) {
 		// The tick just judged was taken at the new limit: it is the base
 		// of the next step, which goes on in the same direction.
 		c.dir = dir
-		c.consider(now, t, true)
+		// A trim kept goes on a permit lower (see consider).
+		trimmed := c.trimming
+		c.trimming, c.descending = false, trimmed
+		c.consider(now, t, true, trimmed)
 		return
 	}
+	c.trimming, c.descending = false, false
 	to := c.from
 	c.set(now, to, ProbeFailed, figures)
 	c.skip = 1
