@@ -146,8 +146,8 @@ const (
 	stretched = 1.2
 	// trimStretch is the slowdown from which a limit just set from
 	// admission open is trimmed to what the upstream serves. A tick's mean
-	// service time is a few percent off, so a trim may be refused; it is
-	// tried once, and costs a tick a little below the limit.
+	// service time is a few percent off, so a trim may be refused, at the
+	// cost of a tick a little below the limit.
 	trimStretch = 1.02
 	// overloadStretch and loadRose: an open admission is limited at once,
 	// without the estimator, when the upstream holds half again what it
