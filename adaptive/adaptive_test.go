@@ -232,7 +232,8 @@ func TestFindsThePoolFromAWrongEstimate(t *testing.T) {
 
 // TestFollowsAPoolThatChanges: the pool grows from 50 to 100, then shrinks
 // to 30, as a deploy might change it; the limit follows each within a
-// minute, and the growth within 20 s.
+// minute, and the growth within 30 s: a trial comes every 12 s at most at
+// a knee that held, and a step kept short of its trial rests too.
 func TestFollowsAPoolThatChanges(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		up := &pool{size: 50, service: around(100 * time.Millisecond)}
@@ -244,8 +245,8 @@ func TestFollowsAPoolThatChanges(t *testing.T) {
 		grown := r.limits(60 * time.Second)
 		// Steps up rest at most 12 s at a knee that held for a minute,
 		// then grow while they are kept.
-		if at := slices.IndexFunc(grown, func(l int) bool { return within(l, 100, 0.15) }); at < 0 || at >= 20 {
-			t.Errorf("limit first within 15%% of 100 at %ds after the pool grew; want within 20s (path %v)", at+1, grown)
+		if at := slices.IndexFunc(grown, func(l int) bool { return within(l, 100, 0.15) }); at < 0 || at >= 30 {
+			t.Errorf("limit first within 15%% of 100 at %ds after the pool grew; want within 30s (path %v)", at+1, grown)
 		}
 		if got := lastMedian(grown); !within(got, 100, 0.15) {
 			t.Errorf("limit 40-60s after the pool grew to 100 = %d; want within 15%% (path %v)", got, grown)
@@ -497,7 +498,7 @@ func TestOpenArrivalsToASlowerDependencyStayOpen(t *testing.T) {
 
 // coresRig is a limiter in Adaptive mode and its controller, with the
 // estimate est, in front of an upstream on cores (serve returns the time a
-// request took): 32 closed-loop clients, of which the first clients() run.
+// request took): 32 closed-loop clients, of which the first *clients run.
 // It returns the controller and a function that stops it all.
 func coresRig(t *testing.T, est Estimate, serve func() time.Duration, clients *atomic.Int64) (*Controller, func()) {
 	lim, err := limiter.New(limiter.Config{Mode: limiter.Adaptive, QueueSize: 100000, QueueTimeout: time.Hour})
