@@ -79,3 +79,17 @@ func TestRunOrder(t *testing.T) {
 		t.Errorf("runOrder(oracle 50) = %v; want %v", got, want)
 	}
 }
+
+// TestTruthHoldsItsEdges: a limit of exactly 15% above or below the
+// truth stands within the band, whatever the floats make of 100 × 1.15.
+func TestTruthHoldsItsEdges(t *testing.T) {
+	tr := pool(100)
+	for _, c := range []struct {
+		limit float64
+		want  bool
+	}{{115, true}, {85, true}, {100, true}, {116, false}, {84, false}} {
+		if got := tr.within(c.limit); got != c.want {
+			t.Errorf("pool(100).within(%v) = %v; want %v", c.limit, got, c.want)
+		}
+	}
+}

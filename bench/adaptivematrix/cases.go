@@ -52,7 +52,10 @@ func (t Truth) within(limit float64) bool {
 	if t.Capacity == 0 {
 		return limit == 0 || limit >= t.Demand
 	}
-	return limit >= t.Lo && limit <= t.Hi
+	// The band's edges are products of floats: 100 × 1.15 is
+	// 114.99999999999999, and a limit of exactly 115 stands within it.
+	const edge = 1e-9
+	return limit >= t.Lo-edge && limit <= t.Hi+edge
 }
 
 // floor is the limit below which an arm has collapsed: half of what the
