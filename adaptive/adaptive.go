@@ -735,9 +735,7 @@ func (c *Controller) judgeTrial(now time.Time, t tick) {
 				c.trimming = false
 				c.step, c.refused, c.knees = firstStep, 0, 0
 				c.skip = 1
-				c.rest = restTicks << c.upKnees
-				c.upKnees = min(c.upKnees+1, 1)
-				c.restBase = tick{}
+				c.restAtKnee(+1)
 				return
 			}
 			// Short by a permit, which a tick's noise and the rounding
@@ -769,26 +767,31 @@ func (c *Controller) judgeTrial(now time.Time, t tick) {
 	c.dir = -dir
 	if c.refused >= 2 || !c.bothWays {
 		// Every neighbour with evidence for it refused: the limit is at
-		// the knee. Rest before trying again, longer each time the knee
-		// holds. A refused step down cost throughput: its rest doubles up
-		// to 8 times. A refused step up put requests in the upstream's
-		// queue, where a pool answering in step keeps them a whole turn
-		// longer than their peers, but it is how a grown pool is found:
-		// its rest doubles once, to 12 s at the longest tick, so that a
-		// pool grown is found within seconds and the limit stands above a
-		// pool that holds a fifteenth of the time.
-		if dir < 0 {
-			c.rest = restTicks << c.knees
-			c.knees = min(c.knees+1, 3)
-		} else {
-			c.rest = restTicks << c.upKnees
-			c.upKnees = min(c.upKnees+1, 1)
-		}
+		// the knee.
+		c.restAtKnee(dir)
 		c.refused = 0
-		// The rest's base is the first tick measured back at the limit
-		// (this one was taken at the refused trial).
-		c.restBase = tick{}
 	}
+}
+
+// restAtKnee rests before the next trial, after a step in direction dir
+// was refused or kept short, longer each time the knee holds. A refused
+// step down cost throughput: its rest doubles up to 8 times. A step up put
+// requests in the upstream's queue, where a pool answering in step keeps
+// them a whole turn longer than their peers, but it is how a grown pool
+// is found: its rest doubles once, to 12 s at the longest tick, so that a
+// pool grown is found within seconds and the limit stands above a pool
+// that holds a fifteenth of the time. The caller holds c.mu.
+func (c *Controller) restAtKnee(dir int) {
+	if dir < 0 {
+		c.rest = restTicks << c.knees
+		c.knees = min(c.knees+1, 3)
+	} else {
+		c.rest = restTicks << c.upKnees
+		c.upKnees = min(c.upKnees+1, 1)
+	}
+	// The rest's base is the first tick measured back at the limit (the
+	// one just judged was taken at the trial).
+	c.restBase = tick{}
 }
 
 // clamp bounds a limit by Min, Max and the estimator's lower bound.
