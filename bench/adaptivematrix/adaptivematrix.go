@@ -91,7 +91,10 @@ type Result struct {
 	// PhaseLengths are the phases' durations.
 	PhaseLengths []time.Duration
 	// Lowest is the lowest limit set after the first (0 if none), and
-	// Collapsed whether it went below a phase's floor.
+	// Collapsed whether a limit went below a phase's floor: one set in the
+	// phase, not the limit the phase began with while it still stands
+	// (the upstream changed under it; how long it stood is the phase's
+	// Converged).
 	Lowest    float64
 	Collapsed bool
 
@@ -270,10 +273,16 @@ func (r *Result) judge(c Case, starts []time.Duration) {
 		}
 		converged := time.Duration(-1)
 		var last time.Duration
+		// The limit in force when the phase began, until it moves.
+		heldOver, moved := 0.0, false
 		for _, pt := range r.Series {
+			if pt.At < from {
+				heldOver = pt.Limit
+			}
 			if pt.At < from || pt.At >= to {
 				continue
 			}
+			moved = moved || pt.Limit != heldOver
 			last = pt.At
 			// Unlimited arms are judged by whether no limit is right.
 			ok := p.Truth.within(pt.Limit)
@@ -288,7 +297,7 @@ func (r *Result) judge(c Case, starts []time.Duration) {
 					r.Lowest = pt.Limit
 				}
 				first = false
-				if pt.Limit < p.Truth.floor() {
+				if pt.Limit < p.Truth.floor() && moved {
 					r.Collapsed = true
 				}
 			}

@@ -26,6 +26,31 @@ func TestJudgeConvergence(t *testing.T) {
 	}
 }
 
+// TestJudgeHeldOverIsNoCollapse: a pool of 50 doubles under a limit of
+// 49. Until the limit moves, it is the upstream that changed, not the
+// limit that fell: the time it stood is the phase's convergence. Moved
+// below half the new truth, it collapsed.
+func TestJudgeHeldOverIsNoCollapse(t *testing.T) {
+	s := time.Second
+	c := Case{Phases: []Phase{{Duration: 10 * s, Truth: pool(50)}, {Duration: 10 * s, Truth: pool(100)}}}
+	grew := Result{Series: []Point{
+		{At: 1 * s, Limit: 49}, {At: 9 * s, Limit: 49},
+		{At: 11 * s, Limit: 49}, {At: 12 * s, Limit: 49}, {At: 13 * s, Limit: 74}, {At: 15 * s, Limit: 100},
+	}}
+	grew.judge(c, []time.Duration{0, 10 * s})
+	if grew.Collapsed || grew.Converged[1] != 5*s {
+		t.Errorf("49 held over, then 74, 100: Collapsed %v, Converged %v; want false, 5s in the second phase", grew.Collapsed, grew.Converged)
+	}
+	fell := Result{Series: []Point{
+		{At: 1 * s, Limit: 49}, {At: 9 * s, Limit: 49},
+		{At: 11 * s, Limit: 49}, {At: 12 * s, Limit: 45}, {At: 15 * s, Limit: 100},
+	}}
+	fell.judge(c, []time.Duration{0, 10 * s})
+	if !fell.Collapsed {
+		t.Errorf("49 held over, then 45: Collapsed false; want true (below 50, half of 100)")
+	}
+}
+
 // TestJudgeHealthy: where nothing saturates, no limit, or one at least
 // the demand, is right; a limit that never stood right is -1.
 func TestJudgeHealthy(t *testing.T) {
