@@ -145,10 +145,19 @@ const (
 	// requests it does not serve: only then is a step down tried.
 	stretched = 1.2
 	// trimStretch is the slowdown from which a limit just set from
-	// admission open is trimmed to what the upstream serves. A tick's mean
-	// service time is a few percent off, so a trim may be refused, at the
-	// cost of a tick a little below the limit.
-	trimStretch = 1.02
+	// admission open is trimmed to what the upstream serves: a pool that
+	// answers in step, held one permit over its 50, is slowed by 2%, the
+	// request over it waiting a whole turn. A tick's mean service time is
+	// a percent or so off, so a trim may be refused, at the cost of a
+	// tick a permit below the limit.
+	trimStretch = 1.01
+	// heldGrowth is how much the stretch must grow, at a limit where a
+	// step down was refused, before another is tried there.
+	heldGrowth = 1.1
+	// servedNoise is how far what the upstream serves at once reads high
+	// in a tick: a step down stops where it would go below what is
+	// served, less this.
+	servedNoise = 0.02
 	// overloadStretch and loadRose: an open admission is limited at once,
 	// without the estimator, when the upstream holds half again what it
 	// serves while serving a fifth more than it ever did unstretched.
@@ -227,15 +236,28 @@ type Controller struct {
 	// until its first measured tick, ticks are short, and that tick is a
 	// trial's base without a second to agree with it.
 	fresh bool
-	// trimming is set while the trial under way is a trim (see consider),
-	// descending once a trim was kept: the next goes a permit lower.
-	trimming, descending bool
-	changes              []Change
-	tickLen              time.Duration
+	// trimming is set while the trial under way is a trim (see consider):
+	// a trim kept is judged again as a trim.
+	trimming bool
+	// nudging is set while the trial under way is a step of one permit
+	// up, tried when a larger step was refused but throughput rose by a
+	// permit's share or more; nudgedAt is the limit from which the last
+	// such step was refused.
+	nudging  bool
+	nudgedAt int
+	// heldAt is the limit from which a step down was last refused, at a
+	// stretch of heldStretch.
+	heldAt      int
+	heldStretch float64
+	changes     []Change
+	tickLen     time.Duration
 	// openTickLen is the tick while admission is open: 5 of the least
 	// median service times, from 0.5 s to 1 s.
 	openTickLen time.Duration
 	skip        int // ticks to pass over before the next measure
+	// drained is when the requests held as a limit was first set are
+	// answered: the last tick passed over ends no sooner.
+	drained time.Time
 
 	samples, busy int // this tick's State samples, and those with waiters
 	inFlightSum   int64
@@ -258,6 +280,7 @@ const (
 // tick is one interval's figures.
 type tick struct {
 	throughput float64       // completions a second
+	answered   float64       // completions a second, counted
 	service    time.Duration // median service time
 	busy       float64       // share of samples with requests waiting
 	inFlight   float64       // mean admitted
@@ -425,7 +448,7 @@ func (c *Controller) step1(now time.Time, d time.Duration) {
 // adding up to total, of the given median, and chooses what to do. The
 // caller holds c.mu.
 func (c *Controller) decide(now time.Time, d time.Duration, n int64, total, median time.Duration, classes *[route.Max + 1]classTick) {
-	t := tick{throughput: float64(n) / d.Seconds(), service: median, n: n}
+	t := tick{throughput: float64(n) / d.Seconds(), answered: float64(n) / d.Seconds(), service: median, n: n}
 	if c.samples > 0 {
 		t.busy = float64(c.busy) / float64(c.samples)
 		t.inFlight = float64(c.inFlightSum) / float64(c.samples)
@@ -465,7 +488,14 @@ func (c *Controller) decide(now time.Time, d time.Duration, n int64, total, medi
 	}
 	if c.skip > 0 {
 		// The tick after a jump of the limit mixes the old limit's
-		// requests, still finishing, with the new: it is no base.
+		// requests, still finishing, with the new: it is no base. After
+		// a limit first set, until the requests the upstream held then
+		// are answered: under open arrivals it held five times the
+		// limit, and those answered in the first tick measured, each
+		// having waited inside it, made it read as serving 30 of 50.
+		if c.skip == 1 && now.Before(c.drained) {
+			return
+		}
 		c.skip--
 		return
 	}
@@ -481,8 +511,7 @@ func (c *Controller) decide(now time.Time, d time.Duration, n int64, total, medi
 		if est.Saturated && est.Capacity > 0 && !math.IsNaN(est.Capacity) && t.inFlight >= est.Capacity {
 			to := c.clamp(int(math.Round(max(est.Capacity, est.LowerBound))), est.LowerBound)
 			c.set(now, to, CapacityFound, fmt.Sprintf("the upstream queues inside; its capacity is %.1f (at least %.0f)", est.Capacity, est.LowerBound))
-			c.phase, c.skip, c.fresh = measure, 1, true
-			c.calmSince = now
+			c.limited(now, t)
 		}
 	case measure:
 		fresh := c.fresh
@@ -542,23 +571,49 @@ func (c *Controller) overloadedNow(now time.Time, t tick) bool {
 		c.hot, c.hotServed = 0, 0
 		return false
 	}
-	c.hotServed = max(c.hotServed, t.served)
+	// What a tick's answers show it serving is a count, a tenth off
+	// either way. By Little's law (the requests held over their
+	// slowdown) it reads high while the upstream's queue still grows,
+	// by nearly half in the first tick of 200 clients on a pool of 50,
+	// and is exact once it has grown. A limit a little high is trimmed
+	// within a tick and a half (see consider); one a little low is found
+	// only by a step up, and costs, in a pool that answers in step, a
+	// whole turn for some requests until then. So the more of the two,
+	// the second no more than a tenth over the count.
+	served := t.served
+	if t.slowdown > 0 {
+		served = max(served, min(t.inFlight/t.slowdown, 1.1*t.served))
+	}
+	c.hotServed = max(c.hotServed, served)
 	if c.hot++; c.hot < 2 {
 		return false
 	}
 	// The more of the two ticks: the first began before the load rose,
 	// and what the upstream serves reads low (a third low, measured on a
-	// pool of 50). What a tick's answers show it serving is a count, a
-	// tenth off either way; the first tick at the limit trims it, and
-	// steps up find the rest (see consider).
-	served := c.hotServed
+	// pool of 50).
+	served = c.hotServed
 	c.hot, c.hotServed = 0, 0
 	held := c.calmInFlight.peak(now)
 	to := c.clamp(int(math.Round(max(served, held))), held)
 	c.set(now, to, CapacityFound, fmt.Sprintf("the load rose: the upstream holds %.0f at once, serves %.0f/s, as many as %.1f would at its unloaded speed (at most %.0f/s and %.0f held before it stretched)", t.inFlight, t.throughput, served, calm, held))
+	c.limited(now, t)
+	return true
+}
+
+// limited starts measuring at a limit just set from admission open, in a
+// tick t: after a tick passed over, and no sooner than the requests the
+// upstream held in t are answered at its counted rate, with a fifth to
+// spare. The caller holds c.mu.
+func (c *Controller) limited(now time.Time, t tick) {
 	c.phase, c.skip, c.fresh = measure, 1, true
 	c.calmSince = now
-	return true
+	// What trials learnt at an earlier limit is of another load.
+	c.step, c.dir, c.refused, c.knees, c.upKnees = firstStep, +1, 0, 0, 0
+	c.rest, c.nudgedAt, c.heldAt = 0, 0, 0
+	c.drained = now
+	if t.answered > 0 {
+		c.drained = now.Add(time.Duration(1.2 * t.inFlight / t.answered * float64(time.Second)))
+	}
 }
 
 // consider takes t, a tick at the limit in force, as the base of the next
@@ -607,15 +662,28 @@ func (c *Controller) consider(now time.Time, t tick, stable, fresh bool) {
 	// CPU-bound work on 2 cores, at a limit of 2, is stretched a third by
 	// the load's own clients, and a step to 1 loses a third of the
 	// throughput for every request queued behind it.
-	floor := max(c.cfg.Min, int(math.Ceil(t.served)))
-	down := t.stretch >= stretched && c.limit > floor
+	//
+	// What it serves at once is taken by Little's law (requests held over
+	// their slowdown), not from the tick's count of answers, which a pool
+	// answering in step puts a batch off; and less a tick's noise of a
+	// couple of percent: at 51 on a pool of 50 that answers in step, 50
+	// read as 50.3 would keep the permit over the pool for good.
+	atOnce := t.served
+	if t.slowdown > 0 {
+		atOnce = t.inFlight / t.slowdown
+	}
+	floor := max(c.cfg.Min, int(math.Ceil(atOnce*(1-servedNoise))))
+	// Nor is it tried again from a limit where one was refused, until
+	// the stretch grows by a tenth: work on cores shared with the load's
+	// own clients is stretched for good, and each step down to learn it
+	// again lost a sixth of the throughput for two ticks.
+	down := t.stretch >= stretched && c.limit > floor && (c.heldAt != c.limit || t.stretch >= heldGrowth*c.heldStretch)
 	// A limit just set from admission open came from a count of answers
 	// in the seconds the load rose, a tenth off either way; measured now
 	// at a steady load, a service time stretched by more than a tick's
 	// noise says part of it waits inside the upstream. Trimmed first: a
 	// step down is otherwise tried only from a stretch of a fifth.
-	trim := fresh && c.limit > floor && (c.descending || t.slowdown >= trimStretch)
-	c.descending = c.descending && trim
+	trim := fresh && c.limit > floor && t.slowdown >= trimStretch
 	if !up && !down && !trim {
 		return
 	}
@@ -639,19 +707,17 @@ func (c *Controller) consider(now time.Time, t tick, stable, fresh bool) {
 		// whose costs differ widely make t.served low when the mix moves
 		// towards the costly ones, and a halving that loses throughput is
 		// undone in a tick.
-		served := int(math.Ceil(1.05 * t.served))
+		served := int(math.Ceil(1.05 * atOnce))
 		to = max(min(to, c.clamp(max(served, (c.limit+1)/2), 0)), floor)
 		if trim {
 			// To what it serves at once, by its service time alone (the
-			// count of answers is what put the limit off), rounded down
-			// as a step kept in part is (see judgeTrial). The stretch of
-			// a few requests waiting among many reads a little low, so a
-			// trim kept is followed by steps of one permit down until
-			// throughput no longer holds.
-			to = max(c.clamp(int(math.Floor(float64(c.limit)/t.slowdown)), 0), floor)
-			if c.descending {
-				to = c.limit - 1
-			}
+			// count of answers is what put the limit off). Rounded to
+			// the nearest: in a pool that answers in step it comes out
+			// within a tenth of a permit of the pool, on either side, as
+			// the least service time is a little low or high. A trim kept
+			// is measured again as one (see judgeTrial): the stretch of a
+			// few requests waiting among many reads a little low.
+			to = max(c.clamp(int(math.Round(float64(c.limit)/t.slowdown)), 0), floor)
 		}
 	}
 	if to == c.limit {
@@ -715,22 +781,37 @@ func (c *Controller) judgeTrial(now time.Time, t tick) {
 	if c.limit < c.from {
 		dir = -1
 	}
+	if kept {
+		// The limit moved: a step of one permit, or down, may be tried
+		// anywhere.
+		c.nudgedAt, c.heldAt = 0, 0
+	}
 	if kept && dir > 0 {
 		// Kept as far as throughput followed: a step of 10% that raised
 		// throughput 6% put the rest in the upstream's queue. Rounded
-		// down: a permit too few costs its share of throughput; a permit
-		// too many, in a pool that answers in step, keeps one request a
-		// turn waiting a whole turn longer than its peers, which is the
-		// tail latency. A tick's throughput is a percent or so off.
-		if followed := max(int(math.Floor(float64(c.from)*(1+gain))), c.from+1); followed < c.limit {
+		// down: a tick's throughput is a percent or so off, a permit in
+		// 50 either way; a permit too few costs its share of throughput,
+		// and a step of one permit finds it (see nudging); a permit too
+		// many, in a pool that answers in step, keeps one request a turn
+		// waiting a whole turn longer than its peers, which is the tail
+		// latency. So no further than what the upstream served at once at
+		// the trial either, by its service time: in such a pool that is
+		// the pool, within half a permit, and elsewhere it reads high.
+		atOnce := float64(c.limit)
+		if t.slowdown > 0 {
+			atOnce = t.inFlight / t.slowdown
+		}
+		followed := min(int(math.Floor(float64(c.from)*(1+gain))), int(math.Round(atOnce)))
+		if followed = max(followed, c.from+1); followed < c.limit {
 			figures += fmt.Sprintf("; kept as far as throughput followed, %d", followed)
-			short := followed < c.limit-1
+			short := 2*(followed-c.from) < c.limit-c.from
 			c.limit, c.apply = followed, followed
 			if short {
-				// The knee lies within the step: rest there as after a
-				// step up refused, rather than go on with a step twice as
-				// large (in a pool answering in step, a step of a fifth
-				// above it holds a sixth of the requests a whole turn).
+				// Less than half the step followed: the knee lies within
+				// it. Rest there as after a step up refused, rather than
+				// go on with a step twice as large (in a pool answering in
+				// step, a step of a fifth above it holds a sixth of the
+				// requests a whole turn).
 				c.logChange(now, c.from, c.limit, reason, figures)
 				c.trimming = false
 				c.step, c.refused, c.knees = firstStep, 0, 0
@@ -738,10 +819,34 @@ func (c *Controller) judgeTrial(now time.Time, t tick) {
 				c.restAtKnee(+1)
 				return
 			}
-			// Short by a permit, which a tick's noise and the rounding
-			// down can make: go on, with a step no larger.
+			// Most of it followed, short by what a tick's noise and the
+			// rounding down take off (78 tried, 76 followed, in a pool
+			// grown to 100): go on, with a step no larger.
 			c.step /= 2
 		}
+	}
+	if kept && c.nudging {
+		// The permit the step refused had shown: the knee is here.
+		c.logChange(now, c.from, c.limit, reason, figures)
+		c.nudging = false
+		c.step, c.refused, c.knees = firstStep, 0, 0
+		c.restAtKnee(+1)
+		return
+	}
+	if kept && c.trimming {
+		c.logChange(now, c.from, c.limit, reason, figures)
+		c.trimming = false
+		c.step, c.refused = firstStep, 0
+		if t.slowdown < trimStretch {
+			// At what the upstream serves at once: rest there, as at a
+			// knee, rather than step on (up, with a step doubled, into a
+			// pool that answers in step).
+			c.rest, c.restBase = restTicks, tick{}
+		}
+		// Measured again as a trim: a stretch of a few requests among
+		// many reads a little low, so a trim may stop short.
+		c.consider(now, t, true, true)
+		return
 	}
 	if kept {
 		c.logChange(now, c.from, c.limit, reason, figures)
@@ -752,17 +857,35 @@ func (c *Controller) judgeTrial(now time.Time, t tick) {
 		// The tick just judged was taken at the new limit: it is the base
 		// of the next step, which goes on in the same direction.
 		c.dir = dir
-		// A trim kept goes on a permit lower (see consider).
-		trimmed := c.trimming
-		c.trimming, c.descending = false, trimmed
-		c.consider(now, t, true, trimmed)
+		c.consider(now, t, true, false)
 		return
 	}
-	c.trimming, c.descending = false, false
-	to := c.from
-	c.set(now, to, ProbeFailed, figures)
-	c.skip = 1
+	c.trimming = false
+	tried := c.limit
+	c.set(now, c.from, ProbeFailed, figures)
 	c.step = firstStep
+	if next := c.clamp(c.from+1, 0); dir > 0 && !c.nudging && tried > next && c.nudgedAt != c.from && gain >= 1/float64(c.from) {
+		// Throughput rose by a permit's share or more, short of what the
+		// step asked: the knee may be a permit above (a pool of 50 under
+		// a limit of 49, where a step to 54 reads 3.5% more and puts four
+		// requests a turn in the pool's queue). A step of one permit
+		// tells, at once, against the same base: the requests admitted
+		// above it finish within its first turn. Once, until the limit
+		// moves: at a knee that holds, a step of a tenth reads 1 to 2%
+		// more in a pool that answers in step.
+		c.nudging = true
+		c.set(now, next, Probe, fmt.Sprintf("trying %d, from %d: throughput rose %.1f%% at %d, a permit's share or more", next, c.from, gain*100, tried))
+		c.phase = judge
+		return
+	}
+	if c.nudging {
+		c.nudgedAt = c.from
+	}
+	if dir < 0 {
+		c.heldAt, c.heldStretch = c.from, c.base.stretch
+	}
+	c.skip = 1
+	c.nudging = false
 	c.refused++
 	c.dir = -dir
 	if c.refused >= 2 || !c.bothWays {
