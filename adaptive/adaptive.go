@@ -384,9 +384,11 @@ func (c *Controller) tickLength() time.Duration {
 	c.mu.Lock()
 	d := c.tickLen
 	switch {
-	case c.phase == open || c.fresh && c.skip > 0:
-		// Also the tick after a limit is first set: the requests above it
-		// finish within a few service times.
+	case c.phase == open || c.skip > 0:
+		// Also a tick passed over after the limit jumped (first set, a
+		// trial undone): the requests above it finish within a few
+		// service times, and a long one only delays the next trial,
+		// which is how a pool grown under the limit is found.
 		d = c.openTickLen
 	case c.fresh:
 		// The first tick measured at a limit first set, on which it is
@@ -797,11 +799,18 @@ func (c *Controller) judgeTrial(now time.Time, t tick) {
 		// latency. So no further than what the upstream served at once at
 		// the trial either, by its service time: in such a pool that is
 		// the pool, within half a permit, and elsewhere it reads high.
+		// Where it served the whole trial at once, nothing waited inside
+		// it, and the whole step is kept: a tick's throughput then lags by
+		// a permit or two (in a pool grown to 100, 64 tried from 58 read
+		// as 62 followed), and keeping less only slows the climb.
 		atOnce := float64(c.limit)
 		if t.slowdown > 0 {
 			atOnce = t.inFlight / t.slowdown
 		}
-		followed := min(int(math.Floor(float64(c.from)*(1+gain))), int(math.Round(atOnce)))
+		followed := c.limit
+		if int(math.Round(atOnce)) < c.limit {
+			followed = min(int(math.Floor(float64(c.from)*(1+gain))), int(math.Round(atOnce)))
+		}
 		if followed = max(followed, c.from+1); followed < c.limit {
 			figures += fmt.Sprintf("; kept as far as throughput followed, %d", followed)
 			short := 2*(followed-c.from) < c.limit-c.from
