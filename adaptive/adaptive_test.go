@@ -704,16 +704,21 @@ func partlyCPU(d time.Duration) *cores {
 	return &cores{d: d, slowdown: func(n float64) float64 { return 0.3 + 0.7*max(1, 0.7*n/2) }}
 }
 
+// partlyCPURig runs 32 clients on partlyCPU work of 10 ms, from an
+// estimate of 2.
+func partlyCPURig(t *testing.T) (*Controller, func()) {
+	var clients atomic.Int64
+	clients.Store(32)
+	return coresRig(t, Estimate{Saturated: true, Capacity: 2, LowerBound: 1}, partlyCPU(10*time.Millisecond).serve, &clients)
+}
+
 // TestStepsOfOnePermitFollowWhereTheCoresFill: at a small limit a step of
 // one permit is a third or a half of the limit; it is kept when it raises
 // throughput beyond a tick's noise, not only by half the step. From an
 // estimate of 2, the limit climbs to 3 and beyond.
 func TestStepsOfOnePermitFollowWhereTheCoresFill(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		up := partlyCPU(10 * time.Millisecond)
-		var clients atomic.Int64
-		clients.Store(32)
-		ctrl, stop := coresRig(t, Estimate{Saturated: true, Capacity: 2, LowerBound: 1}, up.serve, &clients)
+		ctrl, stop := partlyCPURig(t)
 		defer stop()
 		var samples []int
 		for range 60 {
@@ -733,10 +738,7 @@ func TestStepsOfOnePermitFollowWhereTheCoresFill(t *testing.T) {
 // stretch holds: each costs two ticks below the knee.
 func TestStepsDownOnceWhereTheStretchIsTheCores(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		up := partlyCPU(10 * time.Millisecond)
-		var clients atomic.Int64
-		clients.Store(32)
-		ctrl, stop := coresRig(t, Estimate{Saturated: true, Capacity: 2, LowerBound: 1}, up.serve, &clients)
+		ctrl, stop := partlyCPURig(t)
 		defer stop()
 		time.Sleep(2 * time.Minute)
 		downs := map[int]int{}
