@@ -297,6 +297,11 @@ type tick struct {
 	// and 200 ms requests serves more of the slow ones when it is
 	// overloaded, and a single median would read that as a stretch.
 	served, stretch float64
+	// atOnce is what it serves at once by Little's law alone: the
+	// requests held over their slowdown (served, without one). Unlike
+	// served, it needs no count of answers, which a pool answering in
+	// step puts a batch off.
+	atOnce float64
 }
 
 // New validates cfg and returns a Controller; Run starts it.
@@ -470,6 +475,10 @@ func (c *Controller) decide(now time.Time, d time.Duration, n int64, total, medi
 		// served = n/d × the mix's unloaded mean.
 		t.slowdown = total.Seconds() / (t.served * d.Seconds())
 	}
+	t.atOnce = t.served
+	if t.slowdown > 0 {
+		t.atOnce = t.inFlight / t.slowdown
+	}
 	if median > 0 {
 		c.mins.add(now, median)
 		// From the least service time, not this tick's: a stretched
@@ -582,18 +591,14 @@ func (c *Controller) overloadedNow(now time.Time, t tick) bool {
 	// only by a step up, and costs, in a pool that answers in step, a
 	// whole turn for some requests until then. So the more of the two,
 	// the second no more than a tenth over the count.
-	served := t.served
-	if t.slowdown > 0 {
-		served = max(served, min(t.inFlight/t.slowdown, 1.1*t.served))
-	}
-	c.hotServed = max(c.hotServed, served)
+	c.hotServed = max(c.hotServed, t.served, min(t.atOnce, 1.1*t.served))
 	if c.hot++; c.hot < 2 {
 		return false
 	}
 	// The more of the two ticks: the first began before the load rose,
 	// and what the upstream serves reads low (a third low, measured on a
 	// pool of 50).
-	served = c.hotServed
+	served := c.hotServed
 	c.hot, c.hotServed = 0, 0
 	held := c.calmInFlight.peak(now)
 	to := c.clamp(int(math.Round(max(served, held))), held)
@@ -670,11 +675,7 @@ func (c *Controller) consider(now time.Time, t tick, stable, fresh bool) {
 	// answering in step puts a batch off; and less a tick's noise of a
 	// couple of percent: at 51 on a pool of 50 that answers in step, 50
 	// read as 50.3 would keep the permit over the pool for good.
-	atOnce := t.served
-	if t.slowdown > 0 {
-		atOnce = t.inFlight / t.slowdown
-	}
-	floor := max(c.cfg.Min, int(math.Ceil(atOnce*(1-servedNoise))))
+	floor := max(c.cfg.Min, int(math.Ceil(t.atOnce*(1-servedNoise))))
 	// Nor is it tried again from a limit where one was refused, until
 	// the stretch grows by a tenth: work on cores shared with the load's
 	// own clients is stretched for good, and each step down to learn it
@@ -709,7 +710,7 @@ func (c *Controller) consider(now time.Time, t tick, stable, fresh bool) {
 		// whose costs differ widely make t.served low when the mix moves
 		// towards the costly ones, and a halving that loses throughput is
 		// undone in a tick.
-		served := int(math.Ceil(1.05 * atOnce))
+		served := int(math.Ceil(1.05 * t.atOnce))
 		to = max(min(to, c.clamp(max(served, (c.limit+1)/2), 0)), floor)
 		if trim {
 			// To what it serves at once, by its service time alone (the
@@ -805,7 +806,7 @@ func (c *Controller) judgeTrial(now time.Time, t tick) {
 		// as 62 followed), and keeping less only slows the climb.
 		atOnce := float64(c.limit)
 		if t.slowdown > 0 {
-			atOnce = t.inFlight / t.slowdown
+			atOnce = t.atOnce
 		}
 		followed := c.limit
 		if int(math.Round(atOnce)) < c.limit {
@@ -822,7 +823,6 @@ func (c *Controller) judgeTrial(now time.Time, t tick) {
 				// step, a step of a fifth above it holds a sixth of the
 				// requests a whole turn).
 				c.logChange(now, c.from, c.limit, reason, figures)
-				c.trimming = false
 				c.step, c.refused, c.knees = firstStep, 0, 0
 				c.skip = 1
 				c.restAtKnee(+1)
