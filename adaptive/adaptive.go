@@ -249,8 +249,13 @@ type Controller struct {
 	// stretch of heldStretch.
 	heldAt      int
 	heldStretch float64
-	changes     []Change
-	tickLen     time.Duration
+	// upFrom is the limit the last step up kept came from, which served
+	// less than the limit above it, when the upstream served upAtOnce at
+	// once.
+	upFrom   int
+	upAtOnce float64
+	changes  []Change
+	tickLen  time.Duration
 	// openTickLen is the tick while admission is open: 5 of the least
 	// median service times, from 0.5 s to 1 s.
 	openTickLen time.Duration
@@ -616,7 +621,7 @@ func (c *Controller) limited(now time.Time, t tick) {
 	c.calmSince = now
 	// What trials learnt at an earlier limit is of another load.
 	c.step, c.dir, c.refused, c.knees, c.upKnees = firstStep, +1, 0, 0, 0
-	c.rest, c.nudgedAt, c.heldAt = 0, 0, 0
+	c.rest, c.nudgedAt, c.heldAt, c.upFrom = 0, 0, 0, 0
 	c.drained = now
 	if t.answered > 0 {
 		c.drained = now.Add(time.Duration(1.2 * t.inFlight / t.answered * float64(time.Second)))
@@ -676,6 +681,18 @@ func (c *Controller) consider(now time.Time, t tick, stable, fresh bool) {
 	// couple of percent: at 51 on a pool of 50 that answers in step, 50
 	// read as 50.3 would keep the permit over the pool for good.
 	floor := max(c.cfg.Min, int(math.Ceil(t.atOnce*(1-servedNoise))))
+	// Nor below a limit a step up was kept from, which was measured to
+	// serve less, until what the upstream serves at once falls by a tenth
+	// (it has changed; unlike the stretch, that does not move with the
+	// limit): on 2 cores shared with the load's own clients, 3 is
+	// stretched half again, and a step down to the 2 it came from lost a
+	// seventh of the throughput for two ticks.
+	if c.upFrom > 0 && heldGrowth*t.atOnce <= c.upAtOnce {
+		c.upFrom = 0
+	}
+	if c.upFrom > 0 {
+		floor = max(floor, c.upFrom+1)
+	}
 	// Nor is it tried again from a limit where one was refused, until
 	// the stretch grows by a tenth: work on cores shared with the load's
 	// own clients is stretched for good, and each step down to learn it
@@ -833,6 +850,9 @@ func (c *Controller) judgeTrial(now time.Time, t tick) {
 			// grown to 100): go on, with a step no larger.
 			c.step /= 2
 		}
+	}
+	if kept && dir > 0 {
+		c.upFrom, c.upAtOnce = c.from, t.atOnce
 	}
 	if kept && c.nudging {
 		// The permit the step refused had shown: the knee is here.

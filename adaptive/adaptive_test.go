@@ -394,6 +394,18 @@ func firstLimit(samples []int) (limit, at int) {
 	return 0, -1
 }
 
+// firstSet is the first limit set from admission open, in changes: 0 if
+// none was. Samples a second apart may miss it, where a trim follows
+// within the second.
+func firstSet(changes []Change) int {
+	for _, ch := range changes {
+		if ch.Reason == CapacityFound {
+			return ch.To
+		}
+	}
+	return 0
+}
+
 // TestLimitsWithinSecondsOfASuddenOverload: 10 clients, then 200, on a
 // pool of 50 at 100 ms, with an estimator that has found nothing yet (its
 // window is seconds behind). The controller sees the load rise past what
@@ -631,8 +643,8 @@ func TestTrimsAFirstLimitAboveThePool(t *testing.T) {
 				r.limits(10 * time.Second)
 				r.setClients(200)
 				samples := r.limits(30 * time.Second)
-				if l, at := firstLimit(samples); l != int(est) {
-					t.Fatalf("first limit %d at %ds; want %v, the estimate (path %v)", l, at, est, samples)
+				if l := firstSet(r.ctrl.Changes()); l != int(est) {
+					t.Fatalf("first limit %d; want %v, the estimate (changes %+v)", l, est, r.ctrl.Changes())
 				}
 				if got := lastMedian(samples); got != 50 {
 					t.Errorf("limit at 10-30s = %d; want 50, the pool (path %v; changes %+v)", got, samples, r.ctrl.Changes())
@@ -655,8 +667,8 @@ func TestStepsAPermitUpWhereAStepHidIt(t *testing.T) {
 		r.limits(10 * time.Second)
 		r.setClients(200)
 		samples := r.limits(30 * time.Second)
-		if l, at := firstLimit(samples); l != 49 {
-			t.Fatalf("first limit %d at %ds; want 49, the estimate (path %v)", l, at, samples)
+		if l := firstSet(r.ctrl.Changes()); l != 49 {
+			t.Fatalf("first limit %d; want 49, the estimate (changes %+v)", l, r.ctrl.Changes())
 		}
 		if got := lastMedian(samples); got != 50 {
 			t.Errorf("limit at 10-30s = %d; want 50, the pool (path %v; changes %+v)", got, samples, r.ctrl.Changes())
@@ -753,6 +765,30 @@ func TestStepsDownOnceWhereTheStretchIsTheCores(t *testing.T) {
 				if n > 1 {
 					t.Fatalf("%d steps down from %d with no step kept between (changes %+v)", n, from, ctrl.Changes())
 				}
+			}
+		}
+	})
+}
+
+// TestStepsDownNoLowerThanAStepUpCameFrom: a step up kept measured the
+// limit it came from serving less. Work partly CPU on 2 cores is
+// stretched at every limit that fills them, and a step down back there
+// lost a tenth of the throughput for two ticks, to learn again what the
+// step up had shown.
+func TestStepsDownNoLowerThanAStepUpCameFrom(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctrl, stop := partlyCPURig(t)
+		defer stop()
+		time.Sleep(2 * time.Minute)
+		upFrom := 0
+		for _, ch := range ctrl.Changes() {
+			switch {
+			case ch.Reason == CapacityFound:
+				upFrom = 0
+			case ch.Reason == ThroughputFollowed:
+				upFrom = ch.From
+			case ch.Reason == Probe && ch.To < ch.From && ch.To <= upFrom:
+				t.Fatalf("a step down from %d to %d, where a step up from %d was kept (changes %+v)", ch.From, ch.To, upFrom, ctrl.Changes())
 			}
 		}
 	})
