@@ -104,7 +104,7 @@ func Judge(results []Result) []Verdict {
 		v.FloorOK = !a.Collapsed
 		for _, ref := range []string{Envoy, Gradient2} {
 			if r, ok := arms[ref]; ok {
-				v.Against[ref] = compare(a, r)
+				v.Against[ref] = compare(a, r, o)
 			}
 		}
 		out = append(out, v)
@@ -113,8 +113,15 @@ func Judge(results []Result) []Verdict {
 }
 
 // compare says whether a did better than, as well as, or worse than r: by
-// goodput, then p99, each beyond its noise.
-func compare(a, r Result) string {
+// goodput, then p99, each beyond its noise; o is the oracle. A reference
+// that lets p99 go past the oracle's, beyond its noise, misses the goal a
+// is held to, and more goodput bought that way beats no a that meets it:
+// on CPU-bound work Gradient2 at 20 served 3% more than adaptive at 3,
+// at 1.8 times the oracle's p99.
+func compare(a, r, o Result) string {
+	if ok := func(x Result) bool { return float64(x.P99) <= (1+P99Noise)*float64(o.P99) }; ok(a) && !ok(r) {
+		return "better"
+	}
 	g := a.Goodput / r.Goodput
 	p := float64(a.P99) / float64(r.P99)
 	switch {
