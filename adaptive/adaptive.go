@@ -151,6 +151,10 @@ const (
 	// a percent or so off, so a trim may be refused, at the cost of a
 	// tick a permit below the limit.
 	trimStretch = 1.01
+	// upTicks is how long a step up kept is taken to show that the limit
+	// it came from serves less: a step down there, to learn it again,
+	// costs two ticks, once in 30 at most.
+	upTicks = 30
 	// heldGrowth is how much the stretch must grow, at a limit where a
 	// step down was refused, before another is tried there.
 	heldGrowth = 1.1
@@ -251,9 +255,10 @@ type Controller struct {
 	heldStretch float64
 	// upFrom is the limit the last step up kept came from, which served
 	// less than the limit above it, when the upstream served upAtOnce at
-	// once.
+	// once; believed until upUntil.
 	upFrom   int
 	upAtOnce float64
+	upUntil  time.Time
 	changes  []Change
 	tickLen  time.Duration
 	// openTickLen is the tick while admission is open: 5 of the least
@@ -686,8 +691,11 @@ func (c *Controller) consider(now time.Time, t tick, stable, fresh bool) {
 	// (it has changed; unlike the stretch, that does not move with the
 	// limit): on 2 cores shared with the load's own clients, 3 is
 	// stretched half again, and a step down to the 2 it came from lost a
-	// seventh of the throughput for two ticks.
-	if c.upFrom > 0 && heldGrowth*t.atOnce <= c.upAtOnce {
+	// seventh of the throughput for two ticks. For upTicks at most: a
+	// tick's reading on such cores is a few percent off, and a step up
+	// kept on its luck would otherwise stand, and the next on it, for as
+	// long as the upstream does not change.
+	if c.upFrom > 0 && (heldGrowth*t.atOnce <= c.upAtOnce || !now.Before(c.upUntil)) {
 		c.upFrom = 0
 	}
 	if c.upFrom > 0 {
@@ -853,6 +861,7 @@ func (c *Controller) judgeTrial(now time.Time, t tick) {
 	}
 	if kept && dir > 0 {
 		c.upFrom, c.upAtOnce = c.from, t.atOnce
+		c.upUntil = now.Add(upTicks * c.tickLen)
 	}
 	if kept && c.nudging {
 		// The permit the step refused had shown: the knee is here.

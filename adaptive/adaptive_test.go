@@ -774,22 +774,31 @@ func TestStepsDownOnceWhereTheStretchIsTheCores(t *testing.T) {
 // limit it came from serving less. Work partly CPU on 2 cores is
 // stretched at every limit that fills them, and a step down back there
 // lost a tenth of the throughput for two ticks, to learn again what the
-// step up had shown.
+// step up had shown. It is learnt again after 30 ticks (here 30 s, at
+// ticks of 1 s), so that a step up kept on a lucky tick does not stand
+// for good.
 func TestStepsDownNoLowerThanAStepUpCameFrom(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		ctrl, stop := partlyCPURig(t)
 		defer stop()
 		time.Sleep(2 * time.Minute)
-		upFrom := 0
+		upFrom, retested := 0, false
+		var upAt time.Time
 		for _, ch := range ctrl.Changes() {
 			switch {
 			case ch.Reason == CapacityFound:
 				upFrom = 0
 			case ch.Reason == ThroughputFollowed:
-				upFrom = ch.From
+				upFrom, upAt = ch.From, ch.At
 			case ch.Reason == Probe && ch.To < ch.From && ch.To <= upFrom:
-				t.Fatalf("a step down from %d to %d, where a step up from %d was kept (changes %+v)", ch.From, ch.To, upFrom, ctrl.Changes())
+				if ch.At.Sub(upAt) < 30*time.Second {
+					t.Fatalf("a step down from %d to %d, %v after a step up from %d was kept (changes %+v)", ch.From, ch.To, ch.At.Sub(upAt), upFrom, ctrl.Changes())
+				}
+				retested = true
 			}
+		}
+		if !retested {
+			t.Errorf("no step down where a step up was kept more than 30 s before (changes %+v)", ctrl.Changes())
 		}
 	})
 }
