@@ -654,6 +654,46 @@ func TestTrimsAFirstLimitAboveThePool(t *testing.T) {
 	}
 }
 
+// spreadOf is a service time drawn evenly from lo to hi, from a source
+// seeded with seed.
+func spreadOf(lo, hi time.Duration, seed uint64) func() time.Duration {
+	rng := rand.New(rand.NewPCG(seed, 7))
+	var mu sync.Mutex
+	return func() time.Duration {
+		mu.Lock()
+		defer mu.Unlock()
+		return lo + time.Duration(rng.Int64N(int64(hi-lo)))
+	}
+}
+
+// TestTrimsNoThroughputWhereServiceTimesSpread: service times from 20 to
+// 200 ms, on a pool of 50, with a first limit of 50. The least mean
+// service time of such requests reads a few percent under their mean, so
+// the first tick reads a stretch where nothing waits, and a trim is
+// tried. A trim claims the upstream serves as much with fewer: it is kept
+// only if throughput holds within a tick's noise, not within half the
+// step like other steps down (50 to 47 read 2.9% less, and was kept, then
+// 46).
+func TestTrimsNoThroughputWhereServiceTimesSpread(t *testing.T) {
+	for seed := range uint64(3) {
+		t.Run(fmt.Sprint(seed+1), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				r := newRig(t, &pool{size: 50, service: spreadOf(20*time.Millisecond, 200*time.Millisecond, seed+1)}, Estimate{Saturated: true, Capacity: 50, LowerBound: 10}, Config{})
+				defer r.close()
+				r.setClients(10)
+				r.limits(10 * time.Second)
+				r.setClients(200)
+				r.limits(30 * time.Second)
+				for _, ch := range r.ctrl.Changes() {
+					if ch.Reason == ThroughputHeld && ch.To < 48 {
+						t.Fatalf("a step down to %d kept, on a pool of 50 (changes %+v)", ch.To, r.ctrl.Changes())
+					}
+				}
+			})
+		})
+	}
+}
+
 // TestStepsAPermitUpWhereAStepHidIt: the estimate says 49 of a pool of 50.
 // A step of a tenth, to 54, raises throughput by the one permit's 2%, short
 // of the half of the step it asks, and puts four requests in the pool's
