@@ -939,6 +939,12 @@ func (c *Controller) judgeTrial(now time.Time, t tick) {
 		// the knee.
 		c.restAtKnee(dir)
 		c.refused = 0
+		// The base the trial was judged against was measured at this
+		// limit, just before it: a rest measured from the first tick
+		// back at the limit missed an upstream that changed during the
+		// trial (a pool shrunk from 100 to 30 a second after a step up
+		// was refused was stepped down to only after the 12 s rest).
+		c.restBase = c.base
 	}
 }
 

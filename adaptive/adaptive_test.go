@@ -260,6 +260,41 @@ func TestFollowsAPoolThatChanges(t *testing.T) {
 	})
 }
 
+// TestFollowsAPoolShrunkAsATrialIsRefused: the pool shrinks from 50 to 30
+// the moment a step up from 50 is refused. The rest that follows is
+// measured from the trial's base, taken at 50 before the shrink, so the
+// fall in throughput ends it on the first tick back: the limit is at the
+// new pool within 8 s, not after the rest (14.5 s when the rest's base was
+// the first tick back, taken after the shrink).
+func TestFollowsAPoolShrunkAsATrialIsRefused(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		up := &pool{size: 50, service: around(100 * time.Millisecond)}
+		r := newRig(t, up, Estimate{Saturated: true, Capacity: 50, LowerBound: 10}, Config{})
+		defer r.close()
+		r.setClients(10)
+		r.limits(10 * time.Second)
+		r.setClients(200)
+		time.Sleep(15 * time.Second)
+		waited := time.Now()
+		for start := len(r.ctrl.Changes()); ; time.Sleep(50 * time.Millisecond) {
+			if ch := r.ctrl.Changes(); len(ch) > start && ch[len(ch)-1].Reason == ProbeFailed {
+				break
+			}
+			if time.Since(waited) > 2*time.Minute {
+				t.Fatalf("no trial refused within 2 minutes (changes %+v)", r.ctrl.Changes())
+			}
+		}
+		up.resize(30)
+		shrunk := time.Now()
+		for r.ctrl.Limit() > 36 {
+			if time.Since(shrunk) > 8*time.Second {
+				t.Fatalf("limit %d 8s after the pool shrank to 30; want 36 or less (changes %+v)", r.ctrl.Limit(), r.ctrl.Changes())
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	})
+}
+
 // TestProbesLessWhileTheKneeHolds: at a pool of 50 that does not change,
 // steps up are refused again and again; each puts requests in the pool's
 // queue, so the rests between them grow, and after the first minute the
