@@ -896,3 +896,68 @@ func TestValidateNamesEveryBadField(t *testing.T) {
 		t.Errorf("Max below Min: %v; want Max named", err)
 	}
 }
+
+// noisyCores is an upstream on 2 cores shared with other work whose share
+// moves every 500 ms: a request takes d times slowdown(n), n the requests
+// running, times a speed drawn evenly within 2% either way from a source
+// seeded with seed: two ticks at one limit read about 1% apart, as on 2
+// cores shared with the lab's load and stub.
+func noisyCores(d time.Duration, slowdown func(n float64) float64, seed uint64) func() time.Duration {
+	rng := rand.New(rand.NewPCG(seed, 11))
+	speeds := make([]float64, 1000)
+	for i := range speeds {
+		speeds[i] = 0.98 + 0.04*rng.Float64()
+	}
+	start := time.Now()
+	var busy atomic.Int64
+	return func() time.Duration {
+		n := busy.Add(1)
+		defer busy.Add(-1)
+		speed := speeds[int(time.Since(start)/(500*time.Millisecond))%len(speeds)]
+		took := time.Duration(slowdown(float64(n)) * speed * float64(d))
+		time.Sleep(took)
+		return took
+	}
+}
+
+// fourthAdds3 is CPU work on 2 cores whose third request at once raises
+// throughput a fifth and whose fourth 3%, as measured with the lab's
+// stub (2 to 4%); a fifth adds 1%, and more add nothing.
+func fourthAdds3(n float64) float64 {
+	switch {
+	case n <= 2:
+		return 1
+	case n <= 3:
+		return 1.25
+	case n <= 4:
+		return 4 / (1.03 * 2.4)
+	}
+	return n / 2.5
+}
+
+// TestStepsOfOnePermitAddingLessThanTheNoiseAreFound: a fourth request of
+// CPU work adds 3%, and ticks at one limit read about 1% apart. Judged on
+// one tick against the 5% of a tick's noise, the step from 3 to 4 was
+// refused every time; judged together with the tries just before it, it
+// is kept within a minute. And no step beyond is kept for long: a fifth
+// adds 1%, a sixth nothing.
+func TestStepsOfOnePermitAddingLessThanTheNoiseAreFound(t *testing.T) {
+	for seed := range uint64(8) {
+		t.Run(fmt.Sprint(seed+1), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				var clients atomic.Int64
+				clients.Store(32)
+				ctrl, stop := coresRig(t, Estimate{Saturated: true, Capacity: 2, LowerBound: 1}, noisyCores(10*time.Millisecond, fourthAdds3, seed+1), &clients)
+				defer stop()
+				var samples []int
+				for range 60 {
+					time.Sleep(time.Second)
+					samples = append(samples, ctrl.Limit())
+				}
+				if got := lastMedian(samples); got < 4 || got > 5 {
+					t.Errorf("limit at 40-60s = %d; want 4, or 5 (path %v; changes %+v)", got, samples, ctrl.Changes())
+				}
+			})
+		})
+	}
+}
