@@ -783,7 +783,7 @@ func (c *Controller) trial(dir int) int {
 }
 
 // finest reports whether a step from one limit to another is one permit
-// up at a small limit: a third or a half of it, where a step is kept on a
+// up at a small limit: a tenth of it or more, where a step is kept on a
 // rise of throughput beyond a tick's noise (holdLoss) rather than by half
 // the step.
 func (c *Controller) finest(from, to int) bool {
@@ -804,9 +804,10 @@ func (c *Controller) judgeTrial(now time.Time, t tick) {
 	var reason Reason
 	// A step of one permit up from a small limit is judged together with
 	// the tries from the same limit just before it: on 2 cores shared
-	// with the load's own clients, a fourth request of CPU work adds 2
-	// to 4%, and against a tick's noise of 5% the step was refused in 7
-	// runs of 9, read at -4% to +5%. The mean of the tries is held to the
+	// with the load's own clients, a fourth request of CPU work adds a
+	// few percent (2 to 7% at fixed limits of 3 and 4), and against a
+	// tick's noise of 5% the step was refused in 7 runs of 9, read at -4%
+	// to +5%. The mean of the tries is held to the
 	// noise shrunk by the square root of their number: the same odds of
 	// keeping a permit that adds nothing. So is their stretch of the
 	// service time, which with the permit in use throughout is the same

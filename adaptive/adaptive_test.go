@@ -922,7 +922,7 @@ func noisyCores(d time.Duration, slowdown func(n float64) float64, seed uint64) 
 
 // fourthAdds3 is CPU work on 2 cores whose third request at once raises
 // throughput a fifth and whose fourth 3%, as measured with the lab's
-// stub (2 to 4%); a fifth adds 1%, and more add nothing.
+// stub (2 to 7%); a fifth adds 1%, and more add nothing.
 func fourthAdds3(n float64) float64 {
 	switch {
 	case n <= 2:
