@@ -259,16 +259,8 @@ type Controller struct {
 	upFrom   int
 	upAtOnce float64
 	upUntil  time.Time
-	// pooledFrom is the small limit from which the last steps of one
-	// permit up were refused in a row, pooledN of them, their gains in
-	// throughput and service time adding up to pooledGain and
-	// pooledStretch (see judgeTrial).
-	pooledFrom    int
-	pooledN       int
-	pooledGain    float64
-	pooledStretch float64
-	changes       []Change
-	tickLen       time.Duration
+	changes  []Change
+	tickLen  time.Duration
 	// openTickLen is the tick while admission is open: 5 of the least
 	// median service times, from 0.5 s to 1 s.
 	openTickLen time.Duration
@@ -418,12 +410,10 @@ func (c *Controller) tickLength() time.Duration {
 		// trimmed or a step up is tried: the sooner, the less the first
 		// limit's error costs.
 		d /= 2
-	case c.phase == judge && c.limit > c.from && !c.finest(c.from, c.limit):
+	case c.phase == judge && c.limit > c.from:
 		// A step up is judged on half a tick, 10 service times or more:
 		// its permits are taken at once, and it is what costs latency
-		// at a knee that holds (see judgeTrial). Not a step of one
-		// permit at a small limit: what it may add is within a tick's
-		// noise, and it costs a permit's latency where it does not.
+		// at a knee that holds (see judgeTrial).
 		d /= 2
 	}
 	c.mu.Unlock()
@@ -636,7 +626,7 @@ func (c *Controller) limited(now time.Time, t tick) {
 	c.calmSince = now
 	// What trials learnt at an earlier limit is of another load.
 	c.step, c.dir, c.refused, c.knees, c.upKnees = firstStep, +1, 0, 0, 0
-	c.rest, c.nudgedAt, c.heldAt, c.upFrom, c.pooledFrom = 0, 0, 0, 0, 0
+	c.rest, c.nudgedAt, c.heldAt, c.upFrom = 0, 0, 0, 0
 	c.drained = now
 	if t.answered > 0 {
 		c.drained = now.Add(time.Duration(1.2 * t.inFlight / t.answered * float64(time.Second)))
@@ -782,18 +772,6 @@ func (c *Controller) trial(dir int) int {
 	return c.clamp(c.limit+dir*delta, 0)
 }
 
-// finest reports whether a step from one limit to another is one permit
-// up at a small limit: a tenth of it or more, where a step is kept on a
-// rise of throughput beyond a tick's noise (holdLoss) rather than by half
-// the step.
-func (c *Controller) finest(from, to int) bool {
-	return to == from+1 && followShare/float64(from) > holdLoss
-}
-
-// pooledTrials is how many steps of one permit up from a small limit are
-// judged together at most.
-const pooledTrials = 3
-
 // judgeTrial keeps or undoes a trial from the tick measured at it.
 func (c *Controller) judgeTrial(now time.Time, t tick) {
 	c.phase = measure
@@ -802,37 +780,6 @@ func (c *Controller) judgeTrial(now time.Time, t tick) {
 	figures := fmt.Sprintf("throughput %.0f/s at %d against %.0f/s at %d", t.throughput, c.limit, c.base.throughput, c.from)
 	var kept bool
 	var reason Reason
-	// A step of one permit up from a small limit is judged together with
-	// the tries from the same limit just before it: on 2 cores shared
-	// with the load's own clients, a fourth request of CPU work adds a
-	// few percent (2 to 7% at fixed limits of 3 and 4), and against a
-	// tick's noise of 5% the step was refused in 7 runs of 9, read at -4%
-	// to +5%. The mean of the tries is held to the
-	// noise shrunk by the square root of their number: the same odds of
-	// keeping a permit that adds nothing. So is their stretch of the
-	// service time, which with the permit in use throughout is the same
-	// reading seen from the other side.
-	stretch := 0.0
-	if c.base.slowdown > 0 {
-		stretch = t.slowdown/c.base.slowdown - 1
-	}
-	noise := holdLoss
-	if c.limit > c.from && c.finest(c.from, c.limit) {
-		if c.pooledFrom != c.from {
-			c.pooledFrom, c.pooledN, c.pooledGain, c.pooledStretch = c.from, 0, 0, 0
-		}
-		c.pooledN++
-		c.pooledGain += gain
-		c.pooledStretch += stretch
-		n := float64(c.pooledN)
-		gain = c.pooledGain / n
-		stretch = c.pooledStretch / n
-		noise /= math.Sqrt(n)
-		if c.pooledN > 1 {
-			figures += fmt.Sprintf("; %.1f%% more on average over the last %d tries", gain*100, c.pooledN)
-		}
-		figures += fmt.Sprintf(", against %.1f%% of noise", noise*100)
-	}
 	if c.limit > c.from {
 		// Up: kept if demand filled it and throughput followed by half
 		// the step, or beyond a tick's noise (holdLoss): a step of 50%
@@ -844,8 +791,12 @@ func (c *Controller) judgeTrial(now time.Time, t tick) {
 		// it grown by the whole step, the requests added would all wait
 		// inside the upstream. It is measured apart from the requests
 		// held, whose samples a tick's throughput also rests on.
-		kept = t.busy >= busyShare/2 && gain >= min(followShare*(ratio-1), noise) &&
-			stretch <= max(followShare*(ratio-1), ratio/(1+noise)-1)
+		stretch := 0.0
+		if c.base.slowdown > 0 {
+			stretch = t.slowdown/c.base.slowdown - 1
+		}
+		kept = t.busy >= busyShare/2 && gain >= min(followShare*(ratio-1), holdLoss) &&
+			stretch <= max(followShare*(ratio-1), ratio/(1+holdLoss)-1)
 		reason = ThroughputFollowed
 	} else {
 		// Down: kept if throughput held, within half the step and never
@@ -869,7 +820,7 @@ func (c *Controller) judgeTrial(now time.Time, t tick) {
 	if kept {
 		// The limit moved: a step of one permit, or down, may be tried
 		// anywhere.
-		c.nudgedAt, c.heldAt, c.pooledFrom = 0, 0, 0
+		c.nudgedAt, c.heldAt = 0, 0
 	}
 	if kept && dir > 0 {
 		// Kept as far as throughput followed: a step of 10% that raised
@@ -981,15 +932,6 @@ func (c *Controller) judgeTrial(now time.Time, t tick) {
 	}
 	c.skip = 1
 	c.nudging = false
-	if c.pooledFrom == c.from && dir > 0 {
-		if c.pooledN < pooledTrials && c.pooledGain > 0 {
-			// Throughput rose, within the noise: try again at once, from a
-			// base measured afresh, and judge the tries together.
-			c.dir, c.refused = +1, 0
-			return
-		}
-		c.pooledFrom = 0
-	}
 	c.refused++
 	c.dir = -dir
 	if c.refused >= 2 || !c.bothWays {
