@@ -17,4 +17,9 @@
 // wait for readiness and honour deadlines and Close as net.Conn does.
 // Errors come as net.Conn's would: *net.OpError for a failure, a
 // timeout's Timeout() true, io.EOF at the peer's end of stream.
+//
+// A Conn's deadlines are its own, not the runtime's: setting one stores a
+// number, and one goroutine meets them, at most a few milliseconds late
+// (see deadline_linux.go). A proxy sets several on every request and
+// almost never meets one.
 package rawio

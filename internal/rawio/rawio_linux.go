@@ -5,6 +5,7 @@ import (
 	"net"
 	"os"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 	"unsafe"
@@ -30,6 +31,12 @@ type Conn struct {
 	wn      int
 	werr    error
 	writeFn func(fd uintptr) bool
+
+	// Deadlines, read and write, met by the reaper (see deadline_linux.go).
+	dl     [2]deadline
+	dmu    sync.Mutex // serialises arming a deadline with setting it anew
+	slot   int        // the Conn's index in the reaper's list, -1 once closed
+	closed atomic.Bool
 }
 
 // Wrap returns c as a Conn when it is a *net.TCPConn, and c itself
@@ -46,6 +53,7 @@ func Wrap(c net.Conn) net.Conn {
 	rc := &Conn{tc: tc, raw: raw}
 	rc.readFn = rc.read
 	rc.writeFn = rc.write
+	reaper.add(rc)
 	return rc
 }
 
@@ -157,12 +165,32 @@ func (c *Conn) opError(op string, err error) error {
 	return &net.OpError{Op: op, Net: "tcp", Source: c.tc.LocalAddr(), Addr: c.tc.RemoteAddr(), Err: err}
 }
 
-func (c *Conn) Close() error                          { return c.tc.Close() }
+// Close closes the connection; its deadlines are forgotten.
+func (c *Conn) Close() error {
+	c.closed.Store(true)
+	reaper.remove(c)
+	return c.tc.Close()
+}
+
+// SetDeadline sets both deadlines, as net.Conn's does; they are met at
+// most reapGap late.
+func (c *Conn) SetDeadline(t time.Time) error {
+	if err := c.setDeadline(read, t); err != nil {
+		return err
+	}
+	return c.setDeadline(write, t)
+}
+
+// SetReadDeadline sets the read deadline, as net.Conn's does; it is met at
+// most reapGap late.
+func (c *Conn) SetReadDeadline(t time.Time) error { return c.setDeadline(read, t) }
+
+// SetWriteDeadline sets the write deadline, as net.Conn's does; it is met
+// at most reapGap late.
+func (c *Conn) SetWriteDeadline(t time.Time) error { return c.setDeadline(write, t) }
+
 func (c *Conn) CloseWrite() error                     { return c.tc.CloseWrite() }
 func (c *Conn) CloseRead() error                      { return c.tc.CloseRead() }
 func (c *Conn) LocalAddr() net.Addr                   { return c.tc.LocalAddr() }
 func (c *Conn) RemoteAddr() net.Addr                  { return c.tc.RemoteAddr() }
-func (c *Conn) SetDeadline(t time.Time) error         { return c.tc.SetDeadline(t) }
-func (c *Conn) SetReadDeadline(t time.Time) error     { return c.tc.SetReadDeadline(t) }
-func (c *Conn) SetWriteDeadline(t time.Time) error    { return c.tc.SetWriteDeadline(t) }
 func (c *Conn) SyscallConn() (syscall.RawConn, error) { return c.raw, nil }

@@ -1,0 +1,192 @@
+package rawio
+
+import (
+	"errors"
+	"net"
+	"os"
+	"sync"
+	"testing"
+	"time"
+)
+
+// readErr reads one byte from c in the background and delivers the error
+// with the time it came.
+func readErr(c net.Conn) <-chan timedErr {
+	ch := make(chan timedErr, 1)
+	go func() {
+		_, err := c.Read(make([]byte, 1))
+		ch <- timedErr{err, time.Now()}
+	}()
+	return ch
+}
+
+type timedErr struct {
+	err error
+	at  time.Time
+}
+
+// A deadline moved later while a read waits holds the read to the new one.
+func TestDeadlineMovedLaterWhileBlocked(t *testing.T) {
+	c, peer := pair(t)
+	c.SetReadDeadline(time.Now().Add(50 * time.Millisecond))
+	got := readErr(c)
+	time.Sleep(10 * time.Millisecond)
+	c.SetReadDeadline(time.Now().Add(time.Hour))
+	select {
+	case r := <-got:
+		t.Fatalf("Read ended at the deadline it no longer had: %v", r.err)
+	case <-time.After(300 * time.Millisecond):
+	}
+	peer.Write([]byte("x"))
+	if r := <-got; r.err != nil {
+		t.Fatalf("Read = %v; want the byte sent", r.err)
+	}
+}
+
+// A read that timed out reads again once its deadline is set anew.
+func TestReadsAgainAfterATimeout(t *testing.T) {
+	c, peer := pair(t)
+	c.SetReadDeadline(time.Now().Add(20 * time.Millisecond))
+	if r := <-readErr(c); !errors.Is(r.err, os.ErrDeadlineExceeded) {
+		t.Fatalf("Read = %v; want a timeout", r.err)
+	}
+	peer.Write([]byte("x"))
+	c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	b := make([]byte, 1)
+	if n, err := c.Read(b); n != 1 || err != nil {
+		t.Fatalf("Read after a new deadline = %d, %v; want the byte sent", n, err)
+	}
+	c.SetReadDeadline(time.Time{})
+	peer.Write([]byte("y"))
+	if n, err := c.Read(b); n != 1 || err != nil || b[0] != 'y' {
+		t.Fatalf("Read with no deadline = %d %q, %v; want y", n, b[:n], err)
+	}
+}
+
+// A deadline set in the past ends a read already waiting, as net.Conn's
+// does: the way a server interrupts a connection's read.
+func TestPastDeadlineEndsAWaitingRead(t *testing.T) {
+	c, _ := pair(t)
+	got := readErr(c)
+	time.Sleep(20 * time.Millisecond)
+	c.SetReadDeadline(time.Now())
+	select {
+	case r := <-got:
+		if !errors.Is(r.err, os.ErrDeadlineExceeded) {
+			t.Fatalf("Read = %v; want a timeout", r.err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("a deadline in the past did not end the read")
+	}
+}
+
+// A deadline sooner than any the reaper waits for is met in its time, not
+// the other's: the reaper, asleep until the hour is up, is woken.
+func TestSoonerDeadlineIsMet(t *testing.T) {
+	far, _ := pair(t)
+	far.SetReadDeadline(time.Now().Add(time.Hour))
+	time.Sleep(20 * time.Millisecond) // the reaper sleeps towards the hour
+	c, _ := pair(t)
+	set := time.Now()
+	c.SetReadDeadline(set.Add(30 * time.Millisecond))
+	select {
+	case r := <-readErr(c):
+		if !errors.Is(r.err, os.ErrDeadlineExceeded) {
+			t.Fatalf("Read = %v; want a timeout", r.err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the sooner deadline was not met")
+	}
+}
+
+// Deadlines are never met early, however many there are.
+func TestManyDeadlinesNoneEarly(t *testing.T) {
+	const n = 50
+	var wg sync.WaitGroup
+	for i := range n {
+		c, _ := pair(t)
+		d := time.Duration(10+3*i) * time.Millisecond
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			due := time.Now().Add(d)
+			c.SetReadDeadline(due)
+			_, err := c.Read(make([]byte, 1))
+			if !errors.Is(err, os.ErrDeadlineExceeded) {
+				t.Errorf("Read = %v; want a timeout", err)
+			}
+			if early := time.Until(due); early > 0 {
+				t.Errorf("deadline met %v early", early)
+			}
+		}()
+	}
+	wg.Wait()
+}
+
+// A closed connection's deadlines are forgotten with it, and setting one
+// fails as net.Conn's does.
+func TestClosedConnIsForgotten(t *testing.T) {
+	before := reaper.registered()
+	var conns []*Conn
+	for range 5 {
+		c, _ := pair(t)
+		c.SetDeadline(time.Now().Add(time.Hour))
+		conns = append(conns, c)
+	}
+	if got := reaper.registered(); got != before+5 {
+		t.Fatalf("%d connections kept; want %d", got, before+5)
+	}
+	for _, c := range conns {
+		c.Close()
+		c.Close() // twice, as a caller may
+	}
+	if got := reaper.registered(); got != before {
+		t.Fatalf("%d connections kept after closing; want %d", got, before)
+	}
+	if err := conns[0].SetReadDeadline(time.Now()); !errors.Is(err, net.ErrClosed) {
+		t.Fatalf("SetReadDeadline on a closed connection = %v; want net.ErrClosed", err)
+	}
+}
+
+func TestSetDeadlineAllocatesNothing(t *testing.T) {
+	c, _ := pair(t)
+	allocs := testing.AllocsPerRun(100, func() {
+		c.SetReadDeadline(time.Now().Add(time.Minute))
+		c.SetWriteDeadline(time.Now().Add(time.Minute))
+	})
+	if allocs != 0 {
+		t.Fatalf("setting deadlines allocates %.1f times; want 0", allocs)
+	}
+}
+
+// BenchmarkSetDeadline is one deadline set on a connection, as every phase
+// of a request sets one: stored for the reaper, or the socket's own.
+func BenchmarkSetDeadline(b *testing.B) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		c, err := ln.Accept()
+		if err == nil {
+			defer c.Close()
+			time.Sleep(time.Hour)
+		}
+	}()
+	tc, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer tc.Close()
+	for _, bc := range []struct {
+		name string
+		c    net.Conn
+	}{{"net", tc}, {"rawio", Wrap(tc)}} {
+		b.Run(bc.name, func(b *testing.B) {
+			for b.Loop() {
+				bc.c.SetReadDeadline(time.Now().Add(time.Minute))
+			}
+		})
+	}
+}
