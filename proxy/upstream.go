@@ -105,18 +105,19 @@ func (e *exchange) roundTrip(req *fasthttp.Request, deadline time.Time) error {
 	}
 	// As HostClient.Do does: the target goes out as it came in.
 	req.URI().DisablePathNormalizing = true
-	bw := hc.AcquireWriter(conn)
-	err = req.Write(bw)
+	w := requestWriters.Get().(*requestWriter)
+	w.reset(conn, req.IsBodyStream())
+	err = req.Write(w.bw)
 	if err == nil {
-		err = bw.Flush()
+		err = w.bw.Flush()
 	}
-	hc.ReleaseWriter(bw)
 	if err != nil {
+		w.release()
 		return err
 	}
-
 	u.first = firsts.Get().(*[firstBytes]byte)
-	n, err := conn.Read(u.first[:])
+	n, err := w.finish(u.first[:])
+	w.release()
 	if n == 0 {
 		if err == nil || err == io.EOF {
 			err = errNoAnswer
@@ -144,6 +145,96 @@ func (e *exchange) roundTrip(req *fasthttp.Request, deadline time.Time) error {
 			return errors.New("proxy: too many informational responses")
 		}
 	}
+}
+
+// heldBytes is the most of a request requestWriter holds back: the line,
+// the headers and a body read whole before the handler.
+const heldBytes = 16 << 10
+
+// requestWriter holds a request's bytes until it is written whole, so that
+// writing it and reading the answer's first bytes are one call (rawio's
+// WriteRead), which saves a read that would find nothing. A request whose
+// body streams from the client goes out as it is written: its first part
+// must not wait for the rest.
+type requestWriter struct {
+	conn   net.Conn
+	held   []byte
+	direct bool
+	bw     *bufio.Writer
+}
+
+var requestWriters = sync.Pool{New: func() any {
+	w := new(requestWriter)
+	w.bw = bufio.NewWriterSize(w, 4<<10)
+	return w
+}}
+
+func (w *requestWriter) reset(conn net.Conn, direct bool) {
+	w.conn, w.direct, w.held = conn, direct, w.held[:0]
+	w.bw.Reset(w)
+}
+
+func (w *requestWriter) Write(p []byte) (int, error) {
+	if !w.direct && len(w.held)+len(p) <= heldBytes {
+		w.held = append(w.held, p...)
+		return len(p), nil
+	}
+	if err := w.goDirect(); err != nil {
+		return 0, err
+	}
+	return w.conn.Write(p)
+}
+
+// ReadFrom hands a streamed body to the connection's own ReadFrom, which
+// writes each piece as it arrives: bufio.Writer's would hold the last
+// piece of what the client sent so far until its buffer filled.
+func (w *requestWriter) ReadFrom(r io.Reader) (int64, error) {
+	if err := w.goDirect(); err != nil {
+		return 0, err
+	}
+	if rf, ok := w.conn.(io.ReaderFrom); ok {
+		return rf.ReadFrom(r)
+	}
+	return io.Copy(struct{ io.Writer }{w.conn}, r)
+}
+
+// goDirect writes what is held and makes every later write go out at once.
+func (w *requestWriter) goDirect() error {
+	if w.direct {
+		return nil
+	}
+	w.direct = true
+	if len(w.held) == 0 {
+		return nil
+	}
+	_, err := w.conn.Write(w.held)
+	w.held = w.held[:0]
+	return err
+}
+
+// writeReader is rawio's connection, on Linux.
+type writeReader interface {
+	WriteRead(w, r []byte) (int, error)
+}
+
+// finish writes what is held and reads the answer's first bytes into b.
+func (w *requestWriter) finish(b []byte) (int, error) {
+	if wr, ok := w.conn.(writeReader); ok && len(w.held) > 0 {
+		return wr.WriteRead(w.held, b)
+	}
+	if len(w.held) > 0 {
+		if _, err := w.conn.Write(w.held); err != nil {
+			return 0, err
+		}
+	}
+	return w.conn.Read(b)
+}
+
+// release returns w to its pool. Its buffer stays with it: it holds at
+// most heldBytes.
+func (w *requestWriter) release() {
+	w.conn = nil
+	requestWriters.Put(w)
 }
 
 // hasBody reports whether the response read by roundTrip has a body to

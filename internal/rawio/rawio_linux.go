@@ -32,6 +32,11 @@ type Conn struct {
 	werr    error
 	writeFn func(fd uintptr) bool
 
+	// WriteRead's state: whether its write is still to make, and whether
+	// the socket took only part of it.
+	writing, partial bool
+	writeReadFn      func(fd uintptr) bool
+
 	// Deadlines, read and write, met by the reaper (see deadline_linux.go).
 	dl     [2]deadline
 	dmu    sync.Mutex // serialises arming a deadline with setting it anew
@@ -53,6 +58,7 @@ func Wrap(c net.Conn) net.Conn {
 	rc := &Conn{tc: tc, raw: raw}
 	rc.readFn = rc.read
 	rc.writeFn = rc.write
+	rc.writeReadFn = rc.writeRead
 	reaper.add(rc)
 	return rc
 }
@@ -116,6 +122,67 @@ func (c *Conn) Write(b []byte) (int, error) {
 		err = c.opError("write", err)
 	}
 	return n, err
+}
+
+// WriteRead writes all of w and then reads into r, as Write then Read
+// would: a request and the first bytes of its answer. Read would first
+// find nothing, a system call that fails with EAGAIN, before it waits; here
+// the write is made inside the read, after the runtime forgot any earlier
+// readiness, so the wait needs no such call: the answer cannot come before
+// the request, and its arrival after the write wakes the wait. A write the
+// socket takes only part of is finished as Write does, and the read made
+// as Read does.
+func (c *Conn) WriteRead(w, r []byte) (int, error) {
+	if len(w) == 0 || len(r) == 0 {
+		if _, err := c.Write(w); err != nil {
+			return 0, err
+		}
+		return c.Read(r)
+	}
+	c.rmu.Lock()
+	c.wmu.Lock()
+	c.wb, c.wn, c.werr = w, 0, nil
+	c.rb, c.rn, c.rerr = r, 0, nil
+	c.writing, c.partial = true, false
+	beforeWrite()
+	err := c.raw.Read(c.writeReadFn)
+	if err == nil && c.partial {
+		err = c.raw.Write(c.writeFn)
+		if err == nil && c.werr == nil {
+			err = c.raw.Read(c.readFn)
+		}
+	}
+	afterRead()
+	wrote := c.wn == len(c.wb)
+	werr, n, rerr := c.werr, c.rn, c.rerr
+	c.wb, c.werr, c.rb, c.rerr = nil, nil, nil, nil
+	c.wmu.Unlock()
+	c.rmu.Unlock()
+	switch {
+	case werr != nil:
+		return 0, c.opError("write", werr)
+	case err != nil && !wrote:
+		return 0, c.opError("write", err)
+	case err != nil:
+		return n, c.opError("read", err)
+	case rerr != nil && rerr != io.EOF:
+		return n, c.opError("read", rerr)
+	}
+	return n, rerr
+}
+
+// writeRead is WriteRead's attempt: first the write, whole, then false to
+// wait for the answer; after that, a read.
+func (c *Conn) writeRead(fd uintptr) bool {
+	if !c.writing {
+		return c.read(fd)
+	}
+	c.writing = false
+	if !c.write(fd) {
+		c.partial = true // finished outside, where it may wait to write
+		return true
+	}
+	return c.werr != nil
 }
 
 // ReadFrom copies r to the connection, writing each read at once, as

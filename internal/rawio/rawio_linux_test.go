@@ -229,3 +229,93 @@ func TestHandOffThroughSocket(t *testing.T) {
 	}
 	<-done
 }
+
+// WriteRead writes the request and reads the answer, which comes only
+// after it.
+func TestWriteRead(t *testing.T) {
+	c, peer := pair(t)
+	go func() {
+		b := make([]byte, 4)
+		if _, err := io.ReadFull(peer, b); err == nil && string(b) == "ping" {
+			peer.Write([]byte("pong"))
+		}
+	}()
+	b := make([]byte, 16)
+	n, err := c.WriteRead([]byte("ping"), b)
+	if err != nil || string(b[:n]) != "pong" {
+		t.Fatalf("WriteRead = %q, %v; want pong", b[:n], err)
+	}
+}
+
+// A request larger than the socket takes at once is written whole before
+// the answer is read.
+func TestWriteReadLargeRequest(t *testing.T) {
+	c, peer := pair(t)
+	req := bytes.Repeat([]byte("x"), 16<<20)
+	go func() {
+		time.Sleep(50 * time.Millisecond) // the socket's buffers fill first
+		n, _ := io.CopyN(io.Discard, peer, int64(len(req)))
+		if n == int64(len(req)) {
+			peer.Write([]byte("done"))
+		}
+	}()
+	b := make([]byte, 16)
+	n, err := c.WriteRead(req, b)
+	if err != nil || string(b[:n]) != "done" {
+		t.Fatalf("WriteRead = %q, %v; want done", b[:n], err)
+	}
+}
+
+// An answer that does not come meets the read deadline, a read's timeout;
+// a request the peer does not take meets the write deadline, a write's.
+func TestWriteReadDeadlines(t *testing.T) {
+	c, _ := pair(t)
+	c.SetReadDeadline(time.Now().Add(30 * time.Millisecond))
+	_, err := c.WriteRead([]byte("ping"), make([]byte, 16))
+	var oe *net.OpError
+	if !errors.Is(err, os.ErrDeadlineExceeded) || !errors.As(err, &oe) || oe.Op != "read" {
+		t.Fatalf("WriteRead with no answer = %v; want a read timeout", err)
+	}
+
+	c, _ = pair(t)
+	c.SetWriteDeadline(time.Now().Add(50 * time.Millisecond))
+	_, err = c.WriteRead(make([]byte, 64<<20), make([]byte, 16))
+	if !errors.Is(err, os.ErrDeadlineExceeded) || !errors.As(err, &oe) || oe.Op != "write" {
+		t.Fatalf("WriteRead to a peer that does not read = %v; want a write timeout", err)
+	}
+}
+
+// A peer that closed answers with the end of the stream or a reset, never
+// a hang.
+func TestWriteReadClosedPeer(t *testing.T) {
+	c, peer := pair(t)
+	peer.Close()
+	c.SetDeadline(time.Now().Add(5 * time.Second))
+	n, err := c.WriteRead([]byte("ping"), make([]byte, 16))
+	if n != 0 || err == nil || errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("WriteRead to a closed peer = %d, %v; want the end of stream or a reset", n, err)
+	}
+}
+
+func TestWriteReadAllocatesNothing(t *testing.T) {
+	c, peer := pair(t)
+	msg := []byte("0123456789")
+	go func() { // an echo server, for the whole test
+		b := make([]byte, len(msg))
+		for {
+			if _, err := io.ReadFull(peer, b); err != nil {
+				return
+			}
+			peer.Write(b)
+		}
+	}()
+	buf := make([]byte, len(msg))
+	allocs := testing.AllocsPerRun(100, func() {
+		if n, err := c.WriteRead(msg, buf); err != nil || n != len(msg) {
+			t.Fatalf("WriteRead = %d, %v", n, err)
+		}
+	})
+	if allocs != 0 {
+		t.Fatalf("WriteRead allocates %.1f times; want 0", allocs)
+	}
+}
