@@ -105,19 +105,23 @@ func (e *exchange) roundTrip(req *fasthttp.Request, deadline time.Time) error {
 	}
 	// As HostClient.Do does: the target goes out as it came in.
 	req.URI().DisablePathNormalizing = true
+	// The request is held in the exchange's scratch space until written,
+	// and the writer's buffer goes back to its pool before the wait for
+	// the answer: a request held at the upstream keeps only its own bytes.
 	w := requestWriters.Get().(*requestWriter)
-	w.reset(conn, req.IsBodyStream())
+	w.reset(conn, req.IsBodyStream(), e.scratch[:0])
 	err = req.Write(w.bw)
 	if err == nil {
 		err = w.bw.Flush()
 	}
+	held, direct := w.held, w.direct
+	w.release()
+	e.scratch = held[:0]
 	if err != nil {
-		w.release()
 		return err
 	}
 	u.first = firsts.Get().(*[firstBytes]byte)
-	n, err := w.finish(u.first[:])
-	w.release()
+	n, err := writeRead(conn, held, direct, u.first[:])
 	if n == 0 {
 		if err == nil || err == io.EOF {
 			err = errNoAnswer
@@ -148,8 +152,9 @@ func (e *exchange) roundTrip(req *fasthttp.Request, deadline time.Time) error {
 }
 
 // heldBytes is the most of a request requestWriter holds back: the line,
-// the headers and a body read whole before the handler.
-const heldBytes = 16 << 10
+// the headers and a small body read whole before the handler. A larger
+// request goes out as it is written, and its answer is read as any read.
+const heldBytes = 4 << 10
 
 // requestWriter holds a request's bytes until it is written whole, so that
 // writing it and reading the answer's first bytes are one call (rawio's
@@ -169,8 +174,10 @@ var requestWriters = sync.Pool{New: func() any {
 	return w
 }}
 
-func (w *requestWriter) reset(conn net.Conn, direct bool) {
-	w.conn, w.direct, w.held = conn, direct, w.held[:0]
+// reset readies w to write to conn, holding the request in held's space
+// unless direct.
+func (w *requestWriter) reset(conn net.Conn, direct bool, held []byte) {
+	w.conn, w.direct, w.held = conn, direct, held
 	w.bw.Reset(w)
 }
 
@@ -212,29 +219,30 @@ func (w *requestWriter) goDirect() error {
 	return err
 }
 
+// release returns w to its pool, without the held space, which is the
+// exchange's.
+func (w *requestWriter) release() {
+	w.conn, w.held = nil, nil
+	requestWriters.Put(w)
+}
+
 // writeReader is rawio's connection, on Linux.
 type writeReader interface {
 	WriteRead(w, r []byte) (int, error)
 }
 
-// finish writes what is held and reads the answer's first bytes into b.
-func (w *requestWriter) finish(b []byte) (int, error) {
-	if wr, ok := w.conn.(writeReader); ok && len(w.held) > 0 {
-		return wr.WriteRead(w.held, b)
-	}
-	if len(w.held) > 0 {
-		if _, err := w.conn.Write(w.held); err != nil {
+// writeRead writes held, the request (unless it went out directly), and
+// reads the answer's first bytes into b.
+func writeRead(conn net.Conn, held []byte, direct bool, b []byte) (int, error) {
+	if !direct && len(held) > 0 {
+		if wr, ok := conn.(writeReader); ok {
+			return wr.WriteRead(held, b)
+		}
+		if _, err := conn.Write(held); err != nil {
 			return 0, err
 		}
 	}
-	return w.conn.Read(b)
-}
-
-// release returns w to its pool. Its buffer stays with it: it holds at
-// most heldBytes.
-func (w *requestWriter) release() {
-	w.conn = nil
-	requestWriters.Put(w)
+	return conn.Read(b)
 }
 
 // hasBody reports whether the response read by roundTrip has a body to
