@@ -190,3 +190,64 @@ func BenchmarkSetDeadline(b *testing.B) {
 		})
 	}
 }
+
+// Deadlines set, moved and cleared from several goroutines while reads
+// wait and connections close: every read ends by its last deadline, none
+// hangs, and every closed connection is forgotten.
+func TestDeadlinesUnderChurn(t *testing.T) {
+	before := reaper.registered()
+	const conns = 30
+	var wg sync.WaitGroup
+	for i := range conns {
+		c, peer := pair(t)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer c.Close()
+			stop := make(chan struct{})
+			// A second goroutine keeps moving the write deadline and now
+			// and then clears it, as a server between responses does.
+			go func() {
+				for j := 0; ; j++ {
+					select {
+					case <-stop:
+						return
+					default:
+					}
+					if j%7 == 0 {
+						c.SetWriteDeadline(time.Time{})
+					} else {
+						c.SetWriteDeadline(time.Now().Add(time.Duration(j%5) * time.Millisecond))
+					}
+					time.Sleep(time.Millisecond)
+				}
+			}()
+			defer close(stop)
+			for j := range 20 {
+				d := time.Duration(1+(i+j)%10) * time.Millisecond
+				due := time.Now().Add(d)
+				c.SetReadDeadline(due)
+				if j%4 == 0 {
+					peer.Write([]byte("x")) // this read finds a byte
+				}
+				_, err := c.Read(make([]byte, 1))
+				if err != nil && !errors.Is(err, os.ErrDeadlineExceeded) {
+					t.Errorf("Read = %v; want a byte or a timeout", err)
+					return
+				}
+				if err != nil && time.Now().Before(due) {
+					t.Errorf("Read timed out %v before its deadline", time.Until(due))
+					return
+				}
+				if late := time.Since(due); err != nil && late > 2*time.Second {
+					t.Errorf("Read ended %v after its deadline", late)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if n := reaper.registered(); n != before {
+		t.Fatalf("%d connections kept after all closed; want %d", n, before)
+	}
+}
