@@ -194,10 +194,3 @@ func (r *reaperState) look(now int64) int64 {
 	}
 	return next
 }
-
-// registered is how many connections the reaper keeps, for tests.
-func (r *reaperState) registered() int {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return len(r.conns)
-}

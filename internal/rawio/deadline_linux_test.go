@@ -20,6 +20,13 @@ func readErr(c net.Conn) <-chan timedErr {
 	return ch
 }
 
+// registered is how many connections the reaper keeps.
+func (r *reaperState) registered() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.conns)
+}
+
 type timedErr struct {
 	err error
 	at  time.Time
