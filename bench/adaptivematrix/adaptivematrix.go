@@ -17,6 +17,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -58,6 +59,10 @@ type Options struct {
 	// Scale multiplies every phase's duration: below 1 for a quicker,
 	// rougher run. If zero, 1.
 	Scale float64
+	// Rounds is how many times each case runs through its arms, each
+	// round starting one arm further on; an arm's figures are then its
+	// rounds' means (see merge). If zero, 1.
+	Rounds int
 	// Progress receives a line per run. If nil, nothing is written.
 	Progress io.Writer
 }
@@ -98,11 +103,24 @@ type Result struct {
 	Lowest    float64
 	Collapsed bool
 
+	// Series is the limit over time, of the first round when there were
+	// several.
 	Series []Point
+
+	// Rounds is how many runs the figures above come from, and Goodputs
+	// and P99s each one's, in the order they ran: with more than one, the
+	// figures are their means, the counts their sums, Converged each
+	// phase's longest, Lowest the lowest and Collapsed whether any did.
+	Rounds   int             `json:",omitempty"`
+	Goodputs []float64       `json:",omitempty"`
+	P99s     []time.Duration `json:",omitempty"`
 }
 
 // Limited reports whether the arm ever set a limit.
 func (r Result) Limited() bool {
+	if r.Lowest > 0 {
+		return true // in some round, when there were several
+	}
 	for _, p := range r.Series {
 		if p.Limit > 0 {
 			return true
@@ -120,6 +138,7 @@ func Run(ctx context.Context, cases []Case, l bench.Launcher, opts Options) ([]R
 	if opts.Scale == 0 {
 		opts.Scale = 1
 	}
+	rounds := max(opts.Rounds, 1)
 	arms := opts.Arms
 	if len(arms) == 0 {
 		arms = Arms()
@@ -127,16 +146,32 @@ func Run(ctx context.Context, cases []Case, l bench.Launcher, opts Options) ([]R
 	var results []Result
 	for i, c := range cases {
 		c = scaled(c, opts.Scale)
-		byArm := map[string]Result{}
-		for _, arm := range runOrder(c, arms) {
-			say(opts.Progress, "[%d/%d] adaptive %s, %s: %s", i+1, len(cases), c.Name, arm, c.Description)
-			r, err := runArm(ctx, c, arm, l)
-			if err != nil {
-				return results, fmt.Errorf("case %s, arm %s: %w", c.Name, arm, err)
+		// Two runs of one arm minutes apart differ by a few percent on
+		// shared cores, as much as two arms may: with several rounds each
+		// arm runs in every position, and a slow spell of the machine
+		// falls on each in turn rather than on one.
+		order := runOrder(c, arms)
+		each := map[string][]Result{}
+		for round := range rounds {
+			for k := range order {
+				arm := order[(k+round)%len(order)]
+				at := ""
+				if rounds > 1 {
+					at = fmt.Sprintf(", round %d/%d", round+1, rounds)
+				}
+				say(opts.Progress, "[%d/%d] adaptive %s, %s%s: %s", i+1, len(cases), c.Name, arm, at, c.Description)
+				r, err := runArm(ctx, c, arm, l)
+				if err != nil {
+					return results, fmt.Errorf("case %s, arm %s: %w", c.Name, arm, err)
+				}
+				say(opts.Progress, "[%d/%d] adaptive %s, %s%s: %.0f rps, p50 %s, p99 %s, %d rejected, %d failed, limit right after %s",
+					i+1, len(cases), c.Name, arm, at, r.Goodput, r.P50.Round(time.Millisecond), r.P99.Round(time.Millisecond), r.Rejected, r.Failed, convergedText(r))
+				each[arm] = append(each[arm], r)
 			}
-			say(opts.Progress, "[%d/%d] adaptive %s, %s: %.0f rps, p50 %s, p99 %s, %d rejected, %d failed, limit right after %s",
-				i+1, len(cases), c.Name, arm, r.Goodput, r.P50.Round(time.Millisecond), r.P99.Round(time.Millisecond), r.Rejected, r.Failed, convergedText(r))
-			byArm[arm] = r
+		}
+		byArm := map[string]Result{}
+		for arm, rs := range each {
+			byArm[arm] = merge(rs)
 		}
 		if c.Oracle == 0 && contains(arms, Oracle) {
 			// No limit is right: the oracle is no limit, run once.
@@ -154,6 +189,50 @@ func Run(ctx context.Context, cases []Case, l bench.Launcher, opts Options) ([]R
 		}
 	}
 	return results, nil
+}
+
+// merge makes one Result of one arm's rounds of a case: the goodput and
+// latencies their means, the counts their sums, each phase's convergence
+// the slowest (never, if one never converged), the lowest limit the
+// lowest, collapsed if one collapsed, the chart the first round's. A
+// single round is returned as it is, without Rounds.
+func merge(rs []Result) Result {
+	if len(rs) == 1 {
+		return rs[0]
+	}
+	m := rs[0]
+	m.Rounds = len(rs)
+	m.Converged = slices.Clone(m.Converged)
+	m.Goodputs, m.P99s = nil, nil
+	var goodput float64
+	var duration, p50, p99 time.Duration
+	m.OK, m.Rejected, m.Failed, m.Lowest = 0, 0, 0, 0
+	limited := false
+	for _, r := range rs {
+		m.Goodputs = append(m.Goodputs, r.Goodput)
+		m.P99s = append(m.P99s, r.P99)
+		goodput += r.Goodput
+		duration += r.Duration
+		p50 += r.P50
+		p99 += r.P99
+		m.OK += r.OK
+		m.Rejected += r.Rejected
+		m.Failed += r.Failed
+		for i, c := range r.Converged {
+			if i < len(m.Converged) && m.Converged[i] >= 0 && (c < 0 || c > m.Converged[i]) {
+				m.Converged[i] = c
+			}
+		}
+		if r.Limited() && (!limited || r.Lowest < m.Lowest) {
+			m.Lowest, limited = r.Lowest, true
+		}
+		m.Collapsed = m.Collapsed || r.Collapsed
+	}
+	n := len(rs)
+	m.Goodput = goodput / float64(n)
+	m.Duration = duration / time.Duration(n)
+	m.P50, m.P99 = p50/time.Duration(n), p99/time.Duration(n)
+	return m
 }
 
 // runOrder is the arms to launch for c: the oracle of a case where no

@@ -128,3 +128,56 @@ func TestTruthHoldsItsEdges(t *testing.T) {
 		}
 	}
 }
+
+// TestMergeRounds: three rounds of one arm make one result: means of
+// goodput and latency, sums of counts, each phase's slowest convergence
+// (never, if one never), the lowest limit of any, a collapse if one
+// collapsed, and the first round's chart.
+func TestMergeRounds(t *testing.T) {
+	s, ms := time.Second, time.Millisecond
+	first := []Point{{At: s, Limit: 4}}
+	m := merge([]Result{
+		{Case: "cpu", Arm: Adaptive, Duration: 25 * s, Goodput: 1700, P50: 14 * ms, P99: 24 * ms, OK: 42500, Rejected: 1, Converged: []time.Duration{s, 9 * s}, Lowest: 3, Series: first},
+		{Case: "cpu", Arm: Adaptive, Duration: 25 * s, Goodput: 1750, P50: 13 * ms, P99: 26 * ms, OK: 43750, Failed: 2, Converged: []time.Duration{2 * s, -1}, Lowest: 2, Collapsed: true, Series: []Point{{At: s, Limit: 3}}},
+		{Case: "cpu", Arm: Adaptive, Duration: 25 * s, Goodput: 1810, P50: 15 * ms, P99: 22 * ms, OK: 45250, Converged: []time.Duration{3 * s, 4 * s}, Lowest: 4, Series: []Point{{At: s, Limit: 5}}},
+	})
+	if m.Rounds != 3 || m.Goodput != 1753.3333333333333 || m.P50 != 14*ms || m.P99 != 24*ms || m.Duration != 25*s {
+		t.Errorf("Rounds %d, Goodput %v, P50 %v, P99 %v, Duration %v; want 3, 5260/3, 14ms, 24ms, 25s", m.Rounds, m.Goodput, m.P50, m.P99, m.Duration)
+	}
+	if m.OK != 131500 || m.Rejected != 1 || m.Failed != 2 {
+		t.Errorf("OK %d, Rejected %d, Failed %d; want 131500, 1, 2", m.OK, m.Rejected, m.Failed)
+	}
+	if want := []time.Duration{3 * s, -1}; !slices.Equal(m.Converged, want) {
+		t.Errorf("Converged %v; want %v", m.Converged, want)
+	}
+	if m.Lowest != 2 || !m.Collapsed || !slices.Equal(m.Series, first) {
+		t.Errorf("Lowest %v, Collapsed %v, Series %v; want 2, true, %v", m.Lowest, m.Collapsed, m.Series, first)
+	}
+	if want := []float64{1700, 1750, 1810}; !slices.Equal(m.Goodputs, want) {
+		t.Errorf("Goodputs %v; want %v", m.Goodputs, want)
+	}
+	if one := merge([]Result{{Goodput: 1700, Converged: []time.Duration{s}}}); one.Rounds != 0 || one.Goodputs != nil {
+		t.Errorf("one round: Rounds %d, Goodputs %v; want it as it ran, 0 and none", one.Rounds, one.Goodputs)
+	}
+}
+
+// TestJudgeOnMeans: over three rounds Envoy's goodput moves by more than
+// the 2% noise from round to round. Judged round by round adaptive would
+// be worse in the first and better in the third; on the means (1753
+// against 1750) the two tie.
+func TestJudgeOnMeans(t *testing.T) {
+	ms := time.Millisecond
+	round := func(arm string, goodput float64, p99 time.Duration) Result {
+		return Result{Case: "cpu", Arm: arm, Goodput: goodput, P99: p99, Converged: []time.Duration{time.Second}}
+	}
+	adaptive := []Result{round(Adaptive, 1700, 24*ms), round(Adaptive, 1750, 24*ms), round(Adaptive, 1810, 24*ms)}
+	envoy := []Result{round(Envoy, 1760, 24*ms), round(Envoy, 1750, 24*ms), round(Envoy, 1740, 24*ms)}
+	oracle := []Result{round(Oracle, 1500, 26*ms), round(Oracle, 1480, 26*ms), round(Oracle, 1520, 26*ms)}
+	if v := Judge([]Result{adaptive[0], envoy[0], oracle[0]}); v[0].Against[Envoy] != "worse" {
+		t.Fatalf("round 1 alone (1700 against 1760): %q; want worse", v[0].Against[Envoy])
+	}
+	v := Judge([]Result{merge(adaptive), merge(envoy), merge(oracle)})
+	if len(v) != 1 || v[0].Against[Envoy] != "tie" || !v[0].Met() {
+		t.Errorf("on the means: %+v; want a tie with Envoy and every goal met", v)
+	}
+}

@@ -139,6 +139,7 @@ func WriteMarkdown(w io.Writer, cases []Case, results []Result) error {
 	var b strings.Builder
 	b.WriteString("| case | arm | goodput (rps) | p50 | p99 | rejected | failed | limit right after (per phase) | lowest limit |\n")
 	b.WriteString("| --- | --- | --: | --: | --: | --: | --: | --- | --: |\n")
+	rounds := 0
 	for _, r := range results {
 		arm := r.Arm
 		if r.SameAs != "" {
@@ -151,8 +152,17 @@ func WriteMarkdown(w io.Writer, cases []Case, results []Result) error {
 				lowest += " (below half the truth)"
 			}
 		}
-		fmt.Fprintf(&b, "| %s | %s | %.0f | %s | %s | %d | %d | %s | %s |\n", r.Case, arm, r.Goodput,
-			ms(r.P50), ms(r.P99), r.Rejected, r.Failed, convergedCell(r), lowest)
+		goodput, p99 := fmt.Sprintf("%.0f", r.Goodput), ms(r.P99)
+		if r.Rounds > 1 {
+			rounds = r.Rounds
+			goodput += fmt.Sprintf(" (%.0f–%.0f)", slices.Min(r.Goodputs), slices.Max(r.Goodputs))
+			p99 += fmt.Sprintf(" (%d–%d)", slices.Min(r.P99s).Round(time.Millisecond).Milliseconds(), slices.Max(r.P99s).Round(time.Millisecond).Milliseconds())
+		}
+		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %d | %d | %s | %s |\n", r.Case, arm, goodput,
+			ms(r.P50), p99, r.Rejected, r.Failed, convergedCell(r), lowest)
+	}
+	if rounds > 1 {
+		fmt.Fprintf(&b, "\nEach arm ran %d rounds, the arms in turn, each round starting one arm further on: goodput, p50 and p99 are the rounds' means (lowest and highest in brackets), rejected and failed their sums, the limit's time to stand right each phase's slowest round, the lowest limit the lowest of any, and the chart the first round's. Adaptive is judged on the means.\n", rounds)
 	}
 	verdicts := Judge(results)
 	if len(verdicts) > 0 {

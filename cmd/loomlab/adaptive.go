@@ -54,9 +54,9 @@ func labController(environ []string) (func(sidecar.ControllerHooks) sidecar.Cont
 }
 
 // runAdaptiveMatrix is --scenario adaptive: every case of the matrix, or
-// those --cases names, through every arm; the table to stdout, and with
+// those --cases names, through every arm, --rounds times; the table to stdout, and with
 // --out the report with a chart of the limit per case.
-func runAdaptiveMatrix(ctx context.Context, launcher bench.Launcher, names, armNames, out string, stdout, stderr io.Writer) int {
+func runAdaptiveMatrix(ctx context.Context, launcher bench.Launcher, names, armNames string, rounds int, out string, stdout, stderr io.Writer) int {
 	cases, ok := pickCases(adaptivematrix.Cases(), func(c adaptivematrix.Case) string { return c.Name }, names, stderr)
 	if !ok {
 		return 2
@@ -77,7 +77,7 @@ func runAdaptiveMatrix(ctx context.Context, launcher bench.Launcher, names, armN
 		return 1
 	}
 	began := time.Now()
-	results, err := adaptivematrix.Run(ctx, cases, launcher, adaptivematrix.Options{Progress: stderr, Arms: arms})
+	results, err := adaptivematrix.Run(ctx, cases, launcher, adaptivematrix.Options{Progress: stderr, Arms: arms, Rounds: rounds})
 	if len(results) > 0 {
 		adaptivematrix.WriteMarkdown(stdout, cases, results)
 		fmt.Fprintf(stdout, "\n%d runs in %s.\n", len(results), time.Since(began).Round(time.Second))

@@ -202,6 +202,7 @@ func benchCommand(ctx context.Context, args []string, launcher bench.Launcher, s
 	armNames := fs.String("arms", "", "with --scenario adaptive: the arms to run, comma-separated, from "+strings.Join(adaptivematrix.Arms(), ", ")+" (default all; a goal judged against a missing arm is not judged)")
 	protoFlag := fs.String("proto", "", "protocol: http1, h2c (HTTP/2 with prior knowledge, a GET per request) or grpc (a unary call per request: the URL's path is the method, or /wait and /cpu for the stub's, and its query the request); with a scenario it replaces the arms' (default http1, or the scenario's)")
 	conns := fs.Int("conns", 0, fmt.Sprintf("with --proto h2c or grpc: the connections every user's or request's streams share, as HTTP/2 clients share few (default %d)", bench.DefaultConns))
+	rounds := fs.Int("rounds", 0, "with --scenario adaptive: run each case this many times, the arms in turn, each round starting one arm further on, and judge adaptive mode on the rounds' means (default 1)")
 	procs := fs.Bool("procs", false, "with --scenario overhead: also compare loomgate with GOMAXPROCS 1 and 2 on shared CPUs, and under a CPU quota when a cgroup can be made")
 	fs.Usage = func() {
 		fmt.Fprint(stderr, `Usage: loomgate bench --url URL [flags]
@@ -298,11 +299,17 @@ Flags:
 	if (proto != "" || *conns > 0) && slices.Contains([]string{adviceScenario, overheadScenario, fleetScenario}, *scenarioName) {
 		return fail("--scenario %s speaks HTTP/1.1; --proto and --conns go with --url and the other scenarios", *scenarioName)
 	}
+	switch {
+	case *rounds < 0 || setFlags(fs)["rounds"] && *rounds == 0:
+		return fail("--rounds %d: want at least 1 round", *rounds)
+	case *rounds > 0 && *scenarioName != adaptiveScenario:
+		return fail("--rounds goes with --scenario adaptive")
+	}
 	if *scenarioName == adviceScenario {
 		return runAdviceMatrix(ctx, launcher, *caseNames, stdout, stderr)
 	}
 	if *scenarioName == adaptiveScenario {
-		return runAdaptiveMatrix(ctx, launcher, *caseNames, *armNames, *out, stdout, stderr)
+		return runAdaptiveMatrix(ctx, launcher, *caseNames, *armNames, *rounds, *out, stdout, stderr)
 	}
 	if *caseNames != "" {
 		return fail("--cases goes with --scenario advice or adaptive")

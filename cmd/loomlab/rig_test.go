@@ -143,6 +143,9 @@ func TestBenchCommandRefusesBadInput(t *testing.T) {
 		{[]string{"--url", "http://127.0.0.1:1/", "--proto", "grpc", "--conns", "0"}, 2, "--conns 0: want at least 1 connection"},
 		{[]string{"--url", "http://127.0.0.1:1/", "--proto", "grpc"}, 2, "with grpc the path is the method"},
 		{[]string{"--scenario", "overhead", "--proto", "h2c"}, 2, "--scenario overhead speaks HTTP/1.1"},
+		{[]string{"--scenario", "adaptive", "--rounds", "0"}, 2, "--rounds 0: want at least 1 round"},
+		{[]string{"--scenario", "adaptive", "--rounds", "-2"}, 2, "--rounds -2: want at least 1 round"},
+		{[]string{"--scenario", "overhead", "--rounds", "3"}, 2, "--rounds goes with --scenario adaptive"},
 	}
 	for _, tt := range tests {
 		var stderr bytes.Buffer
