@@ -80,7 +80,13 @@ func runAdaptiveMatrix(ctx context.Context, launcher bench.Launcher, names, armN
 	results, err := adaptivematrix.Run(ctx, cases, launcher, adaptivematrix.Options{Progress: stderr, Arms: arms, Rounds: rounds})
 	if len(results) > 0 {
 		adaptivematrix.WriteMarkdown(stdout, cases, results)
-		fmt.Fprintf(stdout, "\n%d runs in %s.\n", len(results), time.Since(began).Round(time.Second))
+		runs := 0
+		for _, r := range results {
+			if r.SameAs == "" {
+				runs += max(r.Rounds, 1)
+			}
+		}
+		fmt.Fprintf(stdout, "\n%d runs in %s.\n", runs, time.Since(began).Round(time.Second))
 		if out != "" {
 			if werr := adaptivematrix.WriteDir(out, cases, results); werr != nil {
 				fmt.Fprintf(stderr, "loomgate bench: --out %s: %v\n", out, werr)
