@@ -38,6 +38,9 @@ var malformedCases = []struct {
 	// the server lacks.
 	{"HTTP/1.0 with chunked", "POST / HTTP/1.0\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\n\r\n", 400, BadRequest},
 	{"unknown transfer coding", "POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: gzip\r\n\r\nabc", 501, BadRequest},
+	// fasthttp reads "identity" as no body: what follows would be read as
+	// the next request, and forwarded.
+	{"identity transfer coding", "POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: identity\r\n\r\nGET /smuggled HTTP/1.1\r\nHost: x\r\n\r\n", 501, BadRequest},
 	{"bad chunk size", "POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\nabc\r\n0\r\n\r\n", 400, BadRequest},
 	{"bad method token", "G(T / HTTP/1.1\r\nHost: x\r\n\r\n", 400, BadRequest},
 	{"two spaces in the request line", "GET  / HTTP/1.1\r\nHost: x\r\n\r\n", 400, BadRequest},
@@ -64,8 +67,8 @@ func TestMalformedRequestsAreAnsweredNotForwarded(t *testing.T) {
 			if resp.StatusCode != tt.status {
 				t.Errorf("status %d %q; want %d", resp.StatusCode, body, tt.status)
 			}
-			if tt.status == 400 && !resp.Close {
-				t.Errorf("status 400 without Connection: close; want the connection closed after faulty framing")
+			if (tt.status == 400 || tt.status == 501) && !resp.Close {
+				t.Errorf("status %d without Connection: close; want the connection closed after faulty framing", tt.status)
 			}
 			o := tp.rec.wait(t, i+1)[i]
 			if o.Kind != tt.kind || o.Status != tt.status {

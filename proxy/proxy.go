@@ -555,6 +555,16 @@ func (p *Proxy) admitRequest(ctx *fasthttp.RequestCtx, e *exchange) bool {
 		return false
 	}
 	e.fields = fields
+	if fields&header.Coding != 0 && req.Header.ContentLength() != -1 {
+		// A Transfer-Encoding fasthttp let through that is not chunked:
+		// "identity", which it reads as no body, so that the body, had
+		// the client sent one, would be read as the next request and
+		// forwarded unchecked. Not a coding of HTTP/1.1 (RFC 9112, 6.1):
+		// 501, as for any coding the proxy does not know, and close.
+		ctx.SetConnectionClose()
+		e.respond(ctx, fasthttp.StatusNotImplemented, BadRequest, msgCoding)
+		return false
+	}
 	if t := req.Header.RequestURI(); len(t) > 0 && t[0] != '/' {
 		if authority, ok := header.AbsoluteAuthority(t); ok && !header.ValidAuthority(authority) {
 			e.respond(ctx, fasthttp.StatusBadRequest, BadRequest, msgMalformed)

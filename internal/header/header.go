@@ -33,6 +33,10 @@ type Fields uint8
 const (
 	HopFields Fields = 1 << iota // one of Hop
 	Expect                       // Expect
+	// Coding is Transfer-Encoding, which fasthttp reads only as chunked:
+	// "identity", which no HTTP/1.1 coding is any more, it takes for none,
+	// and a body that follows would be read as the next request.
+	Coding
 )
 
 var nameExpect = []byte("Expect")
@@ -131,7 +135,10 @@ func Scan(raw []byte) (fields Fields, ok bool) {
 		case len("Content-Length"):
 			length = length || bytes.EqualFold(name, []byte("Content-Length"))
 		case len("Transfer-Encoding"):
-			coding = coding || bytes.EqualFold(name, []byte("Transfer-Encoding"))
+			if bytes.EqualFold(name, []byte("Transfer-Encoding")) {
+				coding = true
+				fields |= Coding
+			}
 		default:
 			fields |= Of(name)
 		}

@@ -20,7 +20,8 @@ func TestScan(t *testing.T) {
 		{"Host: x\r\nEXPECT: 100-continue\r\n\r\n", Expect, true},
 		{"Host: x\r\nExpect: 100-continue\r\nUpgrade: websocket\r\n\r\n", HopFields | Expect, true},
 		{"Host: x\r\nContent-Length: 3\r\n\r\n", 0, true},
-		{"Host: x\r\nContent-Length: 3\r\ntransfer-encoding: chunked\r\n\r\n", 0, false},
+		{"Host: x\r\nContent-Length: 3\r\ntransfer-encoding: chunked\r\n\r\n", Coding, false},
+		{"Host: x\r\nTransfer-Encoding: identity\r\n\r\n", Coding, true},
 		{"Host: x\r\nX A: 1\r\n\r\n", 0, false},
 		{"Host: x\r\n: 1\r\n\r\n", 0, false},
 		{"Host: x\r\nX-A: 1\r\n Connection: folded into X-A\r\n\r\n", 0, true},
@@ -145,7 +146,10 @@ func FuzzScan(f *testing.F) {
 				want |= Expect
 			}
 			length = length || strings.EqualFold(name, "Content-Length")
-			coding = coding || strings.EqualFold(name, "Transfer-Encoding")
+			if strings.EqualFold(name, "Transfer-Encoding") {
+				coding = true
+				want |= Coding
+			}
 		}
 		if ok == (length && coding) {
 			t.Fatalf("Scan(%q) = %v with Content-Length %v, Transfer-Encoding %v; want false only with both", raw, ok, length, coding)
