@@ -6,9 +6,12 @@ import (
 	"io"
 	"net"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/valyala/fasthttp"
+
+	"github.com/loomgate/loomgate/internal/peer"
 )
 
 // The exchange makes its own round trip on the HostClient's connection
@@ -23,8 +26,9 @@ import (
 //     admission + UpstreamTimeout, which the exchange already knows, where
 //     Do reads the clock five times to recompute it.
 //
-// Do's retries are of no use to a proxy (it must not replay a request),
-// and its user agent and redirect handling are disabled here anyway.
+// Do's retries replay any request, which a proxy must not; it retries only
+// where the upstream cannot have acted on one (see roundTrip). Do's user
+// agent and redirect handling are disabled here anyway.
 
 // firstBytes is what the exchange reads of an answer before it takes a
 // reader from the pool: the whole of a typical small response, so that
@@ -91,17 +95,47 @@ type upstreamConn struct {
 // roundTrip writes req upstream and reads the response's header into
 // e.resp, leaving the body on the connection, which e holds until
 // releaseUpstream.
+//
+// An upstream may close a kept-alive connection while it sits in the pool
+// (its own idle timeout, a restart), and a request sent on it then meets
+// the close: it was not the upstream's failure to answer, and the request
+// goes out again on another connection. Only where the upstream cannot
+// have acted on it: a pooled connection seen closed before anything was
+// written (looked at for a request that may not be replayed, a system call
+// the others do not pay), or one that ended with no byte of an answer
+// under a request that is idempotent (RFC 9110, 9.2.2) and held whole.
+// Each retry spends a connection that had served before, so they end at
+// the first fresh one.
 func (e *exchange) roundTrip(req *fasthttp.Request, deadline time.Time) error {
+	replayable := isIdempotent(req) && !req.IsBodyStream()
+	for {
+		stale, err := e.try(req, deadline, replayable)
+		if !stale {
+			return err
+		}
+		e.p.log.Debug("upstream had closed a pooled connection; the request goes on another", "err", err)
+		e.up.reusable = false
+		e.releaseUpstream()
+	}
+}
+
+// try is one round trip of roundTrip's; stale reports that the connection
+// turned out closed by the upstream while idle, and req may go again.
+func (e *exchange) try(req *fasthttp.Request, deadline time.Time, replayable bool) (stale bool, err error) {
 	hc := e.p.client
 	cc, err := hc.AcquireConn(e.p.timeout, false)
 	if err != nil {
-		return err
+		return false, err
 	}
 	u := &e.up
 	u.cc = cc
 	conn := cc.Conn()
+	reused := wasUsed(conn)
+	if reused && !replayable && peer.Gone(conn) {
+		return true, errNoAnswer
+	}
 	if err := conn.SetDeadline(deadline); err != nil {
-		return err
+		return false, err
 	}
 	// As HostClient.Do does: the target goes out as it came in.
 	req.URI().DisablePathNormalizing = true
@@ -118,7 +152,7 @@ func (e *exchange) roundTrip(req *fasthttp.Request, deadline time.Time) error {
 	w.release()
 	e.scratch = held[:0]
 	if err != nil {
-		return err
+		return false, err
 	}
 	u.first = firsts.Get().(*[firstBytes]byte)
 	n, err := writeRead(conn, held, direct, u.first[:])
@@ -126,7 +160,7 @@ func (e *exchange) roundTrip(req *fasthttp.Request, deadline time.Time) error {
 		if err == nil || err == io.EOF {
 			err = errNoAnswer
 		}
-		return err
+		return reused && replayable && closedUnder(err), err
 	}
 	u.pre = prefixReader{b: u.first[:n], conn: conn}
 	u.br = hc.AcquireReader(conn)
@@ -139,16 +173,41 @@ func (e *exchange) roundTrip(req *fasthttp.Request, deadline time.Time) error {
 			if err == io.EOF {
 				err = io.ErrUnexpectedEOF
 			}
-			return err
+			return false, err
 		}
 		status := resp.StatusCode()
 		if status < 100 || status > 199 || status == fasthttp.StatusSwitchingProtocols {
-			return nil
+			return false, nil
 		}
 		if i == maxInterim {
-			return errors.New("proxy: too many informational responses")
+			return false, errors.New("proxy: too many informational responses")
 		}
 	}
+}
+
+// wasUsed reports whether conn had carried a request before: only such a
+// connection can have been closed by the upstream as it sat in the pool.
+func wasUsed(conn net.Conn) bool {
+	u, ok := conn.(interface{ Used() bool })
+	return ok && u.Used()
+}
+
+// closedUnder reports whether err, with no byte of an answer read, is the
+// upstream's close or reset of the connection, not a timeout.
+func closedUnder(err error) bool {
+	return errors.Is(err, errNoAnswer) || errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE)
+}
+
+// isIdempotent reports whether req's method is idempotent (RFC 9110,
+// 9.2.2): sent twice, it does what it does once, so a request the upstream
+// may have seen before it closed can go again. A request with an
+// Idempotency-Key says the same of itself.
+func isIdempotent(req *fasthttp.Request) bool {
+	switch string(req.Header.Method()) {
+	case fasthttp.MethodGet, fasthttp.MethodHead, fasthttp.MethodOptions, fasthttp.MethodTrace, fasthttp.MethodPut, fasthttp.MethodDelete:
+		return true
+	}
+	return len(req.Header.Peek("Idempotency-Key")) > 0
 }
 
 // heldBytes is the most of a request requestWriter holds back: the line,

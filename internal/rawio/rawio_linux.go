@@ -37,6 +37,9 @@ type Conn struct {
 	writing, partial bool
 	writeReadFn      func(fd uintptr) bool
 
+	// wrote is set once anything has been written: see Used.
+	wrote atomic.Bool
+
 	// Deadlines, read and write, met by the reaper (see deadline_linux.go).
 	dl     [2]deadline
 	dmu    sync.Mutex // serialises arming a deadline with setting it anew
@@ -216,6 +219,9 @@ func (c *Conn) write(fd uintptr) bool {
 		switch errno {
 		case 0:
 			c.wn += int(n)
+			if !c.wrote.Load() {
+				c.wrote.Store(true)
+			}
 		case syscall.EINTR:
 		case syscall.EAGAIN:
 			return false
@@ -226,6 +232,11 @@ func (c *Conn) write(fd uintptr) bool {
 	}
 	return true
 }
+
+// Used reports whether anything has been written on the connection: one
+// taken from a pool that was has served a request before, and may have
+// been closed by its peer while it sat idle.
+func (c *Conn) Used() bool { return c.wrote.Load() }
 
 // opError wraps err as net.Conn's errors are, naming the operation a raw
 // connection would otherwise call raw-read or raw-write.

@@ -319,3 +319,30 @@ func TestWriteReadAllocatesNothing(t *testing.T) {
 		t.Fatalf("WriteRead allocates %.1f times; want 0", allocs)
 	}
 }
+
+// Used: a connection is used once a write put bytes on it, whether by
+// Write or WriteRead, and not by reads or a write of nothing.
+func TestUsed(t *testing.T) {
+	c, peer := pair(t)
+	go peer.Write([]byte("hello"))
+	if _, err := io.ReadFull(c, make([]byte, 5)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Write(nil); err != nil {
+		t.Fatal(err)
+	}
+	if c.Used() {
+		t.Fatal("Used after a read and an empty write; want not yet")
+	}
+	go func() {
+		b := make([]byte, 4)
+		io.ReadFull(peer, b)
+		peer.Write([]byte("pong"))
+	}()
+	if _, err := c.WriteRead([]byte("ping"), make([]byte, 4)); err != nil {
+		t.Fatal(err)
+	}
+	if !c.Used() {
+		t.Fatal("not Used after WriteRead; want used")
+	}
+}

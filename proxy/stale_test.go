@@ -1,0 +1,145 @@
+package proxy
+
+import (
+	"bufio"
+	"io"
+	"net"
+	"net/http"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/loomgate/loomgate/limiter"
+)
+
+// connUpstream is an HTTP/1.1 upstream on loopback that hands each
+// connection to serve, which answers the requests on it as it chooses, and
+// counts the requests it read.
+type connUpstream struct {
+	URL      string
+	requests atomic.Int64
+}
+
+func newConnUpstream(t *testing.T, serve func(u *connUpstream, c net.Conn, br *bufio.Reader)) *connUpstream {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	u := &connUpstream{URL: "http://" + ln.Addr().String()}
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				serve(u, c, bufio.NewReader(c))
+			}()
+		}
+	}()
+	return u
+}
+
+// next reads the next request on c whole, and counts it.
+func (u *connUpstream) next(br *bufio.Reader) bool {
+	r, err := http.ReadRequest(br)
+	if err != nil {
+		return false
+	}
+	io.Copy(io.Discard, r.Body)
+	u.requests.Add(1)
+	return true
+}
+
+const okAnswer = "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"
+
+// TestUpstreamIdleCloseIsNoFailure: an upstream that closes a kept-alive
+// connection 50 ms after its last answer, as servers with a short idle
+// timeout do, without saying so in the answer. Each request comes later
+// than that, when the pooled connection is already closed: each is
+// answered, counted ok, and reaches the upstream once, whatever its method.
+func TestUpstreamIdleCloseIsNoFailure(t *testing.T) {
+	up := newConnUpstream(t, func(u *connUpstream, c net.Conn, br *bufio.Reader) {
+		for {
+			c.SetReadDeadline(time.Now().Add(50 * time.Millisecond))
+			if !u.next(br) {
+				return
+			}
+			io.WriteString(c, okAnswer)
+		}
+	})
+	tp := startProxy(t, up.URL, limiter.Config{Mode: limiter.Unbounded}, func(c *Config) { c.Logger = discardLogger() })
+	for i, raw := range []string{
+		get("/a"),
+		get("/b"),
+		"POST /c HTTP/1.1\r\nHost: x\r\nContent-Length: 1\r\n\r\nx",
+		"DELETE /d HTTP/1.1\r\nHost: x\r\n\r\n",
+		"PATCH /e HTTP/1.1\r\nHost: x\r\nContent-Length: 1\r\n\r\ny",
+	} {
+		if i > 0 {
+			time.Sleep(200 * time.Millisecond)
+		}
+		resp, body := dial(t, tp.addr).roundTrip(t, raw)
+		if resp.StatusCode != 200 || body != "ok" {
+			t.Fatalf("request %d: %d %q; want 200 ok", i+1, resp.StatusCode, body)
+		}
+		if n := up.requests.Load(); n != int64(i+1) {
+			t.Fatalf("after request %d the upstream read %d; want each once", i+1, n)
+		}
+	}
+	for _, o := range tp.rec.wait(t, 5) {
+		if o.Kind != OK {
+			t.Errorf("outcome %v %d; want ok", o.Kind, o.Status)
+		}
+	}
+	tp.waitIdle(t)
+}
+
+// TestRequestNotReplayedWhereTheUpstreamMayHaveActed: an upstream that
+// answers the first request on a connection and closes the connection
+// under the second, having read it. A POST may have been acted on: it is
+// not sent again, and the failure is the upstream's. A GET goes again on a
+// new connection.
+func TestRequestNotReplayedWhereTheUpstreamMayHaveActed(t *testing.T) {
+	up := newConnUpstream(t, func(u *connUpstream, c net.Conn, br *bufio.Reader) {
+		if !u.next(br) {
+			return
+		}
+		io.WriteString(c, okAnswer)
+		u.next(br) // and no answer
+	})
+	tp := startProxy(t, up.URL, limiter.Config{Mode: limiter.Unbounded}, func(c *Config) { c.Logger = discardLogger() })
+	c := dial(t, tp.addr)
+	if resp, _ := c.roundTrip(t, get("/first")); resp.StatusCode != 200 {
+		t.Fatalf("first GET: %d; want 200", resp.StatusCode)
+	}
+	resp, _ := c.roundTrip(t, "POST /pay HTTP/1.1\r\nHost: x\r\nContent-Length: 1\r\n\r\nx")
+	if resp.StatusCode != 502 {
+		t.Errorf("POST on a connection closed under it: %d; want 502", resp.StatusCode)
+	}
+	if n := up.requests.Load(); n != 2 {
+		t.Errorf("the upstream read %d requests; want 2, the POST once", n)
+	}
+	if o := tp.rec.wait(t, 2)[1]; o.Kind != UpstreamError {
+		t.Errorf("POST counted %v; want upstream_error", o.Kind)
+	}
+	// A fresh connection answers once; the GET after it on the same
+	// pooled connection meets the close and goes again on another.
+	for i := range 2 {
+		if resp, body := c.roundTrip(t, get("/again")); resp.StatusCode != 200 || body != "ok" {
+			t.Fatalf("GET %d: %d %q; want 200 ok", i+1, resp.StatusCode, body)
+		}
+	}
+	if n := up.requests.Load(); n != 5 {
+		t.Errorf("the upstream read %d requests; want 5: the second GET twice", n)
+	}
+	for _, o := range tp.rec.wait(t, 4)[2:] {
+		if o.Kind != OK {
+			t.Errorf("GET counted %v; want ok", o.Kind)
+		}
+	}
+	tp.waitIdle(t)
+}
