@@ -203,7 +203,7 @@ func ParseUpstream(raw string) (addr string, err error) {
 		return "", errors.New("has no host")
 	case u.User != nil:
 		return "", errors.New("has user information, which is not supported")
-	case u.Path != "" && u.Path != "/", u.RawQuery != "", u.Fragment != "", u.Opaque != "":
+	case u.Path != "" && u.Path != "/", u.RawQuery != "", u.ForceQuery, u.Fragment != "", u.Opaque != "":
 		return "", errors.New("has a path, query or fragment, which are not supported")
 	}
 	port := u.Port()
@@ -264,7 +264,10 @@ func New(cfg Config) (*Proxy, error) {
 		return nil, err
 	}
 	addr, _ := ParseUpstream(cfg.Upstream)
-	host, _, _ := strings.Cut(strings.TrimPrefix(cfg.Upstream, "http://"), "/")
+	// The Host the upstream is asked for is the URL's, as url.Parse reads
+	// it: the scheme's case is the URL's own affair, not the host's.
+	u, _ := url.Parse(cfg.Upstream)
+	host := u.Host
 	p := &Proxy{
 		admit:        cfg.Admitter,
 		observer:     cfg.Observer,

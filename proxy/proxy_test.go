@@ -585,3 +585,19 @@ func TestClientLeavesMidStream(t *testing.T) {
 		t.Errorf("after the client left: %d; want 200", resp.StatusCode)
 	}
 }
+
+// TestUpstreamHostFromTheURL: a request with no Host of its own (HTTP/1.0)
+// asks the upstream for the URL's host, read as a URL is: the scheme's
+// case is no part of it.
+func TestUpstreamHostFromTheURL(t *testing.T) {
+	up := newUpstream(t, func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") })
+	hostPort := strings.TrimPrefix(up.URL, "http://")
+	tp := startProxy(t, "HTTP://"+hostPort, limiter.Config{Mode: limiter.Unbounded}, nil)
+	resp, _ := dial(t, tp.addr).roundTrip(t, "GET /x HTTP/1.0\r\n\r\n")
+	if resp.StatusCode != 200 {
+		t.Fatalf("status %d; want 200", resp.StatusCode)
+	}
+	if got := up.lastRequest().Host; got != hostPort {
+		t.Errorf("upstream Host = %q; want %q", got, hostPort)
+	}
+}

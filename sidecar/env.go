@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"reflect"
 	"sort"
 	"strconv"
@@ -70,7 +71,15 @@ func ParseEnv(environ []string) (Config, error) {
 		}
 	}
 
-	err := env.ParseWithOptions(&cfg, env.Options{Prefix: EnvPrefix, Environment: envMap})
+	// The prefix alone names no variable (it is reported below as
+	// unknown), but env would read it for the untagged fields of the
+	// types a variable parses into, whose errors name no variable.
+	parsed := envMap
+	if _, ok := envMap[EnvPrefix]; ok {
+		parsed = maps.Clone(envMap)
+		delete(parsed, EnvPrefix)
+	}
+	err := env.ParseWithOptions(&cfg, env.Options{Prefix: EnvPrefix, Environment: parsed})
 	var agg env.AggregateError
 	if errors.As(err, &agg) {
 		for _, e := range agg.Errors {

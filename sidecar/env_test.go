@@ -54,6 +54,8 @@ func TestParseEnvProblems(t *testing.T) {
 		// Found by probing: each was accepted, or reported in Go's words.
 		{[]string{"LOOMGATE_UPSTREAM=http://127.0.0.1:99999"}, []string{`LOOMGATE_UPSTREAM="http://127.0.0.1:99999": has port 99999; want 1 to 65535`}},
 		{[]string{"LOOMGATE_UPSTREAM=http://127.0.0.1:0"}, []string{`LOOMGATE_UPSTREAM="http://127.0.0.1:0": has port 0; want 1 to 65535`}},
+		{[]string{"LOOMGATE_=5"}, []string{`LOOMGATE_="5": unknown variable`}},
+		{[]string{"LOOMGATE_UPSTREAM=http://127.0.0.1:8081?"}, []string{`LOOMGATE_UPSTREAM="http://127.0.0.1:8081?": has a path, query or fragment`}},
 		{[]string{"LOOMGATE_UPSTREAM="}, []string{`LOOMGATE_UPSTREAM="": empty; unset it for the default http://127.0.0.1:8081`}},
 		{[]string{"LOOMGATE_MODE="}, []string{`LOOMGATE_MODE="": empty; unset it for the default unbounded`}},
 		{[]string{"LOOMGATE_LISTEN="}, []string{`LOOMGATE_LISTEN="": empty; unset it for the default :8080`}},
