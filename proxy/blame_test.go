@@ -28,9 +28,22 @@ func closeWrite(t *testing.T, c net.Conn) {
 	}
 }
 
+// reset closes c with a reset (RST), not a FIN: a client that crashed or
+// gave up with SO_LINGER 0.
+func reset(t *testing.T, c net.Conn) {
+	t.Helper()
+	if rc, ok := c.(*rawConn); ok {
+		c = rc.Conn
+	}
+	if err := c.(*net.TCPConn).SetLinger(0); err != nil {
+		t.Fatal(err)
+	}
+	c.Close()
+}
+
 // TestAbandonedUploadIsTheClients: a client that stops sending a
-// Content-Length body past the first 8 KiB, by closing or half-closing, is
-// counted client_closed, as chunked bodies and resets already are.
+// Content-Length body, by closing, half-closing or resetting its connection,
+// or that resets it inside its header block, is counted client_closed.
 func TestAbandonedUploadIsTheClients(t *testing.T) {
 	up := newUpstream(t, func(w http.ResponseWriter, r *http.Request) {
 		io.Copy(io.Discard, r.Body)
@@ -47,11 +60,17 @@ func TestAbandonedUploadIsTheClients(t *testing.T) {
 		{"half-close past the first 8 KiB", 20000, 9000, closeWrite},
 		{"close within the first 8 KiB", 5000, 3000, func(_ *testing.T, c net.Conn) { c.Close() }},
 		{"half-close within the first 8 KiB", 5000, 3000, closeWrite},
+		{"reset within the first 8 KiB", 5000, 3000, reset},
+		{"reset inside the header block", -1, 0, reset},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			before := len(tp.rec.wait(t, 0))
 			c := dial(t, tp.addr)
-			fmt.Fprintf(c, "POST /up HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n%s", tt.size, strings.Repeat("a", tt.sent))
+			if tt.size < 0 {
+				io.WriteString(c, "POST /up HTTP/1.1\r\nHost: x\r\nX-Unfinished: ")
+			} else {
+				fmt.Fprintf(c, "POST /up HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n%s", tt.size, strings.Repeat("a", tt.sent))
+			}
 			time.Sleep(20 * time.Millisecond) // the first part is on its way upstream
 			tt.end(t, c)
 			o := tp.rec.wait(t, before+1)[before]

@@ -14,6 +14,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/valyala/fasthttp"
@@ -746,11 +747,13 @@ func (p *Proxy) handleMalformed(ctx *fasthttp.RequestCtx, err error) {
 		// test. RFC 9112 (6.1): a coding the server does not understand
 		// is 501.
 		status, msg = fasthttp.StatusNotImplemented, msgCoding
-	case errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, io.EOF):
+	case errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, io.EOF),
+		errors.Is(err, syscall.ECONNRESET), errors.Is(err, syscall.EPIPE):
 		// (io.EOF comes only from a body asked for with 100 Continue:
 		// fasthttp ends a connection that closes before a request quietly.)
-		// The connection ended inside the request (a body cut short): the
-		// client left, or half-closed with its request unfinished. Answered
+		// The connection ended inside the request (a body cut short, or
+		// its header block): the client left, by a close or a reset, or
+		// half-closed with its request unfinished. Answered
 		// in case it still reads; recorded as nginx's 499, as for a client
 		// that leaves later.
 		kind, msg, recorded = ClientClosed, msgClientClosed, StatusClientClosed
