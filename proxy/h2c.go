@@ -10,6 +10,7 @@ import (
 	"net/http/httputil"
 	"net/netip"
 	"net/url"
+	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -203,6 +204,8 @@ type stream struct {
 	// held is set while the stream holds its permit; release clears it.
 	held     atomic.Bool
 	timedOut atomic.Bool
+	// stalled is set when the client paused its body past BodyTimeout.
+	stalled  atomic.Bool
 	timer    *time.Timer
 	outcome  Outcome
 	answered bool // the proxy wrote its own answer
@@ -258,6 +261,8 @@ func (h *h2) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		if rec != nil {
 			// ReverseProxy's way to abort a response already under way.
 			switch {
+			case st.stalled.Load():
+				o.Kind = ClientTimeout
 			case st.timedOut.Load():
 				o.Kind = UpstreamTimeout
 			case r.Context().Err() != nil:
@@ -277,6 +282,14 @@ func (h *h2) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if r.Body != nil && r.Body != http.NoBody {
+		if !st.grpc {
+			// Each pause in the body is bounded as on HTTP/1.1: a client
+			// that stops sending would hold its permit, and the upstream's
+			// read, until UpstreamTimeout, and be blamed on the upstream.
+			// Not a gRPC call's: a client stream may be quiet between
+			// messages for as long as the call lives.
+			r.Body = &idleBody{ReadCloser: r.Body, rc: http.NewResponseController(w), idle: p.bodyIdle, stalled: &st.stalled}
+		}
 		// A body of unknown length is cut at the limit: the upstream sees
 		// the stream reset, the client a 413.
 		r.Body = http.MaxBytesReader(w, r.Body, p.maxBody)
@@ -314,6 +327,29 @@ func (h *h2) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	h.rp.ServeHTTP(w, r.WithContext(context.WithValue(ctx, streamKey{}, st)))
 }
 
+// idleBody is a plain HTTP/2 request's body, each read of which must end
+// within idle (BodyTimeout) of its start: the stream's read deadline,
+// moved on at every read, as fasthttp's is on HTTP/1.1.
+type idleBody struct {
+	io.ReadCloser
+	rc      *http.ResponseController
+	idle    time.Duration
+	stalled *atomic.Bool
+}
+
+func (b *idleBody) Read(p []byte) (int, error) {
+	_ = b.rc.SetReadDeadline(time.Now().Add(b.idle))
+	n, err := b.ReadCloser.Read(p)
+	switch {
+	case err == io.EOF:
+		// The whole body is in: nothing of the stream is read after it.
+		_ = b.rc.SetReadDeadline(time.Time{})
+	case err != nil && errors.Is(err, os.ErrDeadlineExceeded):
+		b.stalled.Store(true)
+	}
+	return n, err
+}
+
 // headersArrived is the upstream's response headers: the Server-Timing
 // header, and for gRPC the permit's end.
 func (h *h2) headersArrived(resp *http.Response) error {
@@ -342,6 +378,8 @@ func (h *h2) failed(w http.ResponseWriter, r *http.Request, err error) {
 	switch {
 	case errors.As(err, &tooLarge):
 		h.answer(w, st, BadRequest, http.StatusRequestEntityTooLarge, msgBodyTooLarge)
+	case st.stalled.Load():
+		h.answer(w, st, ClientTimeout, http.StatusRequestTimeout, msgReadTimeout)
 	case st.timedOut.Load():
 		h.answer(w, st, UpstreamTimeout, http.StatusGatewayTimeout, msgUpstreamTimeout)
 	case !st.deadline.IsZero() && !time.Now().Before(st.deadline):

@@ -456,3 +456,40 @@ func TestH2CStreamCancelledAsItIsAdmittedNeverReachesTheUpstream(t *testing.T) {
 		t.Errorf("%d permits granted, %d released; want the one back", g, r)
 	}
 }
+
+// TestH2CStalledBodyIsTheClients: a plain HTTP/2 request whose body stops
+// short of its declared length, the stream left open, is ended at
+// BodyTimeout as on HTTP/1.1: 408, counted client_timeout, not a 504 at
+// UpstreamTimeout blamed on the upstream that waited for the rest.
+func TestH2CStalledBodyIsTheClients(t *testing.T) {
+	up := h2cUpstream(t, func(w http.ResponseWriter, r *http.Request) {
+		io.Copy(io.Discard, r.Body)
+		io.WriteString(w, "ok")
+	})
+	tp := startProxy(t, up, limiter.Config{Mode: limiter.Unbounded}, func(c *Config) {
+		c.BodyTimeout = 200 * time.Millisecond
+		c.UpstreamTimeout = 10 * time.Second
+		c.Logger = discardLogger()
+	})
+	pr, pw := io.Pipe()
+	defer pw.Close()
+	go pw.Write([]byte(strings.Repeat("x", 1000))) // then nothing
+	req, _ := http.NewRequest("POST", "http://"+tp.addr+"/up", pr)
+	req.ContentLength = 100000
+	start := time.Now()
+	resp, err := h2cClient().Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 408 || resp.Header.Get("Loomgate-Outcome") != "client_timeout" {
+		t.Errorf("stalled body: %d %v; want 408 client_timeout", resp.StatusCode, resp.Header)
+	}
+	if took := time.Since(start); took > 5*time.Second {
+		t.Errorf("answered after %v; want about the 200ms body timeout, not the 10s upstream timeout", took)
+	}
+	if o := tp.rec.wait(t, 1)[0]; o.Kind != ClientTimeout {
+		t.Errorf("counted %v; want client_timeout", o.Kind)
+	}
+	tp.waitIdle(t)
+}
