@@ -8,6 +8,7 @@ import (
 	"net"
 	"runtime/debug"
 	"strconv"
+	"syscall"
 	"time"
 
 	"github.com/valyala/fasthttp"
@@ -37,6 +38,7 @@ const (
 	msgUpstreamError   = "bad gateway: upstream unavailable\n"
 	msgUpstreamTimeout = "gateway timeout: upstream too slow\n"
 	msgInternal        = "internal error\n"
+	msgNoFiles         = "service unavailable: the proxy is out of file descriptors\n"
 )
 
 // clientCheckAfter is the age from which a request's client is checked
@@ -301,6 +303,12 @@ func (e *exchange) upstreamFailed(ctx *fasthttp.RequestCtx, err error) {
 		}
 	case isTimeout(err):
 		e.respond(ctx, fasthttp.StatusGatewayTimeout, UpstreamTimeout, msgUpstreamTimeout)
+	case errors.Is(err, syscall.EMFILE), errors.Is(err, syscall.ENFILE):
+		// The dial failed for want of a descriptor of the proxy's own
+		// (unbounded client connections took them all): the upstream is
+		// not at fault, and a retry elsewhere may do better.
+		e.p.log.Debug("no file descriptor to dial the upstream", "err", err)
+		e.respond(ctx, fasthttp.StatusServiceUnavailable, InternalError, msgNoFiles)
 	default:
 		e.p.log.Debug("upstream failed", "err", err)
 		e.respond(ctx, fasthttp.StatusBadGateway, UpstreamError, msgUpstreamError)

@@ -73,15 +73,23 @@ func TestConnectionFlood(t *testing.T) {
 		// bounded: the admin port answers during the flood, and the
 		// client connections stay within the bound.
 		bounded bool
+		// mode is LOOMGATE_MODE; every says which connections send a
+		// request the upstream holds: every one in every.
+		mode  string
+		every int
 	}{
-		{"auto bound", "auto", true},
-		{"unbounded", "0", false},
+		{"auto bound", "auto", true, "fixed", 4},
+		{"unbounded", "0", false, "fixed", 4},
+		// Every request admitted at once and held, each on an upstream
+		// connection of its own: the descriptors run out on the way to
+		// the upstream as well as on accepting.
+		{"unbounded, every request at the upstream", "0", false, "unbounded", 1},
 	} {
-		t.Run(tc.name, func(t *testing.T) { flood(t, tc.maxConns, tc.bounded) })
+		t.Run(tc.name, func(t *testing.T) { flood(t, tc.maxConns, tc.bounded, tc.mode, tc.every) })
 	}
 }
 
-func flood(t *testing.T, maxConns string, bounded bool) {
+func flood(t *testing.T, maxConns string, bounded bool, mode string, every int) {
 	release := make(chan struct{})
 	var once sync.Once
 	releaseAll := func() { once.Do(func() { close(release) }) }
@@ -105,7 +113,7 @@ func flood(t *testing.T, maxConns string, bounded bool) {
 	cmd.Env = append(os.Environ(),
 		"LOOMGATE_TEST_FLOOD_CHILD=1",
 		"LOOMGATE_UPSTREAM=http://"+upLn.Addr().String(),
-		"LOOMGATE_MODE=fixed", "LOOMGATE_WORKERS=20", "LOOMGATE_QUEUE_SIZE=10000",
+		"LOOMGATE_MODE="+mode, "LOOMGATE_WORKERS=20", "LOOMGATE_QUEUE_SIZE=10000",
 		"LOOMGATE_MAX_CONNS="+maxConns, "LOOMGATE_DRAIN_TIMEOUT=10s",
 		"LOOMGATE_MAX_INFLIGHT_BYTES=0",
 	)
@@ -163,7 +171,7 @@ func flood(t *testing.T, maxConns string, bounded bool) {
 			t.Fatalf("dial %d: %v", i, err)
 		}
 		conns = append(conns, c)
-		if i%4 == 0 {
+		if i%every == 0 {
 			fmt.Fprintf(c, "GET /held HTTP/1.1\r\nHost: flood\r\n\r\n")
 		}
 	}
@@ -217,6 +225,16 @@ func flood(t *testing.T, maxConns string, bounded bool) {
 	if !bounded {
 		if n := metricValue(t, body, "loomgate_accept_errors_total"); n < 1 {
 			t.Errorf("loomgate_accept_errors_total = %v; want the failed accepts counted", n)
+		}
+	}
+	// The upstream answered everything it was asked: a dial that failed
+	// for want of the sidecar's own descriptors is not its failure.
+	if n := metricValue(t, body, `loomgate_requests_total{outcome="upstream_error"}`); n != 0 {
+		t.Errorf("upstream_error = %v; want 0, the upstream never failed", n)
+	}
+	if mode == "unbounded" && every == 1 {
+		if n := metricValue(t, body, `loomgate_requests_total{outcome="internal_error"}`); n < 1 {
+			t.Errorf("internal_error = %v; want the dials that found no descriptor counted as the sidecar's", n)
 		}
 	}
 	cmd.Process.Signal(syscall.SIGTERM)

@@ -25,7 +25,7 @@ const (
 	ClientClosed                     // the client left before its response was written, or inside its request
 	ClientTimeout                    // the client stalled sending its request (408) or reading its response
 	BadRequest                       // malformed or too large: 400, 413, 431
-	InternalError                    // a bug in the proxy, recovered: 500
+	InternalError                    // a bug in the proxy, recovered: 500; or no descriptor left to dial: 503
 
 	// NumKinds is the number of kinds: an observer keeps an array of that
 	// many counters and indexes it by Kind.
