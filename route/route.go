@@ -12,6 +12,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"unicode/utf8"
 )
 
 // Max bounds the route classes: a label, a window and a baseline
@@ -29,7 +30,8 @@ const Other = "other"
 //
 // The zero value classifies automatically, by method and first path
 // segment ("GET /users"), the first Max seen each a class of their
-// own for the life of the process. Parse reads named patterns
+// own for the life of the process; a method or segment that is not
+// printable UTF-8 is Other. Parse reads named patterns
 // instead. Classes is safe for concurrent use.
 type Classes struct {
 	patterns []pattern // nil: automatic
@@ -146,7 +148,7 @@ func (r *Classes) Class(method, target []byte) int {
 	if i := bytes.IndexByte(seg, '/'); i >= 0 {
 		seg = seg[:i]
 	}
-	if len(method)+2+len(seg) > maxKey {
+	if len(method)+2+len(seg) > maxKey || !printable(method) || !printable(seg) {
 		return 0
 	}
 	var key [maxKey]byte
@@ -156,6 +158,20 @@ func (r *Classes) Class(method, target []byte) int {
 		return i
 	}
 	return r.add(string(k))
+}
+
+// printable reports whether b is valid UTF-8 with no control character.
+// A class's name is a label, a log field and a line on the status page;
+// Prometheus refuses a label that is not UTF-8, and a control character
+// garbles the rest. The request line is the client's to write, so a
+// method or segment that is neither is "other".
+func printable(b []byte) bool {
+	for _, c := range b {
+		if c < 0x20 || c == 0x7f {
+			return false
+		}
+	}
+	return utf8.Valid(b)
 }
 
 // maxKey bounds an automatic class's name; a longer method and segment is

@@ -87,6 +87,21 @@ func TestAutomaticClassesAreMethodAndFirstSegmentAndBounded(t *testing.T) {
 	}
 }
 
+func TestAutomaticClassNamesArePrintableUTF8(t *testing.T) {
+	r, _ := Parse("")
+	for _, target := range []string{"/\xff", "/a\x01b/c", "/x\x7f", "/caf\xc3"} {
+		if c := r.Class([]byte("GET"), []byte(target)); c != 0 {
+			t.Errorf("GET %q is class %d (%q); want 0 (other)", target, c, r.Names()[c])
+		}
+	}
+	if c := r.Class([]byte("G\xffT"), []byte("/a")); c != 0 {
+		t.Errorf("a method that is not UTF-8 is class %d; want 0 (other)", c)
+	}
+	if c := r.Class([]byte("GET"), []byte("/caf\xc3\xa9")); c == 0 || r.Names()[c] != "GET /café" {
+		t.Errorf("GET /café is class %d; want a class of its own", c)
+	}
+}
+
 func TestClassifyingConcurrentlyNamesEachClassOnce(t *testing.T) {
 	r, _ := Parse("")
 	var wg sync.WaitGroup
