@@ -240,7 +240,15 @@ func (e *exchange) prepareRequest(ctx *fasthttp.RequestCtx) {
 	if len(h.Host()) == 0 {
 		h.SetHost(e.p.host)
 	}
-	if declared := h.ContentLength(); declared > RequestPrefetchBytes || declared == -1 {
+	switch declared := h.ContentLength(); {
+	case declared > 0 && declared <= RequestPrefetchBytes:
+		// fasthttp has read this body whole before the handler, yet hands
+		// it on as a stream over what it read. Its bytes stay the
+		// request's: a request held whole can go out again on another
+		// connection if a pooled one turns out closed, and is written in
+		// one call with the wait for its answer.
+		ctx.Request.CloseBodyStream()
+	case declared > RequestPrefetchBytes || declared == -1:
 		// The rest of this body is still on the client's connection. Wrap it
 		// to enforce the limit on chunked bodies and to tell a client that
 		// stops sending from an upstream that stops reading.

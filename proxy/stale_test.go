@@ -143,3 +143,37 @@ func TestRequestNotReplayedWhereTheUpstreamMayHaveActed(t *testing.T) {
 	}
 	tp.waitIdle(t)
 }
+
+// TestIdempotentRequestWithABodyGoesAgain: a PUT, and a POST with an
+// Idempotency-Key, each with a small body, on a pooled connection the
+// upstream closes under them having read them. Both are held whole, so
+// both go again on a new connection and are answered.
+func TestIdempotentRequestWithABodyGoesAgain(t *testing.T) {
+	up := newConnUpstream(t, func(u *connUpstream, c net.Conn, br *bufio.Reader) {
+		if !u.next(br) {
+			return
+		}
+		io.WriteString(c, okAnswer)
+		u.next(br) // and no answer
+	})
+	tp := startProxy(t, up.URL, limiter.Config{Mode: limiter.Unbounded}, func(c *Config) { c.Logger = discardLogger() })
+	c := dial(t, tp.addr)
+	for i, raw := range []string{
+		"PUT /doc HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n\r\nhello",
+		"POST /pay HTTP/1.1\r\nHost: x\r\nIdempotency-Key: k1\r\nContent-Length: 2\r\n\r\n{}",
+	} {
+		// The first request on a fresh connection is answered; the one
+		// after it on the same pooled connection meets the close.
+		if resp, _ := c.roundTrip(t, get("/warm")); resp.StatusCode != 200 {
+			t.Fatalf("GET: %d; want 200", resp.StatusCode)
+		}
+		before := up.requests.Load()
+		if resp, body := c.roundTrip(t, raw); resp.StatusCode != 200 || body != "ok" {
+			t.Errorf("request %d on a connection closed under it: %d %q; want 200 ok", i+1, resp.StatusCode, body)
+		}
+		if n := up.requests.Load() - before; n != 2 {
+			t.Errorf("request %d: the upstream read it %d times; want 2", i+1, n)
+		}
+	}
+	tp.waitIdle(t)
+}
