@@ -177,3 +177,46 @@ func TestIdempotentRequestWithABodyGoesAgain(t *testing.T) {
 	}
 	tp.waitIdle(t)
 }
+
+// TestRequestGoesAgainAtMostOnce: an upstream that answers the first
+// request on each connection and reads the next and closes without an
+// answer, with several connections in the pool. A GET is sent once more
+// after the first close, not once per pooled connection: the upstream
+// failing on a request is not an idle close.
+func TestRequestGoesAgainAtMostOnce(t *testing.T) {
+	const warm = 4
+	up := newConnUpstream(t, func(u *connUpstream, c net.Conn, br *bufio.Reader) {
+		if !u.next(br) {
+			return
+		}
+		time.Sleep(100 * time.Millisecond) // so that the warm-up's requests each take a connection
+		io.WriteString(c, okAnswer)
+		u.next(br) // and no answer
+	})
+	tp := startProxy(t, up.URL, limiter.Config{Mode: limiter.Unbounded}, func(c *Config) { c.Logger = discardLogger() })
+	done := make(chan int, warm)
+	for range warm {
+		go func() {
+			resp, _ := dial(t, tp.addr).roundTrip(t, get("/warm"))
+			done <- resp.StatusCode
+		}()
+	}
+	for range warm {
+		if s := <-done; s != 200 {
+			t.Fatalf("warm-up GET: %d; want 200", s)
+		}
+	}
+	tp.rec.wait(t, warm)
+	before := up.requests.Load()
+	resp, _ := dial(t, tp.addr).roundTrip(t, get("/fails"))
+	if resp.StatusCode != 502 {
+		t.Errorf("GET the upstream closes under each time: %d; want 502", resp.StatusCode)
+	}
+	if n := up.requests.Load() - before; n != 2 {
+		t.Errorf("the upstream read the GET %d times; want 2, one retry", n)
+	}
+	if o := tp.rec.wait(t, warm+1)[warm]; o.Kind != UpstreamError {
+		t.Errorf("GET counted %v; want upstream_error", o.Kind)
+	}
+	tp.waitIdle(t)
+}

@@ -105,14 +105,23 @@ type upstreamConn struct {
 // the others do not pay), or one that ended with no byte of an answer
 // under a request that is idempotent (RFC 9110, 9.2.2) and held whole.
 // Each retry spends a connection that had served before, so they end at
-// the first fresh one.
+// the first fresh one. A request goes out again at most once: an upstream
+// that reads a request and closes without answering it is failing on that
+// request, not closing an idle connection, and would see it once per
+// pooled connection. After that once, a pooled connection is looked at
+// before anything is written, as for a request that may not be replayed.
 func (e *exchange) roundTrip(req *fasthttp.Request, deadline time.Time) error {
 	replayable := isIdempotent(req) && !req.IsBodyStream()
+	resent := false
 	for {
-		stale, err := e.try(req, deadline, replayable)
+		replay := replayable && !resent
+		stale, err := e.try(req, deadline, replay)
 		if !stale {
 			return err
 		}
+		// Stale under a replay is a request that was written; otherwise
+		// the connection was seen closed before it.
+		resent = resent || replay
 		e.p.log.Debug("upstream had closed a pooled connection; the request goes on another", "err", err)
 		e.up.reusable = false
 		e.releaseUpstream()
@@ -121,7 +130,10 @@ func (e *exchange) roundTrip(req *fasthttp.Request, deadline time.Time) error {
 
 // try is one round trip of roundTrip's; stale reports that the connection
 // turned out closed by the upstream while idle, and req may go again.
-func (e *exchange) try(req *fasthttp.Request, deadline time.Time, replayable bool) (stale bool, err error) {
+// Unless replay, a reused connection is looked at before anything is
+// written, and stale means nothing was; with replay, it is not looked at,
+// and stale means req was written and may have been read.
+func (e *exchange) try(req *fasthttp.Request, deadline time.Time, replay bool) (stale bool, err error) {
 	hc := e.p.client
 	cc, err := hc.AcquireConn(e.p.timeout, false)
 	if err != nil {
@@ -131,7 +143,7 @@ func (e *exchange) try(req *fasthttp.Request, deadline time.Time, replayable boo
 	u.cc = cc
 	conn := cc.Conn()
 	reused := wasUsed(conn)
-	if reused && !replayable && peer.Gone(conn) {
+	if reused && !replay && peer.Gone(conn) {
 		return true, errNoAnswer
 	}
 	if err := conn.SetDeadline(deadline); err != nil {
@@ -160,7 +172,7 @@ func (e *exchange) try(req *fasthttp.Request, deadline time.Time, replayable boo
 		if err == nil || err == io.EOF {
 			err = errNoAnswer
 		}
-		return reused && replayable && closedUnder(err), err
+		return reused && replay && closedUnder(err), err
 	}
 	u.pre = prefixReader{b: u.first[:n], conn: conn}
 	u.br = hc.AcquireReader(conn)
