@@ -1,8 +1,10 @@
 package proxy
 
 import (
+	"bufio"
 	"context"
 	"errors"
+	"io"
 	"net"
 	"net/http"
 	"strings"
@@ -311,6 +313,30 @@ func TestUpgradeUpstreamDown(t *testing.T) {
 	}
 	if st := tp.proxy.UpgradedStats(); st.Open != 0 {
 		t.Errorf("open = %d; want 0", st.Open)
+	}
+	tp.waitIdle(t)
+}
+
+// TestUnaskedUpgradeIsTheUpstreams: an upstream that answers 101 to a
+// request that asked for no upgrade. Passed on, the client would wait on a
+// protocol it never asked for; it gets 502, counted against the upstream,
+// and the connection is not pooled.
+func TestUnaskedUpgradeIsTheUpstreams(t *testing.T) {
+	up := newConnUpstream(t, func(u *connUpstream, c net.Conn, br *bufio.Reader) {
+		if u.next(br) {
+			io.WriteString(c, "HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\r\n")
+			time.Sleep(time.Second)
+		}
+	})
+	tp := startProxy(t, up.URL, limiter.Config{Mode: limiter.Unbounded}, func(c *Config) { c.Logger = discardLogger() })
+	c := dial(t, tp.addr)
+	c.SetDeadline(time.Now().Add(3 * time.Second))
+	resp, _ := c.roundTrip(t, get("/plain"))
+	if resp.StatusCode != 502 {
+		t.Errorf("GET answered 101 by the upstream: %d; want 502", resp.StatusCode)
+	}
+	if o := tp.rec.wait(t, 1)[0]; o.Kind != UpstreamError || o.UpstreamStatus != 0 {
+		t.Errorf("counted %v (upstream status %d); want upstream_error", o.Kind, o.UpstreamStatus)
 	}
 	tp.waitIdle(t)
 }

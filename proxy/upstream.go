@@ -44,6 +44,11 @@ const maxInterim = 8
 // kept-alive connection the upstream had just timed out looks like this.
 var errNoAnswer = errors.New("proxy: upstream closed the connection before answering")
 
+// errUnaskedUpgrade is a 101 in answer to a request that asked for no
+// upgrade (RFC 9110, 15.2.2: a server switches only to a protocol the
+// request's Upgrade names).
+var errUnaskedUpgrade = errors.New("proxy: upstream switched protocols unasked")
+
 // pooledConn is what the exchange uses of fasthttp's pooled connection,
 // whose type is unexported; giveBack names it by inference.
 type pooledConn interface{ Conn() net.Conn }
@@ -188,7 +193,13 @@ func (e *exchange) try(req *fasthttp.Request, deadline time.Time, replay bool) (
 			return false, err
 		}
 		status := resp.StatusCode()
-		if status < 100 || status > 199 || status == fasthttp.StatusSwitchingProtocols {
+		if status == fasthttp.StatusSwitchingProtocols {
+			// This request asked for no upgrade (one that did goes by
+			// upgrade, not here): the connection now speaks something the
+			// client never asked for, and would wait on it for ever.
+			return false, errUnaskedUpgrade
+		}
+		if status < 100 || status > 199 {
 			return false, nil
 		}
 		if i == maxInterim {
