@@ -143,3 +143,47 @@ func gathered(t *testing.T, s *Sidecar, name, label string) float64 {
 	t.Fatalf("no sample of %s{%s}", name, label)
 	return 0
 }
+
+// TestAdaptiveDryRunLimitStaysNearThePool: adaptive mode in a dry run, in
+// front of a pool of 20 at 50 ms, with three times the pool's load. The
+// shadow's limit holds nothing back, so it must be judged on the requests
+// the upstream really holds. Judged on the shadow's own permits, capped by
+// its limit while service times were those of the whole load, each step up
+// seemed to raise throughput in proportion and was kept: three in 20 s,
+// and the would-be limit ran away. The upstream's throughput cannot follow
+// a limit that holds nothing back in front of a full pool: a step up may
+// pass on noise once, not run.
+func TestAdaptiveDryRunLimitStaysNearThePool(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs load for about 45 seconds")
+	}
+	up := hiddenPool(t, 20, 50*time.Millisecond)
+	s := start(t, testConfig(t, "LOOMGATE_UPSTREAM="+up, "LOOMGATE_MODE=adaptive", "LOOMGATE_DRY_RUN=true", "LOOMGATE_QUEUE_TIMEOUT=30s"))
+	var wg sync.WaitGroup
+	light := make(chan struct{})
+	closedLoop(s.URL+"/r", 4, light, &wg)
+	time.Sleep(12 * time.Second)
+	close(light)
+	heavy := make(chan struct{})
+	defer func() { close(heavy); wg.Wait() }()
+	closedLoop(s.URL+"/r", 60, heavy, &wg)
+	limit := func() int { return int(gathered(t, s.Sidecar, "loomgate_limit", "")) }
+	deadline := time.Now().Add(60 * time.Second)
+	for limit() == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("no would-be limit 60s into three times the pool's load")
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+	time.Sleep(30 * time.Second)
+	followed := gathered(t, s.Sidecar, "loomgate_limit_changes_total", "throughput_followed")
+	if l := limit(); l < 14 || l > 30 || followed > 1 {
+		t.Errorf("dry run's limit = %d after 30 s, %v steps up kept; want near the pool of 20 (14 to 30), at most one step up kept", l, followed)
+		for _, ch := range s.adaptive.Changes() {
+			t.Logf("%s %d → %d %s: %s", ch.At.Format(time.TimeOnly), ch.From, ch.To, ch.Reason, ch.Detail)
+		}
+	}
+	if n := gathered(t, s.Sidecar, "loomgate_requests_total", "rejected_queue_timeout"); n != 0 {
+		t.Errorf("dry run rejected %v requests for real; want none", n)
+	}
+}

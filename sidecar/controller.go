@@ -31,15 +31,9 @@ type ControllerHooks struct {
 }
 
 // plug builds opts.Controller over policy, the limiter whose limit it
-// moves.
-func plug(newController func(ControllerHooks) Controller, policy *limiter.Limiter) Controller {
-	return newController(ControllerHooks{
-		SetLimit: policy.SetLimit,
-		State: func() adaptive.State {
-			st := policy.Stats()
-			return adaptive.State{InFlight: st.InFlight, Queued: st.Queued}
-		},
-	})
+// moves, sampling state (see Sidecar.controlled).
+func plug(newController func(ControllerHooks) Controller, policy *limiter.Limiter, state func() adaptive.State) Controller {
+	return newController(ControllerHooks{SetLimit: policy.SetLimit, State: state})
 }
 
 // pluggedObserver hands a plugged Controller the samples package adaptive's

@@ -204,23 +204,13 @@ func build(cfg Config, opts Options) (*Sidecar, error) {
 	if err != nil {
 		return nil, err
 	}
+	policy, state := s.controlled(lim)
 	if cfg.Mode == limiter.Adaptive && opts.Controller != nil {
-		policy := lim
-		if s.shadow != nil {
-			policy = s.shadow.Limiter()
-		}
-		s.plugged = plug(opts.Controller, policy)
+		s.plugged = plug(opts.Controller, policy, state)
 	} else if cfg.Mode == limiter.Adaptive {
-		policy := lim
-		if s.shadow != nil {
-			policy = s.shadow.Limiter()
-		}
 		s.adaptive, err = adaptive.New(adaptive.Config{
 			SetLimit: policy.SetLimit,
-			State: func() adaptive.State {
-				st := policy.Stats()
-				return adaptive.State{InFlight: st.InFlight, Queued: st.Queued}
-			},
+			State:    state,
 			Estimate: func() adaptive.Estimate {
 				e := s.advisor.Snapshot().Figures.Estimate
 				return adaptive.Estimate{Saturated: e.Saturated, Capacity: e.Capacity, LowerBound: e.LowerBound}
@@ -419,6 +409,27 @@ func (o *observer) log(out *proxy.Outcome) {
 
 func millis(d time.Duration) float64 {
 	return float64(d.Microseconds()) / 1000
+}
+
+// controlled returns the limiter an adaptive controller moves and what it
+// samples of admission's state. In a dry run it moves the shadow's limit,
+// whose queue says whether the limit would bind, but reads the requests
+// the upstream really holds, lim's: the controller judges a limit by the
+// throughput the upstream gives, in-flight over service time, and the
+// shadow's in-flight is capped by its limit while the service times are
+// those of the load the upstream really gets. Read off the shadow, each
+// step up seemed to raise throughput in proportion, and the limit ran away.
+func (s *Sidecar) controlled(lim *limiter.Limiter) (*limiter.Limiter, func() adaptive.State) {
+	if s.shadow == nil {
+		return lim, func() adaptive.State {
+			st := lim.Stats()
+			return adaptive.State{InFlight: st.InFlight, Queued: st.Queued}
+		}
+	}
+	policy := s.shadow.Limiter()
+	return policy, func() adaptive.State {
+		return adaptive.State{InFlight: lim.Stats().InFlight, Queued: policy.Stats().Queued}
+	}
 }
 
 // dryRunDecision counts one of the shadow's decisions.
