@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"bytes"
 	"net"
 	"sync"
 	"testing"
@@ -198,3 +199,31 @@ func TestAdmittedPathAllocatesNothing(t *testing.T) {
 type nopObserver struct{}
 
 func (nopObserver) Observe(*Outcome) {}
+
+// BenchmarkProxyPost is BenchmarkProxy's admitted/unbounded with a POST of
+// a small body, the size of a JSON call: a body fasthttp reads whole
+// before the handler goes out with its request in one write.
+func BenchmarkProxyPost(b *testing.B) {
+	up := newBenchUpstream(b)
+	client, _ := benchProxy(b, up, limiter.Config{Mode: limiter.Unbounded})
+	body := bytes.Repeat([]byte("x"), 256)
+	b.ReportAllocs()
+	b.SetParallelism(8)
+	b.ResetTimer()
+	reportCPU(b, func() {
+		b.RunParallel(func(pb *testing.PB) {
+			req, resp := fasthttp.AcquireRequest(), fasthttp.AcquireResponse()
+			defer fasthttp.ReleaseRequest(req)
+			defer fasthttp.ReleaseResponse(resp)
+			req.SetRequestURI("http://bench.local/item")
+			req.Header.SetMethod(fasthttp.MethodPost)
+			req.SetBody(body)
+			for pb.Next() {
+				if err := client.Do(req, resp); err != nil || resp.StatusCode() != 200 {
+					b.Errorf("Do = %v, status %d; want 200", err, resp.StatusCode())
+					return
+				}
+			}
+		})
+	})
+}
