@@ -98,12 +98,10 @@ func TestUpstreamIdleCloseIsNoFailure(t *testing.T) {
 	tp.waitIdle(t)
 }
 
-// TestRequestNotReplayedWhereTheUpstreamMayHaveActed: an upstream that
-// answers the first request on a connection and closes the connection
-// under the second, having read it. A POST may have been acted on: it is
-// not sent again, and the failure is the upstream's. A GET goes again on a
-// new connection.
-func TestRequestNotReplayedWhereTheUpstreamMayHaveActed(t *testing.T) {
+// closesUnderTheSecond is a proxy in front of an upstream that answers the
+// first request on a connection and closes the connection under the
+// second, having read it.
+func closesUnderTheSecond(t *testing.T) (*connUpstream, *testProxy) {
 	up := newConnUpstream(t, func(u *connUpstream, c net.Conn, br *bufio.Reader) {
 		if !u.next(br) {
 			return
@@ -111,7 +109,16 @@ func TestRequestNotReplayedWhereTheUpstreamMayHaveActed(t *testing.T) {
 		io.WriteString(c, okAnswer)
 		u.next(br) // and no answer
 	})
-	tp := startProxy(t, up.URL, limiter.Config{Mode: limiter.Unbounded}, func(c *Config) { c.Logger = discardLogger() })
+	return up, startProxy(t, up.URL, limiter.Config{Mode: limiter.Unbounded}, func(c *Config) { c.Logger = discardLogger() })
+}
+
+// TestRequestNotReplayedWhereTheUpstreamMayHaveActed: an upstream that
+// answers the first request on a connection and closes the connection
+// under the second, having read it. A POST may have been acted on: it is
+// not sent again, and the failure is the upstream's. A GET goes again on a
+// new connection.
+func TestRequestNotReplayedWhereTheUpstreamMayHaveActed(t *testing.T) {
+	up, tp := closesUnderTheSecond(t)
 	c := dial(t, tp.addr)
 	if resp, _ := c.roundTrip(t, get("/first")); resp.StatusCode != 200 {
 		t.Fatalf("first GET: %d; want 200", resp.StatusCode)
@@ -149,14 +156,7 @@ func TestRequestNotReplayedWhereTheUpstreamMayHaveActed(t *testing.T) {
 // upstream closes under them having read them. Both are held whole, so
 // both go again on a new connection and are answered.
 func TestIdempotentRequestWithABodyGoesAgain(t *testing.T) {
-	up := newConnUpstream(t, func(u *connUpstream, c net.Conn, br *bufio.Reader) {
-		if !u.next(br) {
-			return
-		}
-		io.WriteString(c, okAnswer)
-		u.next(br) // and no answer
-	})
-	tp := startProxy(t, up.URL, limiter.Config{Mode: limiter.Unbounded}, func(c *Config) { c.Logger = discardLogger() })
+	up, tp := closesUnderTheSecond(t)
 	c := dial(t, tp.addr)
 	for i, raw := range []string{
 		"PUT /doc HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n\r\nhello",
