@@ -241,7 +241,7 @@ func (e *exchange) prepareRequest(ctx *fasthttp.RequestCtx) {
 		h.SetHost(e.p.host)
 	}
 	switch declared := h.ContentLength(); {
-	case declared > 0 && declared <= RequestPrefetchBytes:
+	case declared >= 0 && declared <= RequestPrefetchBytes:
 		// fasthttp has read this body whole before the handler, yet hands
 		// it on as a stream over what it read. Its bytes stay the
 		// request's: a request held whole can go out again on another

@@ -5,6 +5,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -58,14 +59,28 @@ const okAnswer = "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"
 
 // TestUpstreamIdleCloseIsNoFailure: an upstream that closes a kept-alive
 // connection 50 ms after its last answer, as servers with a short idle
-// timeout do, without saying so in the answer. Each request comes later
-// than that, when the pooled connection is already closed: each is
-// answered, counted ok, and reaches the upstream once, whatever its method.
+// timeout do, without saying so in the answer; and one that resets it
+// instead. Each request comes later than that, when the pooled connection
+// is already closed: each is answered, counted ok, and reaches the
+// upstream once, whatever its method and however many writes it takes.
 func TestUpstreamIdleCloseIsNoFailure(t *testing.T) {
+	for _, reset := range []bool{false, true} {
+		name := "close"
+		if reset {
+			name = "reset"
+		}
+		t.Run(name, func(t *testing.T) { idleCloseIsNoFailure(t, reset) })
+	}
+}
+
+func idleCloseIsNoFailure(t *testing.T, reset bool) {
 	up := newConnUpstream(t, func(u *connUpstream, c net.Conn, br *bufio.Reader) {
 		for {
 			c.SetReadDeadline(time.Now().Add(50 * time.Millisecond))
 			if !u.next(br) {
+				if reset {
+					c.(*net.TCPConn).SetLinger(0)
+				}
 				return
 			}
 			io.WriteString(c, okAnswer)
@@ -78,6 +93,8 @@ func TestUpstreamIdleCloseIsNoFailure(t *testing.T) {
 		"POST /c HTTP/1.1\r\nHost: x\r\nContent-Length: 1\r\n\r\nx",
 		"DELETE /d HTTP/1.1\r\nHost: x\r\n\r\n",
 		"PATCH /e HTTP/1.1\r\nHost: x\r\nContent-Length: 1\r\n\r\ny",
+		// Held whole, and longer than one write.
+		"PUT /f HTTP/1.1\r\nHost: x\r\nContent-Length: 6000\r\n\r\n" + strings.Repeat("f", 6000),
 	} {
 		if i > 0 {
 			time.Sleep(200 * time.Millisecond)
@@ -90,7 +107,7 @@ func TestUpstreamIdleCloseIsNoFailure(t *testing.T) {
 			t.Fatalf("after request %d the upstream read %d; want each once", i+1, n)
 		}
 	}
-	for _, o := range tp.rec.wait(t, 5) {
+	for _, o := range tp.rec.wait(t, 6) {
 		if o.Kind != OK {
 			t.Errorf("outcome %v %d; want ok", o.Kind, o.Status)
 		}
@@ -161,6 +178,8 @@ func TestIdempotentRequestWithABodyGoesAgain(t *testing.T) {
 	for i, raw := range []string{
 		"PUT /doc HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n\r\nhello",
 		"POST /pay HTTP/1.1\r\nHost: x\r\nIdempotency-Key: k1\r\nContent-Length: 2\r\n\r\n{}",
+		"PUT /empty HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n",
+		"PUT /doc HTTP/1.1\r\nHost: x\r\nContent-Length: 8192\r\n\r\n" + strings.Repeat("d", 8192),
 	} {
 		// The first request on a fresh connection is answered; the one
 		// after it on the same pooled connection meets the close.

@@ -169,7 +169,10 @@ func (e *exchange) try(req *fasthttp.Request, deadline time.Time, replay bool) (
 	w.release()
 	e.scratch = held[:0]
 	if err != nil {
-		return false, err
+		// A request longer than the writer holds goes out in more than
+		// one write, and the first can land on a connection the upstream
+		// had closed: the close comes back under the second.
+		return reused && replay && closedUnder(err), err
 	}
 	u.first = firsts.Get().(*[firstBytes]byte)
 	n, err := writeRead(conn, held, direct, u.first[:])
