@@ -129,15 +129,7 @@ func TestDeferredWriteCloseRacesRead(t *testing.T) {
 func TestDeferredWriteAllocatesNothing(t *testing.T) {
 	c, peer := pair(t)
 	msg := []byte("0123456789")
-	go func() { // an echo server, for the whole test
-		b := make([]byte, len(msg))
-		for {
-			if _, err := io.ReadFull(peer, b); err != nil {
-				return
-			}
-			peer.Write(b)
-		}
-	}()
+	go echo(peer, len(msg))
 	buf := make([]byte, len(msg))
 	allocs := testing.AllocsPerRun(100, func() {
 		c.DeferWrite()
