@@ -37,7 +37,7 @@ type Conn struct {
 	writing, partial bool
 	writeReadFn      func(fd uintptr) bool
 
-	// A write held back by DeferWrite, in a buffer from heldWrites, until
+	// A write held back by DeferWrite, in a buffer from heldBufs, until
 	// the connection's next call: see DeferWrite.
 	deferNext bool
 	held      atomic.Pointer[heldWrite]
