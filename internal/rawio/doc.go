@@ -22,10 +22,4 @@
 // number, and one goroutine meets them, at most a few milliseconds late
 // (see deadline_linux.go). A proxy sets several on every request and
 // almost never meets one.
-//
-// A read the runtime makes before it waits finds nothing where the reply
-// cannot have come yet: the answer to a request not yet written, the next
-// request of a client still waiting for its answer. WriteRead and
-// DeferWrite make the write inside the read's wait instead, which saves
-// that read.
 package rawio
