@@ -15,7 +15,6 @@ import (
 
 	"github.com/loomgate/loomgate/internal/header"
 	"github.com/loomgate/loomgate/internal/peer"
-	"github.com/loomgate/loomgate/internal/rawio"
 	"github.com/loomgate/loomgate/limiter"
 )
 
@@ -427,11 +426,6 @@ func (e *exchange) handOff(ctx *fasthttp.RequestCtx, length, status int) {
 	ctx.Response.SetStatusCode(status)
 	e.outcome.Status = status
 	e.handedOff = true
-	if !e.streaming && e.ended == nil {
-		if rc, ok := ctx.Conn().(*rawio.Conn); ok {
-			rc.DeferWrite()
-		}
-	}
 	ctx.Response.SetBodyStream(e, length)
 }
 

@@ -37,17 +37,6 @@ type Conn struct {
 	writing, partial bool
 	writeReadFn      func(fd uintptr) bool
 
-	// A write held back by DeferWrite, in a buffer from heldBufs, until
-	// the connection's next call: see DeferWrite.
-	deferNext bool
-	held      atomic.Pointer[heldWrite]
-	// hmu is held from a read's taking of the held write until it is
-	// made, and by Close: a close from another goroutine (a server's
-	// shutdown closing an idle connection) lets the write finish, or
-	// makes it itself, and never closes between the taking and the write.
-	hmu        sync.Mutex
-	heldLocked bool
-
 	// wrote is set once anything has been written: see Used.
 	wrote atomic.Bool
 
@@ -81,17 +70,6 @@ func Wrap(c net.Conn) net.Conn {
 func (c *Conn) Read(b []byte) (int, error) {
 	if len(b) == 0 {
 		return 0, nil
-	}
-	if c.held.Load() != nil {
-		c.hmu.Lock()
-		if h := c.held.Swap(nil); h != nil {
-			c.heldLocked = true // unlocked by wroteHeld
-			n, err := c.WriteRead(h.b[:h.n], b)
-			c.wroteHeld()
-			heldWrites.Put(h)
-			return n, err
-		}
-		c.hmu.Unlock()
 	}
 	c.rmu.Lock()
 	c.rb, c.rn, c.rerr = b, 0, nil
@@ -133,83 +111,8 @@ func (c *Conn) read(fd uintptr) bool {
 	}
 }
 
-// DeferWrite holds the connection's next write, when it is small, until
-// its next read, which makes it as WriteRead does: a server's response and
-// the wait for the client's next request. The read would otherwise first
-// find nothing, a system call that fails with EAGAIN, since a client that
-// waits for its answer has not sent its next request: 6% of a proxied
-// request's CPU at c50. Any other call (a write, ReadFrom, CloseWrite,
-// Close) makes the held write first, so bytes leave in order and nothing
-// waits longer than the writer's next move. It is for a response written
-// whole, by a goroutine that reads next; one streamed in pieces must go
-// out as each piece arrives, and a connection written and read by
-// goroutines of their own (a tunnel) must not hold a write for a read
-// that may never come. Call it from the goroutine that writes.
-func (c *Conn) DeferWrite() { c.deferNext = true }
-
-// heldMax is the largest write DeferWrite holds: fasthttp's writer flushes
-// its 4 KiB buffer, and a larger body goes out in writes of its own.
-const heldMax = 4 << 10
-
-type heldWrite struct {
-	b [heldMax]byte
-	n int
-}
-
-var heldWrites = sync.Pool{New: func() any { return new(heldWrite) }}
-
-// hold keeps a copy of b for the next read, if DeferWrite asked and it
-// fits: the caller's buffer is not its own once Write returns.
-func (c *Conn) hold(b []byte) bool {
-	if !c.deferNext {
-		return false
-	}
-	c.deferNext = false
-	if len(b) == 0 || len(b) > heldMax || c.held.Load() != nil {
-		return false
-	}
-	h := heldWrites.Get().(*heldWrite)
-	h.n = copy(h.b[:], b)
-	c.held.Store(h)
-	return true
-}
-
-// wroteHeld releases hmu once a held write taken by Read is made, or has
-// failed.
-func (c *Conn) wroteHeld() {
-	if c.heldLocked {
-		c.heldLocked = false
-		c.hmu.Unlock()
-	}
-}
-
-// flushHeld makes a held write, if there is one, before any other call.
-func (c *Conn) flushHeld() error {
-	if c.held.Load() == nil {
-		return nil
-	}
-	h := c.held.Swap(nil)
-	if h == nil {
-		return nil
-	}
-	_, err := c.writeAll(h.b[:h.n])
-	heldWrites.Put(h)
-	return err
-}
-
 // Write writes all of b, as (*net.TCPConn).Write does, or fails.
 func (c *Conn) Write(b []byte) (int, error) {
-	if c.hold(b) {
-		return len(b), nil
-	}
-	if err := c.flushHeld(); err != nil {
-		return 0, err
-	}
-	return c.writeAll(b)
-}
-
-// writeAll is Write without a held write to make first.
-func (c *Conn) writeAll(b []byte) (int, error) {
 	c.wmu.Lock()
 	c.wb, c.wn, c.werr = b, 0, nil
 	beforeWrite()
@@ -250,7 +153,6 @@ func (c *Conn) WriteRead(w, r []byte) (int, error) {
 	err := c.raw.Read(c.writeReadFn)
 	if err == nil && c.partial {
 		err = c.raw.Write(c.writeFn)
-		c.wroteHeld()
 		if err == nil && c.werr == nil {
 			err = c.raw.Read(c.readFn)
 		}
@@ -285,7 +187,6 @@ func (c *Conn) writeRead(fd uintptr) bool {
 		c.partial = true // finished outside, where it may wait to write
 		return true
 	}
-	c.wroteHeld()
 	return c.werr != nil
 }
 
@@ -294,12 +195,6 @@ func (c *Conn) writeRead(fd uintptr) bool {
 // bufio.Writer hands a streamed body to its writer's ReadFrom, and each
 // piece of it must go out as it arrives, not when a buffer fills.
 func (c *Conn) ReadFrom(r io.Reader) (int64, error) {
-	if c.deferNext {
-		c.deferNext = false // the body goes out as it comes
-	}
-	if err := c.flushHeld(); err != nil {
-		return 0, err
-	}
 	buf := copyBufs.Get().(*[copyBuf]byte)
 	defer copyBufs.Put(buf)
 	return io.CopyBuffer(writerOnly{c}, r, buf[:])
@@ -354,12 +249,6 @@ func (c *Conn) opError(op string, err error) error {
 
 // Close closes the connection; its deadlines are forgotten.
 func (c *Conn) Close() error {
-	// A held write is made as Write would have made it, under the write
-	// deadline: fasthttp closes a connection after a response that ends
-	// it, or an idle one at shutdown, right after the response.
-	c.hmu.Lock()
-	defer c.hmu.Unlock()
-	c.flushHeld()
 	c.closed.Store(true)
 	reaper.remove(c)
 	return c.tc.Close()
@@ -382,13 +271,7 @@ func (c *Conn) SetReadDeadline(t time.Time) error { return c.setDeadline(read, t
 // at most reapGap late.
 func (c *Conn) SetWriteDeadline(t time.Time) error { return c.setDeadline(write, t) }
 
-func (c *Conn) CloseWrite() error {
-	if err := c.flushHeld(); err != nil {
-		return err
-	}
-	return c.tc.CloseWrite()
-}
-
+func (c *Conn) CloseWrite() error                     { return c.tc.CloseWrite() }
 func (c *Conn) CloseRead() error                      { return c.tc.CloseRead() }
 func (c *Conn) LocalAddr() net.Addr                   { return c.tc.LocalAddr() }
 func (c *Conn) RemoteAddr() net.Addr                  { return c.tc.RemoteAddr() }
