@@ -168,10 +168,11 @@ func TestRequestNotReplayedWhereTheUpstreamMayHaveActed(t *testing.T) {
 	tp.waitIdle(t)
 }
 
-// TestIdempotentRequestWithABodyGoesAgain: a PUT, and a POST with an
-// Idempotency-Key, each with a small body, on a pooled connection the
-// upstream closes under them having read them. Both are held whole, so
-// both go again on a new connection and are answered.
+// TestIdempotentRequestWithABodyGoesAgain: PUTs with a body of 5 bytes,
+// none (Content-Length: 0) and 8 KiB, the most held, and a POST with an
+// Idempotency-Key, on a pooled connection the upstream closes under them
+// having read them. Each is held whole, so each goes again on a new
+// connection and is answered.
 func TestIdempotentRequestWithABodyGoesAgain(t *testing.T) {
 	up, tp := closesUnderTheSecond(t)
 	c := dial(t, tp.addr)

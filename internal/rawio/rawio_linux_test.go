@@ -297,21 +297,18 @@ func TestWriteReadClosedPeer(t *testing.T) {
 	}
 }
 
-// echo sends back each message of size bytes peer reads, until it ends.
-func echo(peer net.Conn, size int) {
-	b := make([]byte, size)
-	for {
-		if _, err := io.ReadFull(peer, b); err != nil {
-			return
-		}
-		peer.Write(b)
-	}
-}
-
 func TestWriteReadAllocatesNothing(t *testing.T) {
 	c, peer := pair(t)
 	msg := []byte("0123456789")
-	go echo(peer, len(msg))
+	go func() { // an echo server, for the whole test
+		b := make([]byte, len(msg))
+		for {
+			if _, err := io.ReadFull(peer, b); err != nil {
+				return
+			}
+			peer.Write(b)
+		}
+	}()
 	buf := make([]byte, len(msg))
 	allocs := testing.AllocsPerRun(100, func() {
 		if n, err := c.WriteRead(msg, buf); err != nil || n != len(msg) {
