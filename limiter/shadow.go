@@ -2,7 +2,9 @@ package limiter
 
 import (
 	"context"
+	"math"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -35,12 +37,35 @@ type Decision struct {
 // admitted, queued or rejected there as the policy says, and once admitted
 // holds its shadow permit for as long as it was really served, from the
 // moment the shadow admitted it. So the shadow's queue grows and drains as
-// the real one would have, on the real arrivals and service times; what
-// it cannot know is how the upstream would have answered a lighter load,
-// so service times are those of the load it really got.
+// the real one would have, on the real arrivals and service times.
+//
+// What it cannot see directly is how the upstream would have answered the
+// lighter load a real limit gives it. That matters most where the upstream
+// holds more than it can serve at once and the excess waits inside it:
+// service times then stretch with the requests it holds, which the policy
+// would have kept out, and an answer comes seconds after the request that
+// a real limit would have had served long before. Held for those service
+// times, the shadow served a fraction of what the upstream really did,
+// and its queue grew without end where a real limit's stood still. Given
+// the upstream's capacity (SetCapacity), a request that found the upstream
+// holding more than that holds its shadow place for the time it would
+// have taken at the shadow's concurrency: the unloaded service time the
+// shadow learns from the answers (each one's service time over the
+// stretch it met), times the shadow's requests in flight over the
+// capacity where they are more.
 type Shadow struct {
 	lim    *Limiter
 	report func(Decision)
+
+	// inFlight is the requests really in flight, which the upstream holds.
+	inFlight atomic.Int64
+	// capacity is the float64 bits of SetCapacity's last value.
+	capacity atomic.Uint64
+
+	mu sync.Mutex
+	// unloaded is a moving mean of the answers' service times at the
+	// upstream's capacity; 0 until the first answer.
+	unloaded time.Duration
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -55,6 +80,13 @@ func NewShadow(lim *Limiter, report func(Decision)) *Shadow {
 	return &Shadow{lim: lim, report: report, ctx: ctx, cancel: cancel}
 }
 
+// SetCapacity tells the shadow how many requests the upstream serves at
+// once before it queues them inside; 0 (or less) when that is unknown, and
+// service times are then taken as they were.
+func (s *Shadow) SetCapacity(c float64) {
+	s.capacity.Store(math.Float64bits(max(c, 0)))
+}
+
 // Limiter is the shadow's limiter, for its Stats and, in Adaptive mode,
 // its controller.
 func (s *Shadow) Limiter() *Limiter { return s.lim }
@@ -64,6 +96,9 @@ type Ticket struct {
 	s       *Shadow
 	bytes   int64
 	arrived time.Time
+	// upstreamHeld is the requests really in flight when it arrived,
+	// itself included.
+	upstreamHeld int64
 
 	mu sync.Mutex
 	// admittedAt is when the shadow admitted it; zero while it waits or
@@ -72,16 +107,20 @@ type Ticket struct {
 	// service is the real service time, set by Leave; done says it is.
 	service time.Duration
 	done    bool
-	// held is set while the ticket holds a shadow permit.
-	held bool
+	// held is set while the ticket holds a shadow permit, and releasing
+	// once its return is scheduled.
+	held, releasing bool
+	// atOnce is the shadow's requests in flight when it was admitted
+	// there, itself included.
+	atOnce int64
 }
 
 // Arrive puts a request that will hold bytes into the shadow, now.
 func (s *Shadow) Arrive(bytes int64) *Ticket {
-	t := &Ticket{s: s, bytes: bytes, arrived: time.Now()}
+	t := &Ticket{s: s, bytes: bytes, arrived: time.Now(), upstreamHeld: s.inFlight.Add(1)}
 	switch err := s.lim.TryAcquire(bytes); err {
 	case nil:
-		t.admittedAt, t.held = t.arrived, true
+		t.admit(t.arrived)
 		s.report(Decision{Would: WouldAdmit})
 	case ErrMustWait:
 		// A wait needs a goroutine: Acquire blocks. It is the shadow's
@@ -104,34 +143,104 @@ func (t *Ticket) wait() {
 		return
 	}
 	t.s.report(Decision{Would: WouldQueue, Wait: wait})
+	t.admit(now)
+}
+
+// admit holds the ticket's shadow permit from now, and schedules its
+// return where the time it would have been served is known: it was
+// really served already (and in the shadow is served now, for as long,
+// at the shadow's concurrency), or the upstream held more than its
+// capacity when it arrived, and the unloaded service time says.
+// Otherwise Leave schedules it.
+func (t *Ticket) admit(now time.Time) {
+	atOnce := t.s.lim.Stats().InFlight
+	c := t.s.capacityNow()
 	t.mu.Lock()
-	t.admittedAt, t.held = now, true
-	done, service := t.done, t.service
+	t.admittedAt, t.held, t.atOnce = now, true, atOnce
+	var hold time.Duration
+	switch {
+	case t.done:
+		hold, t.releasing = t.s.shadowService(t.service, t.upstreamHeld, atOnce, c), true
+	case c > 0 && float64(t.upstreamHeld) > c:
+		if u := t.s.unloadedService(); u > 0 {
+			hold, t.releasing = time.Duration(float64(u)*max(1, float64(atOnce)/c)), true
+		}
+	}
+	releasing := t.releasing
 	t.mu.Unlock()
-	if done {
-		// Really served already: in the shadow it is served now, for as
-		// long.
-		t.releaseAfter(service)
+	if releasing {
+		t.releaseAt(now.Add(hold))
 	}
 }
 
-// Leave tells the shadow the request was really served for service; its
-// shadow permit is returned that long after the shadow admitted it.
+// Leave tells the shadow the request was really served for service. Unless
+// admit scheduled it, its shadow permit is returned that long after the
+// shadow admitted it, at the shadow's concurrency.
 func (t *Ticket) Leave(service time.Duration) {
+	s := t.s
+	s.inFlight.Add(-1)
+	c := s.capacityNow()
+	s.learn(s.shadowService(service, t.upstreamHeld, 0, c))
 	t.mu.Lock()
 	t.done, t.service = true, service
-	held, admittedAt := t.held, t.admittedAt
+	release := t.held && !t.releasing
+	t.releasing = t.releasing || release
+	admittedAt, atOnce := t.admittedAt, t.atOnce
 	t.mu.Unlock()
-	if !held {
-		// Still waiting in the shadow (wait releases it once admitted),
-		// or rejected there.
-		return
+	if release {
+		// Held in the shadow but not yet scheduled; not held, it is still
+		// waiting there (admit schedules it) or was rejected.
+		t.releaseAt(admittedAt.Add(s.shadowService(service, t.upstreamHeld, atOnce, c)))
 	}
-	t.releaseAfter(time.Until(admittedAt.Add(service)))
 }
 
-// releaseAfter returns the shadow permit after d.
-func (t *Ticket) releaseAfter(d time.Duration) {
+// capacityNow is SetCapacity's last value.
+func (s *Shadow) capacityNow() float64 {
+	return math.Float64frombits(s.capacity.Load())
+}
+
+// shadowService is how long a request really served for service, which
+// found held requests at the upstream, would have taken with atOnce (0:
+// at most the capacity) at the upstream instead, given its capacity c
+// (unknown at 0). Beyond its capacity the upstream serves c at once and
+// the rest wait inside it, each in turn: a request that found held took
+// held/c of the time it would have taken with c, and with atOnce above c
+// it would have taken atOnce/c of it.
+func (s *Shadow) shadowService(service time.Duration, held, atOnce int64, c float64) time.Duration {
+	if c <= 0 || float64(held) <= c {
+		return service
+	}
+	return time.Duration(float64(service) * min(1, max(c, float64(atOnce))/float64(held)))
+}
+
+// unloadedMemory is how many answers the moving mean of unloaded service
+// times remembers, about: a fraction of a second's at a load that fills a
+// pool.
+const unloadedMemory = 64
+
+// learn adds an answer's service time at the upstream's capacity to the
+// moving mean.
+func (s *Shadow) learn(d time.Duration) {
+	s.mu.Lock()
+	if s.unloaded == 0 {
+		s.unloaded = d
+	} else {
+		s.unloaded += (d - s.unloaded) / unloadedMemory
+	}
+	s.mu.Unlock()
+}
+
+// unloadedService is the moving mean of the answers' service times at the
+// upstream's capacity, 0 before the first.
+func (s *Shadow) unloadedService() time.Duration {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.unloaded
+}
+
+// releaseAt returns the shadow permit at due.
+func (t *Ticket) releaseAt(due time.Time) {
+	d := time.Until(due)
 	if d <= 0 {
 		t.s.lim.Release(t.bytes)
 		return

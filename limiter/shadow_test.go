@@ -42,6 +42,24 @@ func arrivals(n int, gap time.Duration, serve func(i int)) {
 	wg.Wait()
 }
 
+// served is one request through the real limiter l, tallied in real, and
+// served by serve once admitted.
+func served(l *Limiter, real *tally, serve func()) {
+	start := time.Now()
+	err := l.Acquire(context.Background(), 0)
+	if err != nil {
+		real.add(Decision{Would: WouldReject, Err: err})
+		return
+	}
+	if w := time.Since(start); w > 0 {
+		real.add(Decision{Would: WouldQueue, Wait: w})
+	} else {
+		real.add(Decision{Would: WouldAdmit})
+	}
+	serve()
+	l.Release(0)
+}
+
 // TestShadowRejectsAsTheRealPolicyWould: the same open arrivals (three
 // times what the workers serve) against a real fixed limiter and against
 // a shadow of one, whose requests go on at once. The shadow's would-be
@@ -62,19 +80,7 @@ func TestShadowRejectsAsTheRealPolicyWould(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
 			l := mustNew(t, cfg)
 			arrivals(n, gap, func(int) {
-				start := time.Now()
-				switch err := l.Acquire(context.Background(), 0); {
-				case err == nil:
-					if w := time.Since(start); w > 0 {
-						real.add(Decision{Would: WouldQueue, Wait: w})
-					} else {
-						real.add(Decision{Would: WouldAdmit})
-					}
-					time.Sleep(service)
-					l.Release(0)
-				default:
-					real.add(Decision{Would: WouldReject, Err: err})
-				}
+				served(l, &real, func() { time.Sleep(service) })
 			})
 		})
 		synctest.Test(t, func(t *testing.T) {
@@ -126,4 +132,66 @@ func abs(x int) int {
 		return -x
 	}
 	return x
+}
+
+// TestShadowInFrontOfAFullPool: open arrivals at 1.5 times what a pool of
+// 5 serves, against a real limiter of 5 workers in front of the pool and
+// against a shadow of one, whose requests all go on to the pool and queue
+// inside it. The pool's answers then come ever later; held for those
+// service times, the shadow served a fraction of what the pool did, and
+// timed out nearly every request. Told the pool's capacity, it holds each
+// place for the time the request would have taken behind the real limit,
+// and rejects as the real limiter does.
+func TestShadowInFrontOfAFullPool(t *testing.T) {
+	const (
+		n       = 600
+		gap     = 10 * time.Millisecond // 100 a second
+		service = 75 * time.Millisecond // the pool of 5 serves 67 a second
+		pool    = 5
+	)
+	cfg := Config{Mode: Fixed, Workers: pool, QueueSize: 1000, QueueTimeout: 500 * time.Millisecond}
+	// inPool holds a place in a pool of 5 for service, waiting in turn.
+	inPool := func(workers chan struct{}) {
+		workers <- struct{}{}
+		time.Sleep(service)
+		<-workers
+	}
+	var real tally
+	synctest.Test(t, func(t *testing.T) {
+		l, workers := mustNew(t, cfg), make(chan struct{}, pool)
+		arrivals(n, gap, func(int) {
+			served(l, &real, func() { inPool(workers) })
+		})
+	})
+	if real.timely < n/5 {
+		t.Fatalf("real: %d of %d timed out; want about a third, or the case proves nothing", real.timely, n)
+	}
+	for _, capacity := range []float64{0, pool} {
+		var shadow tally
+		synctest.Test(t, func(t *testing.T) {
+			s, workers := NewShadow(mustNew(t, cfg), shadow.add), make(chan struct{}, pool)
+			s.SetCapacity(capacity)
+			arrivals(n, gap, func(int) {
+				start := time.Now()
+				ticket := s.Arrive(0)
+				inPool(workers)
+				ticket.Leave(time.Since(start))
+			})
+			time.Sleep(2 * time.Second)
+			s.Close()
+			if st := s.Limiter().Stats(); st.InFlight != 0 || st.Queued != 0 {
+				t.Errorf("shadow after the run: %+v; want every permit returned", st)
+			}
+		})
+		t.Logf("capacity %v: real admitted %d, queued %d (mean wait %v), timed out %d; shadow %d, %d (%v), %d",
+			capacity, real.admitted, real.queued, meanWait(&real), real.timely, shadow.admitted, shadow.queued, meanWait(&shadow), shadow.timely)
+		near := abs(real.timely-shadow.timely) <= real.timely/20 && abs(real.queued+real.admitted-shadow.queued-shadow.admitted) <= n/20
+		switch {
+		case capacity > 0 && !near:
+			t.Errorf("told the capacity: real served %d, timed out %d; shadow %d, %d; want within 5%%",
+				real.queued+real.admitted, real.timely, shadow.queued+shadow.admitted, shadow.timely)
+		case capacity == 0 && near:
+			t.Errorf("not told the capacity, the shadow timed out %d as the real %d: the case does not show the pool's queue", shadow.timely, real.timely)
+		}
+	}
 }

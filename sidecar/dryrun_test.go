@@ -74,3 +74,83 @@ func TestDryRunCountsWhatTheModeWouldDo(t *testing.T) {
 		t.Errorf("dry run's loomgate_limit = %v; want the policy's, 4", l)
 	}
 }
+
+// openLoop sends rate requests a second to url for d, each on its own
+// goroutine whatever the answers before it (arrivals from many independent
+// users), and waits for every answer.
+func openLoop(url string, rate int, d time.Duration) {
+	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 4096}, Timeout: time.Minute}
+	var wg sync.WaitGroup
+	tick := time.NewTicker(time.Second / time.Duration(rate))
+	defer tick.Stop()
+	for end := time.Now().Add(d); time.Now().Before(end); <-tick.C {
+		wg.Go(func() {
+			resp, err := client.Get(url)
+			if err != nil {
+				return
+			}
+			io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+		})
+	}
+	wg.Wait()
+	client.CloseIdleConnections()
+}
+
+// TestDryRunInFrontOfAFullPool: open arrivals at 1.5 times what a pool of
+// 10 at 50 ms serves, behind fixed mode with 10 workers and a queue timeout
+// of 2 s, for real and in a dry run, side by side. For real the pool is
+// kept full and a third of the requests time out in the queue. In the dry
+// run the pool itself takes all of them and queues them inside, so each
+// request's service time grows with the queue; held for those service
+// times at the shadow's 10 at once, the shadow served a fraction of what
+// the pool really did, and nearly every request would have timed out.
+// Scaled to the upstream's capacity, the shadow serves what a real limit
+// would have, and its would-be timeouts are the real ones.
+func TestDryRunInFrontOfAFullPool(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs load for about 35 seconds")
+	}
+	env := []string{"LOOMGATE_MODE=fixed", "LOOMGATE_WORKERS=10", "LOOMGATE_QUEUE_SIZE=100000", "LOOMGATE_QUEUE_TIMEOUT=2s", "LOOMGATE_UPSTREAM_TIMEOUT=60s"}
+	real := start(t, testConfig(t, append(env, "LOOMGATE_UPSTREAM="+hiddenPool(t, 10, 50*time.Millisecond))...))
+	dry := start(t, testConfig(t, append(env, "LOOMGATE_UPSTREAM="+hiddenPool(t, 10, 50*time.Millisecond), "LOOMGATE_DRY_RUN=true")...))
+	// Light load first, from which the estimate learns the pool's
+	// unloaded speed; then the overload, on both at once.
+	var wg sync.WaitGroup
+	light := make(chan struct{})
+	closedLoop(real.URL+"/r", 2, light, &wg)
+	closedLoop(dry.URL+"/r", 2, light, &wg)
+	time.Sleep(12 * time.Second)
+	close(light)
+	wg.Wait()
+	wg.Go(func() { openLoop(real.URL+"/r", 300, 20*time.Second) })
+	wg.Go(func() { openLoop(dry.URL+"/r", 300, 20*time.Second) })
+	wg.Wait()
+
+	timedOut := gathered(t, real.Sidecar, "loomgate_requests_total", "rejected_queue_timeout")
+	served := gathered(t, real.Sidecar, "loomgate_requests_total", "ok")
+	var would float64
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		// Shadow waits end up to the queue timeout after the load.
+		would = gathered(t, dry.Sidecar, "loomgate_dry_run_requests_total", "rejected_queue_timeout")
+		if dry.shadow.Limiter().Stats().Queued == 0 || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	t.Logf("for real: %v served, %v timed out in the queue; dry run: %v would have", served, timedOut, would)
+	if timedOut < 1000 {
+		t.Fatalf("for real only %v of 6000 timed out in the queue; want a third of them, the load did not overload the pool", timedOut)
+	}
+	// Above more than below: until the estimate has seen the pool queue
+	// inside, a second or two, the shadow holds places for the service
+	// times as they were, and the backlog it builds then stays. Unscaled,
+	// nearly all of the 6000 would have timed out, three times the real.
+	if would < 0.8*timedOut || would > 1.4*timedOut {
+		t.Errorf("dry run: %v would-be queue timeouts; want the real %v, from 20%% fewer to 40%% more", would, timedOut)
+	}
+	if n := gathered(t, dry.Sidecar, "loomgate_requests_total", "rejected_queue_timeout"); n != 0 {
+		t.Errorf("dry run rejected %v requests for real; want none", n)
+	}
+}

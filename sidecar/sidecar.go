@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"net"
 	"net/http"
 	"sync/atomic"
@@ -301,6 +302,12 @@ func (s *Sidecar) Run(ctx context.Context, ln, adminLn net.Listener) error {
 			return nil
 		})
 	}
+	if s.shadow != nil {
+		g.Go(func() error {
+			s.tellShadow(runCtx)
+			return nil
+		})
+	}
 	g.Go(func() error {
 		if err := s.admin.Serve(adminLn); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			return fmt.Errorf("admin listener: %w", err)
@@ -429,6 +436,44 @@ func (s *Sidecar) controlled(lim *limiter.Limiter) (*limiter.Limiter, func() ada
 	policy := s.shadow.Limiter()
 	return policy, func() adaptive.State {
 		return adaptive.State{InFlight: lim.Stats().InFlight, Queued: policy.Stats().Queued}
+	}
+}
+
+// shadowEvery is how often a dry run's shadow hears the upstream's
+// capacity while it queues requests, and shadowIdleEvery while it does
+// not. Until it first hears, a full pool's stretched service times build
+// a backlog in the shadow; each hearing may compute the advice afresh, a
+// few milliseconds of CPU, which a shadow that queues nothing does not
+// need every second.
+const (
+	shadowEvery     = time.Second
+	shadowIdleEvery = 10 * time.Second
+)
+
+// tellShadow tells the dry run's shadow the upstream's capacity, as the
+// estimate has it, until ctx ends: the most it serves at once, and no less
+// than it was seen to serve without queueing (a pool grown since the
+// estimate's capacity was measured).
+func (s *Sidecar) tellShadow(ctx context.Context) {
+	t := time.NewTicker(shadowEvery)
+	defer t.Stop()
+	var told time.Time
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case now := <-t.C:
+			if s.shadow.Limiter().Stats().Queued == 0 && now.Sub(told) < shadowIdleEvery {
+				continue
+			}
+			told = now
+		}
+		e := s.advisor.Snapshot().Figures.Estimate
+		c := 0.0
+		if !math.IsNaN(e.Capacity) {
+			c = max(e.Capacity, e.LowerBound)
+		}
+		s.shadow.SetCapacity(c)
 	}
 }
 
