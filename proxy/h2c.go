@@ -215,6 +215,11 @@ type stream struct {
 	expired bool
 }
 
+// callExpired says whether the gRPC call's own deadline has passed.
+func (st *stream) callExpired() bool {
+	return !st.deadline.IsZero() && !time.Now().Before(st.deadline)
+}
+
 type streamKey struct{}
 
 func streamOf(ctx context.Context) *stream {
@@ -265,7 +270,10 @@ func (h *h2) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 				o.Kind = ClientTimeout
 			case st.timedOut.Load():
 				o.Kind = UpstreamTimeout
-			case r.Context().Err() != nil:
+			case r.Context().Err() != nil, st.callExpired():
+				// Also a call whose own deadline ended it: the upstream,
+				// told of it by grpc-timeout, resets the stream as the
+				// client does, whichever comes first.
 				o.Kind, o.Status = ClientClosed, StatusClientClosed
 			default:
 				o.Kind = UpstreamError
@@ -382,8 +390,14 @@ func (h *h2) failed(w http.ResponseWriter, r *http.Request, err error) {
 		h.answer(w, st, ClientTimeout, http.StatusRequestTimeout, msgReadTimeout)
 	case st.timedOut.Load():
 		h.answer(w, st, UpstreamTimeout, http.StatusGatewayTimeout, msgUpstreamTimeout)
-	case !st.deadline.IsZero() && !time.Now().Before(st.deadline):
-		h.answer(w, st, UpstreamTimeout, http.StatusGatewayTimeout, msgUpstreamTimeout)
+	case st.callExpired():
+		// The call's own deadline (grpc-timeout), not UpstreamTimeout:
+		// the client chose to wait no longer, as one that gives up on
+		// HTTP/1.1 does, and its status is DEADLINE_EXCEEDED, which its
+		// own timer also says.
+		st.expired = true
+		h.answer(w, st, ClientClosed, 0, "deadline exceeded\n")
+		st.outcome.Status = StatusClientClosed
 	case errors.Is(err, context.Canceled):
 		st.outcome.Kind, st.outcome.Status = ClientClosed, StatusClientClosed
 	default:

@@ -223,6 +223,65 @@ func TestGRPCDeadlineInQueue(t *testing.T) {
 	}
 }
 
+// TestGRPCDeadlineAtTheUpstreamIsTheClients: a call whose own deadline
+// (grpc-timeout) passes while the upstream serves it is the client's
+// choice to wait no longer, as on HTTP/1.1 a client that gives up: counted
+// client_closed, not upstream_timeout, which is UpstreamTimeout's. Unary,
+// and a server stream that the upstream, told of the deadline, resets when
+// it passes (which was counted upstream_error).
+func TestGRPCDeadlineAtTheUpstreamIsTheClients(t *testing.T) {
+	t.Run("unary", func(t *testing.T) {
+		tp := startProxy(t, grpcUpstream(t, &slowHealth{}), limiter.Config{Mode: limiter.Unbounded}, nil)
+		ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+		defer cancel()
+		_, err := grpcClient(t, tp.addr).Check(ctx, &healthpb.HealthCheckRequest{Service: "2s"})
+		if status.Code(err) != codes.DeadlineExceeded {
+			t.Errorf("call = %v; want DEADLINE_EXCEEDED", err)
+		}
+		if o := tp.rec.wait(t, 1)[0]; o.Kind != ClientClosed || !o.Admitted {
+			t.Errorf("outcome %v (admitted %v); want client_closed, admitted", o.Kind, o.Admitted)
+		}
+	})
+	t.Run("stream", func(t *testing.T) {
+		// The upstream sends the response's header at once, then resets
+		// the stream when the call's deadline passes, as a gRPC server
+		// whose handler returns at its deadline may.
+		up := h2cUpstream(t, func(w http.ResponseWriter, r *http.Request) {
+			left := 5 * time.Second
+			if d, ok := parseGRPCTimeout(r.Header.Get("Grpc-Timeout")); ok {
+				left = d
+			}
+			w.Header().Set("Content-Type", "application/grpc")
+			w.WriteHeader(http.StatusOK)
+			http.NewResponseController(w).Flush()
+			select {
+			case <-time.After(left):
+				panic(http.ErrAbortHandler)
+			case <-r.Context().Done():
+			}
+		})
+		tp := startProxy(t, up, limiter.Config{Mode: limiter.Unbounded}, nil)
+		// Not the client's own timer: its reset would race the
+		// upstream's, and the case is the upstream's coming first.
+		req, err := http.NewRequest(http.MethodPost, "http://"+tp.addr+"/grpc.health.v1.Health/Watch", strings.NewReader("\x00\x00\x00\x00\x00"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Content-Type", "application/grpc")
+		req.Header.Set("Te", "trailers")
+		req.Header.Set("Grpc-Timeout", "300m")
+		resp, err := h2cClient().Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if o := tp.rec.wait(t, 1)[0]; o.Kind != ClientClosed {
+			t.Errorf("outcome %v; want client_closed: the call's own deadline ended it", o.Kind)
+		}
+	})
+}
+
 // TestGRPCUpstreamDown: no upstream is UNAVAILABLE, counted upstream_error.
 func TestGRPCUpstreamDown(t *testing.T) {
 	ln, _ := net.Listen("tcp", "127.0.0.1:0")
