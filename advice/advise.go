@@ -110,6 +110,11 @@ const (
 	// Headroom is what a recommended limit adds above the measured demand,
 	// so that a busier minute than the one measured does not queue again.
 	Headroom = 1.1
+	// Failing is the share of admitted requests failed by the upstream
+	// above which the figures describe its failures rather than its work
+	// (a refused connection is answered in a millisecond, and reads as a
+	// fast upstream with room to spare), and the advice sizes nothing.
+	Failing = 0.1
 	// ProbeStep is the step up from a limit beyond which the upstream was
 	// never seen: small enough that a stretch it causes is brief and
 	// plain in the advice, large enough to show one.
@@ -121,6 +126,8 @@ const (
 // and tested on its own:
 //
 //   - too little traffic: no advice;
+//   - more than Failing of the admitted requests failed at the upstream:
+//     no advice, the figures are of failures;
 //   - the upstream queues inside for every route: more admission cannot
 //     help, so cap admission at its capacity (never below what it served
 //     without its service time growing), fixed with a queue if latency can
@@ -142,6 +149,12 @@ func Advise(s Settings, f Figures) Recommendation {
 	if f.Requests < MinRequests {
 		r.Summary = fmt.Sprintf("Not enough traffic to advise yet: %d %s finished in the last %s; the advice needs %d.",
 			f.Requests, plural(int(f.Requests), "request", "requests"), roundSpan(f.Span), MinRequests)
+		return r
+	}
+	if share := float64(f.Failed) / float64(f.Requests); share > Failing {
+		r.Reasons = append(r.Reasons, fmt.Sprintf("%.0f%% of the %d requests admitted in the last %s failed at the upstream (no answer, past LOOMGATE_UPSTREAM_TIMEOUT, or a 5xx of its own): the service times and throughput measured are those of its failures, not of its work.",
+			100*share, f.Requests, roundSpan(f.Span)))
+		r.Summary = fmt.Sprintf("The upstream is failing %.0f%% of the admitted requests: no sizing advice until it answers again. Keep the settings in force; a limit sized now would be sized on failures.", 100*share)
 		return r
 	}
 	e := f.Estimate

@@ -20,8 +20,10 @@ type Figures struct {
 	// began more recently.
 	Span time.Duration
 	// Requests counts admitted requests finished in the window, and
-	// Rejected the requests admission refused.
-	Requests, Rejected int64
+	// Rejected the requests admission refused. Failed counts the admitted
+	// ones the upstream failed: no answer (refused, reset, past
+	// UPSTREAM_TIMEOUT) or a 5xx of its own.
+	Requests, Rejected, Failed int64
 	// ArrivalRate is requests reaching admission per second, counted as
 	// they finish; Throughput is admitted requests finished per second. In
 	// a closed loop (clients that wait for each answer before the next)
@@ -125,6 +127,7 @@ func (w *window) figures(now time.Time, names []string) Figures {
 		arrivals += b.arrivals
 		f.Rejected += b.rejected
 		f.Requests += b.completed
+		f.Failed += b.failed
 		queueSum += b.queueSum
 		service += b.service
 		samples += b.samples

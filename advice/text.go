@@ -33,6 +33,9 @@ func (s Snapshot) Text() string {
 		fmt.Fprintf(&b, " Over the last %s: throughput %.0f rps (arrivals %.0f rps); service %s (p50 %s, p99 %s); queue wait %s (p99 %s); %.0f in flight and %.0f queued on average.",
 			roundSpan(f.Span), f.Throughput, f.ArrivalRate, ms(f.MeanService), ms(f.ServiceP50), ms(f.ServiceP99),
 			ms(f.MeanQueue), ms(f.QueueP99), f.InFlight, f.Queued)
+		if f.Failed > 0 {
+			fmt.Fprintf(&b, " The upstream failed %d of the %d admitted requests (%.1f%%).", f.Failed, f.Requests, 100*float64(f.Failed)/float64(f.Requests))
+		}
 		e := f.Estimate
 		verdict := "not saturated"
 		switch {

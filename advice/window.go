@@ -53,6 +53,7 @@ type bucket struct {
 	arrivals  int64 // finished requests that reached admission
 	rejected  int64 // of which not admitted
 	completed int64 // finished requests that were admitted
+	failed    int64 // of which the upstream failed (see upstreamFailed)
 	queueSum  time.Duration
 	service   time.Duration // sum, of every admitted request
 
@@ -395,6 +396,9 @@ func (w *window) record(now time.Time, class int, s *outcome.Record) {
 	}
 	b.completed++
 	b.service += s.Service
+	if upstreamFailed(s) {
+		b.failed++
+	}
 	l.servHist[si]++
 	l.totalHist[ti]++
 	if s.Answered() && class >= 0 && class < classes {
@@ -405,6 +409,18 @@ func (w *window) record(now time.Time, class int, s *outcome.Record) {
 		st.service += s.Service
 		l.classHist[class][si]++
 	}
+}
+
+// upstreamFailed says whether the upstream failed an admitted request: no
+// answer (refused, reset, past UPSTREAM_TIMEOUT) or a 5xx of its own.
+func upstreamFailed(s *outcome.Record) bool {
+	switch s.Kind {
+	case outcome.UpstreamError, outcome.UpstreamTimeout:
+		return true
+	case outcome.OK:
+		return s.UpstreamStatus >= 500
+	}
+	return false
 }
 
 // sample adds one reading of the admission state at now.

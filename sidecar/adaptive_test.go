@@ -89,16 +89,7 @@ func TestAdaptiveModeFindsAHiddenPool(t *testing.T) {
 	}
 	// Let the trials run a little, then judge where the limit stands.
 	time.Sleep(10 * time.Second)
-	resp, err := http.Get(s.AdminURL + "/advice")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var doc AdviceDoc
-	err = json.NewDecoder(resp.Body).Decode(&doc)
-	resp.Body.Close()
-	if err != nil {
-		t.Fatal(err)
-	}
+	doc := adviceDoc(t, s)
 	if l := s.Stats().Limit; l < 14 || l > 30 {
 		t.Errorf("adaptive limit = %d; want near the pool of 20 (14 to 30)", l)
 		for _, ch := range doc.Adaptive.Changes {
@@ -114,6 +105,21 @@ func TestAdaptiveModeFindsAHiddenPool(t *testing.T) {
 	if got := gathered(t, s.Sidecar, "loomgate_limit", ""); got != float64(s.Stats().Limit) {
 		t.Errorf("loomgate_limit = %v; want the limit in force, %d", got, s.Stats().Limit)
 	}
+}
+
+// adviceDoc is the sidecar's /advice, decoded.
+func adviceDoc(t *testing.T, s *running) AdviceDoc {
+	t.Helper()
+	resp, err := http.Get(s.AdminURL + "/advice")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var doc AdviceDoc
+	if err := json.NewDecoder(resp.Body).Decode(&doc); err != nil {
+		t.Fatal(err)
+	}
+	return doc
 }
 
 // gathered is the value of the sample of name whose one label (if any)

@@ -74,6 +74,7 @@ type FiguresDoc struct {
 	WindowSeconds      float64 `json:"window_seconds"`
 	Requests           int64   `json:"requests"`
 	Rejected           int64   `json:"rejected"`
+	UpstreamFailed     int64   `json:"upstream_failed"`
 	ArrivalRate        float64 `json:"arrival_rate_rps"`
 	Throughput         float64 `json:"throughput_rps"`
 	InFlight           float64 `json:"in_flight"`
@@ -213,6 +214,7 @@ func (s *Sidecar) advice(snap advice.Snapshot) AdviceDoc {
 			WindowSeconds:        f.Span.Seconds(),
 			Requests:             f.Requests,
 			Rejected:             f.Rejected,
+			UpstreamFailed:       f.Failed,
 			ArrivalRate:          f.ArrivalRate,
 			Throughput:           f.Throughput,
 			InFlight:             f.InFlight,
