@@ -246,6 +246,8 @@ type Limiter struct {
 	target, interval time.Duration
 
 	mu sync.Mutex
+	// closed is set by RejectWaiting: no request waits any more.
+	closed bool
 	// limit is the most permits held at once; 0 admits everyone (Adaptive
 	// before SetLimit). limitNow mirrors it for Stats.
 	limit    int
@@ -427,6 +429,13 @@ func (l *Limiter) Acquire(ctx context.Context, bytes int64) error {
 		l.mu.Unlock()
 		l.releaseBytes(bytes)
 		return err
+	}
+	if l.closed {
+		// The queue's time is up (RejectWaiting): no wait would end in
+		// an admission.
+		l.mu.Unlock()
+		l.releaseBytes(bytes)
+		return l.errTimeout
 	}
 	w := l.free
 	if w != nil {
@@ -617,6 +626,20 @@ func (l *Limiter) expire() {
 		return
 	}
 	l.arm(now, l.nextCheck(now))
+}
+
+// RejectWaiting rejects every request waiting for admission, as at its
+// timeout, and from now on every request that would have to wait: for a
+// drain whose time is up, when the process is about to stop and a wait
+// could only end in a closed connection. Admissions at once go on.
+func (l *Limiter) RejectWaiting() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.closed = true
+	l.advance(time.Now())
+	for l.head != nil {
+		l.decide(l.head, l.errTimeout)
+	}
 }
 
 // Release returns the permit and bytes of one admitted request. The permit

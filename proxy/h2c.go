@@ -71,7 +71,7 @@ func newH2(p *Proxy, upstream string) *h2 {
 			if err != nil {
 				return nil, err
 			}
-			return rawio.Wrap(c), nil
+			return rawio.WrapIn(c, &p.upstreams), nil
 		},
 		ResponseHeaderTimeout: 0, // bounded by the stream's context
 		DisableCompression:    true,
@@ -125,16 +125,18 @@ func (h *h2) serve(c net.Conn) {
 	<-hc.done
 }
 
-// shutdown ends the HTTP/2 side: a GOAWAY to each connection, streams in
-// flight finish until ctx ends, then every connection is closed.
+// shutdown ends the HTTP/2 side: a GOAWAY to each connection, and streams
+// in flight finish until ctx ends. close then closes what is left.
 func (h *h2) shutdown(ctx context.Context) error {
 	h.ln.Close()
-	err := h.srv.Shutdown(ctx)
-	if err != nil {
-		h.srv.Close()
-	}
+	return h.srv.Shutdown(ctx)
+}
+
+// close closes the connections a shutdown left open, once their streams
+// were cut short (see Proxy.cutShort) or answered.
+func (h *h2) close() {
+	h.srv.Close()
 	h.tr.CloseIdleConnections()
-	return err
 }
 
 // h2Conn is a connection of the HTTP/2 server's, which tells when it
@@ -268,7 +270,7 @@ func (h *h2) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			switch {
 			case st.stalled.Load():
 				o.Kind = ClientTimeout
-			case st.timedOut.Load():
+			case st.timedOut.Load(), h.p.cut.Load():
 				o.Kind = UpstreamTimeout
 			case r.Context().Err() != nil, st.callExpired():
 				// Also a call whose own deadline ended it: the upstream,
@@ -388,7 +390,9 @@ func (h *h2) failed(w http.ResponseWriter, r *http.Request, err error) {
 		h.answer(w, st, BadRequest, http.StatusRequestEntityTooLarge, msgBodyTooLarge)
 	case st.stalled.Load():
 		h.answer(w, st, ClientTimeout, http.StatusRequestTimeout, msgReadTimeout)
-	case st.timedOut.Load():
+	case st.timedOut.Load(), h.p.cut.Load():
+		// Also a drain whose time is up, which cut the upstream's
+		// connections (see cutShort).
 		h.answer(w, st, UpstreamTimeout, http.StatusGatewayTimeout, msgUpstreamTimeout)
 	case st.callExpired():
 		// The call's own deadline (grpc-timeout), not UpstreamTimeout:

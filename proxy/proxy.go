@@ -170,6 +170,10 @@ type Proxy struct {
 	departures peer.Departures
 	upgrades   upgrades
 	h2         *h2 // HTTP/2 with prior knowledge
+	// upstreams are the upstream connections, HTTP/1 and HTTP/2: cut when
+	// a drain's time is up (see Shutdown), and cut is set then.
+	upstreams rawio.Group
+	cut       atomic.Bool
 
 	maxClientConns int
 	// acceptErrors counts failed accepts that were retried.
@@ -321,7 +325,9 @@ func New(cfg Config) (*Proxy, error) {
 		// does, the wait is bounded and lands in service time.
 		MaxConnWaitTimeout: p.timeout,
 		ReadBufferSize:     MaxHeaderBytes,
-		DialTimeout:        dialAside,
+		DialTimeout: func(addr string, timeout time.Duration) (net.Conn, error) {
+			return dialAside(addr, timeout, &p.upstreams)
+		},
 	}
 	p.server = &fasthttp.Server{
 		Handler:               p.handle,
@@ -433,7 +439,39 @@ func (p *Proxy) Shutdown(ctx context.Context) error {
 	for range 2 {
 		err = cmp.Or(err, <-drained)
 	}
+	if ctx.Err() != nil {
+		p.cutShort()
+	}
+	p.h2.close()
 	return err
+}
+
+// cutGrace is how long the requests cut short at a drain's end have to
+// write their answers.
+const cutGrace = time.Second
+
+// cutShort ends, when a drain's time is up, what would otherwise end
+// without an answer when the process exits: the requests still queued are
+// rejected as at their queue timeout, and those still waiting for the
+// upstream fail as at UpstreamTimeout, each answered (503 or 504, and the
+// connection closed) and counted. It waits up to cutGrace for their
+// answers.
+func (p *Proxy) cutShort() {
+	p.cut.Store(true)
+	if a, ok := p.admit.(interface{ Stats() limiter.Stats }); ok {
+		st := a.Stats()
+		p.log.Warn("drain's time is up: the requests still queued are answered as at their queue timeout, those at the upstream as at UPSTREAM_TIMEOUT",
+			"queued", st.Queued, "in_flight", st.InFlight)
+	}
+	if w, ok := p.admit.(interface{ RejectWaiting() }); ok {
+		w.RejectWaiting()
+	}
+	p.upstreams.Cut()
+	grace, cancel := context.WithTimeout(context.Background(), cutGrace)
+	defer cancel()
+	// The server is stopped already; this waits for its connections.
+	_ = p.server.ShutdownWithContext(grace)
+	_ = p.h2.shutdown(grace)
 }
 
 // bareLFAnswer is the whole answer to a first request whose header lines
@@ -813,7 +851,7 @@ func (p *Proxy) observe(o *Outcome) {
 // once grown, stays grown while the request that grew it waits: dialled in
 // the request's goroutine, every connection's first request would leave
 // its client's goroutine with twice the stack for as long as it lives.
-func dialAside(addr string, timeout time.Duration) (net.Conn, error) {
+func dialAside(addr string, timeout time.Duration, g *rawio.Group) (net.Conn, error) {
 	type dialed struct {
 		conn net.Conn
 		err  error
@@ -829,7 +867,7 @@ func dialAside(addr string, timeout time.Duration) (net.Conn, error) {
 	}
 	// Its reads and writes do not wake the runtime's monitor thread (see
 	// rawListener).
-	return rawio.Wrap(d.conn), nil
+	return rawio.WrapIn(d.conn, g), nil
 }
 
 // rawListener hands fasthttp connections whose reads and writes are raw

@@ -41,14 +41,7 @@ func protocolsUpstream(t *testing.T) string {
 	t.Helper()
 	gs := grpc.NewServer()
 	healthpb.RegisterHealthServer(gs, slowHealth{health.NewServer()})
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	protos := new(http.Protocols)
-	protos.SetHTTP1(true)
-	protos.SetUnencryptedHTTP2(true)
-	up := &http.Server{Protocols: protos, Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	return h2cServer(t, func(w http.ResponseWriter, r *http.Request) {
 		if strings.HasPrefix(r.Header.Get("Content-Type"), "application/grpc") {
 			gs.ServeHTTP(w, r)
 			return
@@ -65,7 +58,21 @@ func protocolsUpstream(t *testing.T) string {
 			}
 			c.Write(context.Background(), typ, msg)
 		}
-	})}
+	})
+}
+
+// h2cServer serves handler on loopback, HTTP/1.1 and h2c, until the test
+// ends, and returns its address.
+func h2cServer(t *testing.T, handler http.HandlerFunc) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	protos := new(http.Protocols)
+	protos.SetHTTP1(true)
+	protos.SetUnencryptedHTTP2(true)
+	up := &http.Server{Protocols: protos, Handler: handler}
 	go up.Serve(ln)
 	t.Cleanup(func() { up.Close() })
 	return ln.Addr().String()

@@ -350,9 +350,9 @@ func (s *Sidecar) shutdown() error {
 	defer cancel()
 	err := s.proxy.Shutdown(ctx)
 	if err != nil {
-		st := s.limiter.Stats()
+		// The proxy has answered what was left, and logged how many.
 		s.log.Warn("drain timed out; raise LOOMGATE_DRAIN_TIMEOUT if this repeats",
-			"timeout", s.cfg.DrainTimeout.String(), "in_flight", st.InFlight, "queued", st.Queued)
+			"timeout", s.cfg.DrainTimeout.String())
 		err = ErrDrainTimeout
 	}
 	// The admin listener outlives the drain so that the last scrape sees it.

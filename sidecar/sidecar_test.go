@@ -40,6 +40,20 @@ func start(t testing.TB, cfg Config) *running {
 // startWith is start with opts of the test's own.
 func startWith(t testing.TB, cfg Config, opts Options) *running {
 	t.Helper()
+	r, stop, done := launch(t, cfg, opts)
+	t.Cleanup(func() {
+		stop()
+		if err := <-done; err != nil {
+			t.Errorf("Run = %v", err)
+		}
+	})
+	return r
+}
+
+// launch runs a Sidecar on loopback until stop is called, then sends
+// Run's result on done.
+func launch(t testing.TB, cfg Config, opts Options) (r *running, stop func(), done <-chan error) {
+	t.Helper()
 	s, err := New(cfg, opts)
 	if err != nil {
 		t.Fatal(err)
@@ -53,15 +67,9 @@ func startWith(t testing.TB, cfg Config, opts Options) *running {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- s.Run(ctx, ln, adminLn) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("Run = %v", err)
-		}
-	})
-	return &running{Sidecar: s, URL: "http://" + ln.Addr().String(), AdminURL: "http://" + adminLn.Addr().String()}
+	ran := make(chan error, 1)
+	go func() { ran <- s.Run(ctx, ln, adminLn) }()
+	return &running{Sidecar: s, URL: "http://" + ln.Addr().String(), AdminURL: "http://" + adminLn.Addr().String()}, cancel, ran
 }
 
 // upstream answers after delay.

@@ -59,6 +59,14 @@ func (c *Conn) setDeadline(dir int, t time.Time) error {
 		at = max(int64(t.Sub(base)), 1)
 	}
 	d := &c.dl[dir]
+	if c.isCut() {
+		// Passed, whatever t: a deadline already armed stays so.
+		d.at.Store(1)
+		if !d.armed.Load() {
+			reaper.poke()
+		}
+		return nil
+	}
 	d.at.Store(at)
 	// The reaper sets armed before it reads at, and this reads armed after
 	// storing at: either it sees this deadline, or this sees armed and
@@ -76,6 +84,23 @@ func (c *Conn) setDeadline(dir int, t time.Time) error {
 	}
 	return nil
 }
+
+// A Group is a set of Conns (WrapIn) whose waits can be ended together:
+// a proxy's upstream connections, when it must stop before the upstream
+// has answered.
+type Group struct{ cut atomic.Bool }
+
+// Cut makes every deadline of the group's Conns pass, within reapGap,
+// and so every deadline set on them later: a read or write waiting on one
+// fails as at its deadline, with a timeout. One with no deadline fails
+// too. It cannot be undone.
+func (g *Group) Cut() {
+	g.cut.Store(true)
+	reaper.poke()
+}
+
+// isCut says whether c's group was cut.
+func (c *Conn) isCut() bool { return c.group != nil && c.group.cut.Load() }
 
 // arm hands the connection's deadline for dir to the runtime if it has
 // passed by now, and reports whether it had.
@@ -179,8 +204,13 @@ func (r *reaperState) look(now int64) int64 {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for _, c := range r.conns {
+		cut := c.isCut()
 		for dir := range c.dl {
 			d := &c.dl[dir]
+			if cut {
+				// Passed, whenever it was due; also a wait without one.
+				d.at.Store(1)
+			}
 			at := d.at.Load()
 			if at == 0 || d.armed.Load() {
 				continue

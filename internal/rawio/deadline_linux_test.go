@@ -258,3 +258,44 @@ func TestDeadlinesUnderChurn(t *testing.T) {
 		t.Fatalf("%d connections kept after all closed; want %d", n, before)
 	}
 }
+
+// A cut Group ends its members' waits, with a deadline or without, as at
+// a deadline, and every deadline set on them afterwards has passed; a
+// Conn outside the group goes on waiting.
+func TestCutGroupEndsItsWaits(t *testing.T) {
+	var g Group
+	far, _ := pairIn(t, &g)
+	far.SetReadDeadline(time.Now().Add(time.Hour))
+	none, _ := pairIn(t, &g)
+	outside, peer := pair(t)
+	outside.SetReadDeadline(time.Now().Add(time.Hour))
+	waits := []<-chan timedErr{readErr(far), readErr(none)}
+	other := readErr(outside)
+	time.Sleep(20 * time.Millisecond)
+	cut := time.Now()
+	g.Cut()
+	for i, w := range waits {
+		select {
+		case r := <-w:
+			if !errors.Is(r.err, os.ErrDeadlineExceeded) {
+				t.Errorf("wait %d: Read = %v; want a timeout", i, r.err)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatalf("wait %d: still reading 5s after the cut", i)
+		}
+	}
+	t.Logf("waits ended %v after the cut", time.Since(cut))
+	far.SetReadDeadline(time.Now().Add(time.Hour))
+	if r := <-readErr(far); !errors.Is(r.err, os.ErrDeadlineExceeded) {
+		t.Errorf("Read with a deadline set after the cut = %v; want a timeout", r.err)
+	}
+	select {
+	case r := <-other:
+		t.Fatalf("the Conn outside the group: Read = %v; want it still waiting", r.err)
+	case <-time.After(50 * time.Millisecond):
+	}
+	peer.Write([]byte("x"))
+	if r := <-other; r.err != nil {
+		t.Errorf("the Conn outside the group: Read = %v; want the byte sent", r.err)
+	}
+}

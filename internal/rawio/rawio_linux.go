@@ -45,11 +45,15 @@ type Conn struct {
 	dmu    sync.Mutex // serialises arming a deadline with setting it anew
 	slot   int        // the Conn's index in the reaper's list, -1 once closed
 	closed atomic.Bool
+	group  *Group // nil when it belongs to none
 }
 
 // Wrap returns c as a Conn when it is a *net.TCPConn, and c itself
 // otherwise.
-func Wrap(c net.Conn) net.Conn {
+func Wrap(c net.Conn) net.Conn { return WrapIn(c, nil) }
+
+// WrapIn is Wrap, the Conn a member of g (nil for none).
+func WrapIn(c net.Conn, g *Group) net.Conn {
 	tc, ok := c.(*net.TCPConn)
 	if !ok {
 		return c
@@ -58,7 +62,7 @@ func Wrap(c net.Conn) net.Conn {
 	if err != nil {
 		return c
 	}
-	rc := &Conn{tc: tc, raw: raw}
+	rc := &Conn{tc: tc, raw: raw, group: g}
 	rc.readFn = rc.read
 	rc.writeFn = rc.write
 	rc.writeReadFn = rc.writeRead

@@ -15,6 +15,12 @@ import (
 // pair returns a wrapped connection and its plain peer, over loopback.
 func pair(t *testing.T) (*Conn, net.Conn) {
 	t.Helper()
+	return pairIn(t, nil)
+}
+
+// pairIn is pair, the Conn a member of g.
+func pairIn(t *testing.T, g *Group) (*Conn, net.Conn) {
+	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -33,7 +39,7 @@ func pair(t *testing.T) (*Conn, net.Conn) {
 	if peer == nil {
 		t.Fatal("accept failed")
 	}
-	rc, ok := Wrap(c).(*Conn)
+	rc, ok := WrapIn(c, g).(*Conn)
 	if !ok {
 		t.Fatalf("Wrap(%T) did not wrap", c)
 	}

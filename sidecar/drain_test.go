@@ -1,0 +1,83 @@
+package sidecar
+
+import (
+	"errors"
+	"io"
+	"log/slog"
+	"net/http"
+	"sync"
+	"testing"
+	"time"
+)
+
+// TestDrainTimeoutAnswersWhatIsLeft: two requests at an upstream that
+// takes 5 s (one of them an HTTP/2 stream) and four queued behind
+// WORKERS=2 when the drain begins, with DRAIN_TIMEOUT=1s. At the drain's
+// end they were dropped with their connections, unanswered and uncounted. Each now gets an answer, the
+// queued ones 503 as at their queue timeout and those at the upstream 504
+// as at UPSTREAM_TIMEOUT, counted once each, and Run still reports the
+// incomplete drain.
+func TestDrainTimeoutAnswersWhatIsLeft(t *testing.T) {
+	// The upstream speaks h2c too: one of the two at the upstream is an
+	// HTTP/2 stream, which goes to it as HTTP/2.
+	up := h2cServer(t, func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case <-time.After(5 * time.Second):
+		case <-r.Context().Done():
+		}
+	})
+	cfg := testConfig(t, "LOOMGATE_UPSTREAM=http://"+up, "LOOMGATE_MODE=fixed", "LOOMGATE_WORKERS=2",
+		"LOOMGATE_QUEUE_TIMEOUT=30s", "LOOMGATE_UPSTREAM_TIMEOUT=30s", "LOOMGATE_DRAIN_TIMEOUT=1s")
+	s, stop, ran := launch(t, cfg, Options{Logger: slog.New(slog.DiscardHandler)})
+
+	var mu sync.Mutex
+	got := map[string]int{} // status and outcome, as the clients saw them
+	var wg sync.WaitGroup
+	h2 := &http.Transport{Protocols: new(http.Protocols)}
+	h2.Protocols.SetUnencryptedHTTP2(true)
+	for i := range 6 {
+		client := http.DefaultClient
+		if i == 0 {
+			client = &http.Client{Transport: h2}
+		}
+		if i == 1 {
+			// The HTTP/2 stream first, so that it is one of the two at
+			// the upstream.
+			for s.Stats().InFlight < 1 {
+				time.Sleep(10 * time.Millisecond)
+			}
+		}
+		wg.Go(func() {
+			resp, err := client.Get(s.URL + "/slow")
+			if err != nil {
+				t.Errorf("no answer: %v", err)
+				return
+			}
+			io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			mu.Lock()
+			got[resp.Status[:3]+" "+resp.Header.Get("Loomgate-Outcome")]++
+			if resp.ProtoMajor == 2 && resp.StatusCode != http.StatusGatewayTimeout {
+				t.Errorf("the HTTP/2 stream got %s; want 504, as it was at the upstream", resp.Status)
+			}
+			mu.Unlock()
+		})
+	}
+	for st := s.Stats(); st.InFlight < 2 || st.Queued < 4; st = s.Stats() {
+		time.Sleep(10 * time.Millisecond)
+	}
+	stop()
+	wg.Wait()
+	if err := <-ran; !errors.Is(err, ErrDrainTimeout) {
+		t.Errorf("Run = %v; want ErrDrainTimeout", err)
+	}
+	want := map[string]int{"504 upstream_timeout": 2, "503 rejected_queue_timeout": 4}
+	if len(got) != len(want) || got["504 upstream_timeout"] != 2 || got["503 rejected_queue_timeout"] != 4 {
+		t.Errorf("clients got %v; want %v", got, want)
+	}
+	for kind, n := range map[string]float64{"upstream_timeout": 2, "rejected_queue_timeout": 4} {
+		if c := gathered(t, s.Sidecar, "loomgate_requests_total", kind); c != n {
+			t.Errorf("loomgate_requests_total{outcome=%q} = %v; want %v", kind, c, n)
+		}
+	}
+}
