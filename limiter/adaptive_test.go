@@ -80,6 +80,34 @@ func TestAdaptiveStartsOpenAndFollowsSetLimit(t *testing.T) {
 	})
 }
 
+// TestCeilingBoundsEveryLimit: with a Ceiling, Adaptive mode admits no
+// more than it at once before its first limit, with its limit lifted, and
+// under a higher limit; a lower limit is the limit.
+func TestCeilingBoundsEveryLimit(t *testing.T) {
+	l := mustNew(t, Config{Mode: Adaptive, Ceiling: 3})
+	for _, c := range []struct {
+		set  int // -1: none set yet
+		want int
+	}{{-1, 3}, {10, 3}, {2, 2}, {0, 3}} {
+		if c.set >= 0 {
+			l.SetLimit(c.set)
+		}
+		admitted := 0
+		for l.TryAcquire(0) == nil {
+			admitted++
+			if admitted > 100 {
+				break
+			}
+		}
+		if admitted != c.want || l.Stats().Limit != c.want {
+			t.Errorf("limit set %d: %d admitted at once, Stats().Limit %d; want %d", c.set, admitted, l.Stats().Limit, c.want)
+		}
+		for range admitted {
+			l.Release(0)
+		}
+	}
+}
+
 func TestSetLimitOutsideAdaptivePanics(t *testing.T) {
 	defer func() {
 		if recover() == nil {

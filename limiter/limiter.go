@@ -160,6 +160,12 @@ type Config struct {
 	// Bulkhead is.
 	BulkheadWait time.Duration
 
+	// Ceiling is, in Adaptive mode, the most requests admitted at once
+	// whatever SetLimit sets, 0 (none) included: a bound on what the
+	// controller may allow, in force before its first limit too. If zero,
+	// none.
+	Ceiling int
+
 	// MaxInFlightBytes caps the bytes reserved by admitted and waiting
 	// requests together; a request whose bytes do not fit is rejected at
 	// once with ErrMemoryFull. If zero, bytes are counted but not capped.
@@ -191,6 +197,9 @@ func (cfg Config) Validate() error {
 	}
 	if cfg.Bulkhead < 0 {
 		bad("Bulkhead", "is %d; want 0 or more", cfg.Bulkhead)
+	}
+	if cfg.Ceiling < 0 {
+		bad("Ceiling", "is %d; want 0 or more", cfg.Ceiling)
 	}
 	if cfg.BulkheadWait < 0 {
 		bad("BulkheadWait", "is %v; want 0 or more", cfg.BulkheadWait)
@@ -234,7 +243,10 @@ func (cfg Config) Validate() error {
 type Limiter struct {
 	mode  Mode
 	queue int // most waiters; -1 when bounded by time only
-	wait  time.Duration
+	// ceiling is Config.Ceiling: in Adaptive mode, the limit SetLimit
+	// sets is at most this, and none (0) is this.
+	ceiling int
+	wait    time.Duration
 	// errFull and errTimeout are what a rejection returns in this mode, so
 	// the hot path does not branch on the mode.
 	errFull, errTimeout error
@@ -329,7 +341,8 @@ func New(cfg Config) (*Limiter, error) {
 		l.limit, l.queue, l.wait = cfg.Bulkhead, -1, cfg.BulkheadWait
 		l.errFull, l.errTimeout = ErrBulkheadFull, ErrBulkheadFull
 	case Adaptive:
-		l.limit, l.queue, l.wait = 0, cfg.QueueSize, cfg.QueueTimeout
+		l.ceiling = cfg.Ceiling
+		l.limit, l.queue, l.wait = l.ceiling, cfg.QueueSize, cfg.QueueTimeout
 		if cfg.QueueSize == 0 {
 			l.wait = 0
 		}
@@ -681,12 +694,16 @@ func (l *Limiter) ReleaseAt(now time.Time, bytes int64) {
 
 // SetLimit sets the most requests admitted at once, from now: waiters are
 // admitted at once if the new limit allows, and a lower limit is reached
-// as admitted requests finish (none is cut short). Zero admits everyone.
-// It is for Adaptive mode, whose controller calls it; it panics in the
+// as admitted requests finish (none is cut short). Zero admits everyone,
+// up to Config.Ceiling, which also bounds any other limit. It is for
+// Adaptive mode, whose controller calls it; it panics in the
 // other modes, whose limit is their configuration.
 func (l *Limiter) SetLimit(n int) {
 	if l.mode != Adaptive || n < 0 {
 		panic("limiter: SetLimit outside Adaptive mode or below 0")
+	}
+	if c := l.ceiling; c > 0 && (n == 0 || n > c) {
+		n = c
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()

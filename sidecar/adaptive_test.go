@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -191,5 +192,41 @@ func TestAdaptiveDryRunLimitStaysNearThePool(t *testing.T) {
 	}
 	if n := gathered(t, s.Sidecar, "loomgate_requests_total", "rejected_queue_timeout"); n != 0 {
 		t.Errorf("dry run rejected %v requests for real; want none", n)
+	}
+}
+
+// TestAdaptiveMaxBoundsTheOpenStart: ADAPTIVE_MAX=5 in front of an
+// upstream that counts the requests it holds at once, with 20 clients from
+// the start. Before its first limit adaptive mode admits every request,
+// and the upstream held 20 where its operator had said 5: it now holds at
+// most 5, and loomgate_limit says 5.
+func TestAdaptiveMaxBoundsTheOpenStart(t *testing.T) {
+	var held, most atomic.Int64
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		n := held.Add(1)
+		defer held.Add(-1)
+		for m := most.Load(); n > m && !most.CompareAndSwap(m, n); m = most.Load() {
+		}
+		time.Sleep(50 * time.Millisecond)
+		io.WriteString(w, "ok")
+	})}
+	go srv.Serve(ln)
+	t.Cleanup(func() { srv.Close() })
+	s := start(t, testConfig(t, "LOOMGATE_UPSTREAM=http://"+ln.Addr().String(), "LOOMGATE_MODE=adaptive", "LOOMGATE_ADAPTIVE_MAX=5"))
+	var wg sync.WaitGroup
+	stop := make(chan struct{})
+	closedLoop(s.URL+"/r", 20, stop, &wg)
+	time.Sleep(2 * time.Second)
+	if l := gathered(t, s.Sidecar, "loomgate_limit", ""); l != 5 {
+		t.Errorf("loomgate_limit = %v; want ADAPTIVE_MAX, 5", l)
+	}
+	close(stop)
+	wg.Wait()
+	if m := most.Load(); m > 5 || m < 2 {
+		t.Errorf("the upstream held %d at once; want at most ADAPTIVE_MAX, 5 (and the load to reach it)", m)
 	}
 }

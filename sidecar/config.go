@@ -35,7 +35,7 @@ type Config struct {
 	QueueTarget          time.Duration       `mode:"fixed,adaptive" env:"QUEUE_TARGET" envDefault:"5ms" help:"codel: longest queue time under sustained overload" accepts:"a duration with a unit, e.g. 5ms, above 0 and below LOOMGATE_QUEUE_TIMEOUT"`
 	QueueInterval        time.Duration       `mode:"fixed,adaptive" env:"QUEUE_INTERVAL" envDefault:"100ms" help:"codel: how long the queue must stay non-empty to count as overload rather than a burst" accepts:"a duration with a unit, e.g. 100ms, above 0"`
 	AdaptiveMin          int                 `mode:"adaptive" env:"ADAPTIVE_MIN" envDefault:"1" help:"adaptive: the limit never goes below this (nor below the most the upstream served unstretched)" accepts:"a whole number from 1 to 1000000"`
-	AdaptiveMax          int                 `mode:"adaptive" env:"ADAPTIVE_MAX" envDefault:"0" help:"adaptive: the limit never goes above this, 0 = no bound" accepts:"a whole number from 0 to 1000000, 0 or at least LOOMGATE_ADAPTIVE_MIN"`
+	AdaptiveMax          int                 `mode:"adaptive" env:"ADAPTIVE_MAX" envDefault:"0" help:"adaptive: the limit never goes above this, nor admission before the first limit; 0 = no bound" accepts:"a whole number from 0 to 1000000, 0 or at least LOOMGATE_ADAPTIVE_MIN"`
 	Bulkhead             int                 `mode:"unbounded" env:"BULKHEAD" envDefault:"0" help:"unbounded: max concurrent requests, 0 = off" accepts:"a whole number from 0 to 1000000"`
 	BulkheadWait         time.Duration       `mode:"unbounded" env:"BULKHEAD_WAIT" envDefault:"0s" help:"unbounded: how long a request may wait for the bulkhead, 0 = fail fast" accepts:"a duration with a unit, e.g. 0s or 100ms, not negative, 0 unless LOOMGATE_BULKHEAD is above 0"`
 	RejectStatus         int                 `env:"REJECT_STATUS" envDefault:"503" help:"status of admission's rejections (queue full or timed out, bulkhead, memory), with Retry-After" accepts:"503 or 429"`
@@ -67,6 +67,7 @@ func (c Config) Limiter() limiter.Config {
 		Workers: c.Workers, QueueSize: c.QueueSize, QueueTimeout: c.QueueTimeout,
 		QueuePolicy: c.QueuePolicy, QueueTarget: c.QueueTarget, QueueInterval: c.QueueInterval,
 		Bulkhead: c.Bulkhead, BulkheadWait: c.BulkheadWait,
+		Ceiling:          c.AdaptiveMax,
 		MaxInFlightBytes: c.inflightBytes(),
 	}
 }
