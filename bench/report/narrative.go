@@ -224,7 +224,17 @@ func memorySentence(arms []series, who string, bytes func(bench.Result) int64, a
 			parts = append(parts, fmt.Sprintf("under %s memory grows from %s at c%d to %s at c%d",
 				s.arm, format.Bytes(lo.mem), lo.c, format.Bytes(hi.mem), hi.c))
 		case len(pts) > 1:
-			parts = append(parts, fmt.Sprintf("under %s it stays near %s from c%d to c%d", s.arm, format.Bytes(hi.mem), lo.c, hi.c))
+			// Near one figure only if every level is within 5% of it:
+			// "near 27 MiB" over a row that reads 23 is read as a mistake.
+			least, most := hi.mem, hi.mem
+			for _, p := range pts {
+				least, most = min(least, p.mem), max(most, p.mem)
+			}
+			if float64(most) <= 1.05*float64(least) {
+				parts = append(parts, fmt.Sprintf("under %s it stays near %s from c%d to c%d", s.arm, format.Bytes(hi.mem), lo.c, hi.c))
+			} else {
+				parts = append(parts, fmt.Sprintf("under %s it stays between %s and %s from c%d to c%d", s.arm, format.Bytes(least), format.Bytes(most), lo.c, hi.c))
+			}
 		default:
 			parts = append(parts, fmt.Sprintf("under %s the process holds %s at c%d", s.arm, format.Bytes(hi.mem), hi.c))
 		}

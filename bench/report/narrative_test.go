@@ -15,7 +15,7 @@ func TestNarrativeCrossover(t *testing.T) {
 		"fixed 200 pins throughput at 982 rps from c200 on (200 / 0.203 s = 985 rps); from there only latency grows, p50 203 ms at c200 to 1.01 s at c1000.",
 		"unbounded reaches 4860 rps at c1000 with p50 204 ms, still climbing at the highest level.",
 		"fixed 200 and unbounded diverge from c500 on: at c1000 unbounded serves 4.9× the throughput of fixed 200 (4860 vs 984 rps), with p50 204 ms against 1.01 s.",
-		"Upstream memory: under fixed 200 it stays near 46 MiB from c100 to c1000; under unbounded memory grows from 40 MiB at c100 to 220 MiB at c1000. At c1000 unbounded needs 4.8× the upstream memory of fixed 200: budget memory for peak in flight, or put a bulkhead in front.",
+		"Upstream memory: under fixed 200 it stays between 40 MiB and 46 MiB from c100 to c1000; under unbounded memory grows from 40 MiB at c100 to 220 MiB at c1000. At c1000 unbounded needs 4.8× the upstream memory of fixed 200: budget memory for peak in flight, or put a bulkhead in front.",
 		"Sidecar memory: under fixed 200 memory grows from 60 MiB at c100 to 95 MiB at c1000; under unbounded memory grows from 60 MiB at c100 to 400 MiB at c1000. At c1000 unbounded needs 4.2× the sidecar memory of fixed 200.",
 		"Under fixed 200 at c1000 requests wait 811 ms in the sidecar's queue for 203 ms of service: the queue is where latency grows, and the sidecar's queue-time metric shows it.",
 		"Physics check: all 8 rows within 10% of C/R and of limit/service.",
@@ -142,14 +142,14 @@ func TestNarrativeLeavesOutMemoryNoise(t *testing.T) {
 func TestNarrativeMemoryAdviceOnce(t *testing.T) {
 	const advice = "budget memory for peak in flight, or put a bulkhead in front"
 	got := memorySentences(memoryRows(memRow{"fixed", 50, 30, 0}, memRow{"fixed", 500, 32, 0}, memRow{"unbounded", 50, 30, 0}, memRow{"unbounded", 500, 70, 0}))
-	want := "Sidecar memory: under fixed it stays near 32 MiB from c50 to c500; under unbounded memory grows from 30 MiB at c50 to 70 MiB at c500. At c500 unbounded needs 2.2× the sidecar memory of fixed: " + advice + "."
+	want := "Sidecar memory: under fixed it stays between 30 MiB and 32 MiB from c50 to c500; under unbounded memory grows from 30 MiB at c50 to 70 MiB at c500. At c500 unbounded needs 2.2× the sidecar memory of fixed: " + advice + "."
 	if len(got) != 1 || got[0] != want {
 		t.Errorf("without the upstream's memory, memory sentences = %q; want [%q]", got, want)
 	}
 
 	got = memorySentences(memoryRows(memRow{"fixed", 50, 30, 20}, memRow{"fixed", 500, 32, 20}, memRow{"unbounded", 50, 30, 20}, memRow{"unbounded", 500, 70, 100}))
 	want0 := "Upstream memory: under fixed it stays near 20 MiB from c50 to c500; under unbounded memory grows from 20 MiB at c50 to 100 MiB at c500. At c500 unbounded needs 5.0× the upstream memory of fixed: " + advice + "."
-	want1 := "Sidecar memory: under fixed it stays near 32 MiB from c50 to c500; under unbounded memory grows from 30 MiB at c50 to 70 MiB at c500. At c500 unbounded needs 2.2× the sidecar memory of fixed."
+	want1 := "Sidecar memory: under fixed it stays between 30 MiB and 32 MiB from c50 to c500; under unbounded memory grows from 30 MiB at c50 to 70 MiB at c500. At c500 unbounded needs 2.2× the sidecar memory of fixed."
 	if len(got) != 2 || got[0] != want0 || got[1] != want1 {
 		t.Errorf("with the upstream's memory, memory sentences =\n%s\nwant\n%s\n%s", strings.Join(got, "\n"), want0, want1)
 	}
