@@ -844,15 +844,16 @@ func integrate(secs, nanos, n, d int64) (int64, int64) {
 // decrease; over any span, their increase divided by its length is the
 // mean concurrency (or queue depth) within it, bursts included.
 //
-// In flight may be read ahead by the changes made while it is read, some
-// microseconds each, which later readings absorb (see integral).
+// In flight is read at one instant; a change whose clock was read just
+// before it but had not yet landed is left to the next reading (see
+// integral).
 func (l *Limiter) RequestSeconds() (inFlight, queued float64) {
 	l.mu.Lock()
 	now := time.Now()
 	l.advance(now)
 	queued = seconds(l.waitingSecs, l.waitingNanos)
 	l.mu.Unlock()
-	return l.held.seconds(now), queued
+	return l.held.seconds(time.Now), queued
 }
 
 func seconds(secs, nanos int64) float64 {

@@ -21,11 +21,20 @@ const heldShards = 16
 // shards, and a change to one shard need not be matched in the same one:
 // the terms add up whichever shard holds them.
 //
-// A reader folds each shard into its total in turn. A change to a shard
-// already read lands in the next reading, so one reading can be out by what
-// the changes made during it add (microseconds each); the total it returns
-// never decreases, because Prometheus reads a counter that decreases as a
-// restart.
+// A reader takes every shard's lock before it reads the clock and folds
+// them in, so that a reading is of one instant: the changes made before it
+// and none after. Folding the shards one at a time would not do: a request
+// that begins in a shard already folded and ends in one not yet folded is
+// counted by its end alone, off by the time from the reading's instant to
+// that end, and the other way round by its start; the errors have random
+// signs, but a reader descheduled mid-fold lets thousands of requests pass,
+// and such readings were seen many request-seconds ahead, which the
+// total's never decreasing then kept. The reader holds the locks for a few hundred
+// nanoseconds, at scrape intervals; a change waits for it at most that long.
+// A change whose clock was read before the instant but which lands after it
+// is missed by that reading only, by at most that delay, and the total it
+// returns never decreases, because Prometheus reads a counter that decreases
+// as a restart.
 type integral struct {
 	base   time.Time // changes are timed in nanoseconds since base
 	shards [heldShards]shard
@@ -68,20 +77,22 @@ func (in *integral) add(now time.Time, d int64) {
 	s.mu.Unlock()
 	if v > foldAbove || v < -foldAbove {
 		// Only after 146 request-years unread in one shard: no reader
-		// scrapes the metrics.
-		in.seconds(now)
+		// scrapes the metrics. The change's own time stands for the clock.
+		in.seconds(func() time.Time { return now })
 	}
 }
 
-// seconds folds every shard in at now and returns the integral since base
-// in request-seconds.
-func (in *integral) seconds(now time.Time) float64 {
-	t := int64(now.Sub(in.base))
+// seconds folds every shard in at the instant clock gives, read while all
+// of them are held, and returns the integral since base in request-seconds.
+func (in *integral) seconds(clock func() time.Time) float64 {
 	in.readMu.Lock()
 	defer in.readMu.Unlock()
 	for i := range in.shards {
+		in.shards[i].mu.Lock()
+	}
+	t := int64(clock().Sub(in.base))
+	for i := range in.shards {
 		s := &in.shards[i]
-		s.mu.Lock()
 		v := s.n*t - s.sum
 		s.sum = s.n * t
 		s.mu.Unlock()

@@ -283,7 +283,7 @@ func TestIntegralSurvivesAYear(t *testing.T) {
 	for range 1000 {
 		in.add(base.Add(year), -1)
 	}
-	got := in.seconds(base.Add(2 * year))
+	got := in.seconds(func() time.Time { return base.Add(2 * year) })
 	if want := 1000 * year.Seconds(); got != want {
 		t.Errorf("integral of 1000 requests for a year = %v; want %v", got, want)
 	}
