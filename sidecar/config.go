@@ -25,7 +25,7 @@ import (
 // the other mode it is checked as strictly, and inactive).
 type Config struct {
 	Listen               string              `env:"LISTEN" envDefault:":8080" help:"traffic listener" accepts:"host:port, e.g. :8080"`
-	AdminListen          string              `env:"ADMIN_LISTEN" envDefault:":9090" help:"admin listener: metrics, health, advice, status page; never subject to admission" accepts:"host:port, e.g. :9090, different from LOOMGATE_LISTEN"`
+	AdminListen          string              `env:"ADMIN_LISTEN" envDefault:":9090" help:"admin listener: metrics, health, advice, status page; never subject to admission" accepts:"host:port, e.g. :9090, on a port LOOMGATE_LISTEN does not take (on the same address, or either on every address)"`
 	Upstream             string              `env:"UPSTREAM" envDefault:"http://127.0.0.1:8081" help:"the service behind the sidecar" accepts:"http://host:port with no path, query or user, port 1 to 65535"`
 	Mode                 limiter.Mode        `env:"MODE" envDefault:"unbounded" help:"admission policy: fixed, unbounded, or adaptive (open until the upstream queues inside, then a limit that follows its capacity)" accepts:"fixed, unbounded or adaptive"`
 	Workers              int                 `mode:"fixed" env:"WORKERS" envDefault:"200" help:"fixed: requests served at once" accepts:"a whole number from 1 to 1000000"`
@@ -111,8 +111,9 @@ func (c Config) Validate() error {
 	}
 	if err := validListen(c.AdminListen); err != nil {
 		bad("AdminListen", "%v", err)
-	} else if c.AdminListen == c.Listen && !strings.HasSuffix(c.Listen, ":0") {
-		bad("AdminListen", "is the same as Listen; the admin listener must stay reachable when traffic is saturated")
+	} else if validListen(c.Listen) == nil && listenersClash(c.Listen, c.AdminListen) {
+		// Named with Listen: either variable may be the one to change.
+		bad("AdminListen", "is %s; want a port Listen (%s) does not take: the admin listener must stay reachable when traffic is saturated", c.AdminListen, c.Listen)
 	}
 	const most = 1_000_000
 	for _, n := range []struct {
@@ -226,6 +227,31 @@ func validListen(addr string) error {
 		return fmt.Errorf("has host %q, which is not a host name or address", host)
 	}
 	return nil
+}
+
+// listenersClash reports whether listeners at a and b (both valid
+// host:port) would want the same port on the same address: the same port,
+// not 0 (a port of the kernel's choosing), on the same host or where
+// either listens on every address.
+func listenersClash(a, b string) bool {
+	ha, pa, _ := net.SplitHostPort(a)
+	hb, pb, _ := net.SplitHostPort(b)
+	na, _ := strconv.Atoi(pa)
+	nb, _ := strconv.Atoi(pb)
+	if na != nb || na == 0 {
+		return false
+	}
+	wildcard := func(h string) bool {
+		ip := net.ParseIP(h)
+		return h == "" || ip != nil && ip.IsUnspecified()
+	}
+	loopback := func(h string) bool {
+		ip := net.ParseIP(h)
+		return strings.EqualFold(h, "localhost") || ip != nil && ip.IsLoopback()
+	}
+	return wildcard(ha) || wildcard(hb) || strings.EqualFold(ha, hb) ||
+		// localhost is 127.0.0.1 and ::1 both.
+		(strings.EqualFold(ha, "localhost") || strings.EqualFold(hb, "localhost")) && loopback(ha) && loopback(hb)
 }
 
 // Size is a number of bytes, written as a plain number or with a unit: B,

@@ -172,9 +172,11 @@ func problemText(p string, vars []Variable) string {
 	}
 	words := strings.Fields(p)
 	for i, w := range words {
+		// A field's name may stand in punctuation: "(Listen)", "Listen;".
+		core := strings.Trim(w, "(),;:.")
 		for _, v := range vars {
-			if w == v.Field {
-				words[i] = v.Name
+			if core == v.Field {
+				words[i] = strings.Replace(w, core, v.Name, 1)
 			}
 		}
 	}

@@ -124,3 +124,39 @@ func FuzzParseEnv(f *testing.F) {
 		}
 	})
 }
+
+// TestListenClashNamesBothVariables: a clash of the two listeners is one
+// problem, on LOOMGATE_ADMIN_LISTEN's line, that names LOOMGATE_LISTEN too,
+// whichever of the two was set: either may be the one to change. A clash
+// on every address with one address is a clash too, which listening found
+// only after the configuration was taken.
+func TestListenClashNamesBothVariables(t *testing.T) {
+	for _, env := range [][]string{
+		{"LOOMGATE_LISTEN=:7000", "LOOMGATE_ADMIN_LISTEN=:7000"},
+		{"LOOMGATE_LISTEN=127.0.0.1:9090"},
+		{"LOOMGATE_LISTEN=0.0.0.0:7000", "LOOMGATE_ADMIN_LISTEN=127.0.0.1:7000"},
+		{"LOOMGATE_LISTEN=127.0.0.1:7000", "LOOMGATE_ADMIN_LISTEN=:7000"},
+		{"LOOMGATE_LISTEN=localhost:7000", "LOOMGATE_ADMIN_LISTEN=127.0.0.1:7000"},
+		{"LOOMGATE_LISTEN=[::]:7000", "LOOMGATE_ADMIN_LISTEN=[::1]:7000"},
+	} {
+		_, err := ParseEnv(env)
+		var ee *EnvError
+		if !errors.As(err, &ee) || len(ee.Problems) != 1 {
+			t.Errorf("ParseEnv(%q) = %v; want one problem", env, err)
+			continue
+		}
+		p := ee.Problems[0]
+		if !strings.HasPrefix(p, "LOOMGATE_ADMIN_LISTEN") || !strings.Contains(p, "LOOMGATE_LISTEN") || strings.Contains(p, " Listen") {
+			t.Errorf("ParseEnv(%q) = %q; want LOOMGATE_ADMIN_LISTEN's line naming LOOMGATE_LISTEN", env, p)
+		}
+	}
+	for _, env := range [][]string{
+		{"LOOMGATE_LISTEN=127.0.0.1:7000", "LOOMGATE_ADMIN_LISTEN=127.0.0.2:7000"},
+		{"LOOMGATE_LISTEN=127.0.0.1:0", "LOOMGATE_ADMIN_LISTEN=127.0.0.1:0"},
+		{"LOOMGATE_LISTEN=:7000", "LOOMGATE_ADMIN_LISTEN=:7001"},
+	} {
+		if _, err := ParseEnv(env); err != nil {
+			t.Errorf("ParseEnv(%q) = %v; want nil", env, err)
+		}
+	}
+}
