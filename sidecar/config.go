@@ -134,6 +134,11 @@ func (c Config) Validate() error {
 			bad(d.field, "is %v; want above 0", d.v)
 		}
 	}
+	// 0 is the proxy's "the default", but the variable has a default of
+	// its own: a 0 here was written by someone, and is no status.
+	if c.RejectStatus != 503 && c.RejectStatus != 429 {
+		bad("RejectStatus", "is %d; want 503 or 429", c.RejectStatus)
+	}
 	if c.MaxBodyBytes <= 0 {
 		bad("MaxBodyBytes", "is %d; want above 0", c.MaxBodyBytes)
 	}

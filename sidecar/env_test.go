@@ -80,6 +80,8 @@ func TestParseEnvProblems(t *testing.T) {
 		{[]string{"LOOMGATE_MAX_CONNS=-1"}, []string{`LOOMGATE_MAX_CONNS="-1": want auto, or 0 (unbounded) to 10000000`}},
 		{[]string{"LOOMGATE_MAX_CONNS=lots"}, []string{`LOOMGATE_MAX_CONNS="lots": not a whole number or auto`}},
 		{[]string{"LOOMGATE_REJECT_STATUS=404"}, []string{`LOOMGATE_REJECT_STATUS="404": want 503 or 429`}},
+		{[]string{"LOOMGATE_REJECT_STATUS=0"}, []string{`LOOMGATE_REJECT_STATUS="0": want 503 or 429`}},
+		{[]string{"LOOMGATE_REJECT_STATUS=-503"}, []string{`LOOMGATE_REJECT_STATUS="-503": want 503 or 429`}},
 		// Reported in the order of -h, not of discovery.
 		{[]string{"LOOMGATE_PPROF=x", "LOOMGATE_MODE=x", "LOOMGATE_LISTEN=nope"}, []string{`LOOMGATE_LISTEN=`, `LOOMGATE_MODE=`, `LOOMGATE_PPROF=`}},
 	}
