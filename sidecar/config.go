@@ -51,7 +51,7 @@ type Config struct {
 	UpgradedIdleTimeout  time.Duration       `env:"UPGRADED_IDLE_TIMEOUT" envDefault:"0s" help:"close an upgraded connection that carried nothing either way for this long (a WebSocket gets a close frame, 1001); 0 = never" accepts:"a duration with a unit, e.g. 0s or 10m, not negative"`
 	ServerTiming         bool                `env:"SERVER_TIMING" envDefault:"true" help:"add the Server-Timing response header" accepts:"true or false"`
 	AccessLog            string              `env:"ACCESS_LOG" envDefault:"off" help:"one JSON line per request on stdout" accepts:"off or json"`
-	LogLevel             slog.Level          `env:"LOG_LEVEL" envDefault:"info" help:"level of the process log on stderr" accepts:"debug, info, warn or error"`
+	LogLevel             LogLevel            `env:"LOG_LEVEL" envDefault:"info" help:"level of the process log on stderr" accepts:"debug, info, warn or error"`
 	UpstreamMetricsURL   string              `env:"UPSTREAM_METRICS_URL" envDefault:"" help:"optional: the service's own Prometheus endpoint, for its memory" accepts:"empty, or an http:// or https:// URL"`
 	UpstreamMemoryMetric series.Selector     `env:"UPSTREAM_MEMORY_METRIC" envDefault:"process_resident_memory_bytes" help:"the series to read there (summed)" accepts:"a metric name with optional = or != label matchers, e.g. jvm_memory_used_bytes{area=\"heap\"}"`
 	Routes               string              `env:"ROUTES" envDefault:"" help:"route classes the advice compares like with like: name=[METHOD ]/path/prefix pairs, * for one segment; empty: method and first path segment, the first 32 seen" accepts:"empty, or e.g. checkout=POST /api/checkout,search=/api/search,orders=/users/*/orders"`
@@ -320,6 +320,35 @@ func (b Size) String() string {
 	}
 	return strconv.FormatInt(int64(b), 10)
 }
+
+// LogLevel is LOOMGATE_LOG_LEVEL: one of slog's four named levels, debug,
+// info, warn or error, in any case. slog also reads offsets from them
+// (info+2, ERROR+100), levels no line of the log is written at and no
+// operator means: those are refused.
+type LogLevel slog.Level
+
+// UnmarshalText reads a level's name.
+func (l *LogLevel) UnmarshalText(text []byte) error {
+	switch strings.ToLower(string(text)) {
+	case "debug":
+		*l = LogLevel(slog.LevelDebug)
+	case "info":
+		*l = LogLevel(slog.LevelInfo)
+	case "warn":
+		*l = LogLevel(slog.LevelWarn)
+	case "error":
+		*l = LogLevel(slog.LevelError)
+	default:
+		return errors.New("unknown level")
+	}
+	return nil
+}
+
+// MarshalText writes the level as slog does.
+func (l LogLevel) MarshalText() ([]byte, error) { return slog.Level(l).MarshalText() }
+
+// Level is the slog.Level, which makes a LogLevel a slog.Leveler.
+func (l LogLevel) Level() slog.Level { return slog.Level(l) }
 
 // InactiveVariables names the variables that mode does not use: the other
 // mode's, checked but not in force.

@@ -24,7 +24,7 @@ func TestDefaults(t *testing.T) {
 		HeaderTimeout: 10 * time.Second, BodyTimeout: 10 * time.Second,
 		MaxBodyBytes: 16 << 20, RejectStatus: 503, DrainTimeout: 30 * time.Second, ServerTiming: true, AccessLog: "off",
 		MaxInFlightBytes: SizeAuto, MaxConns: CountAuto,
-		LogLevel: slog.LevelInfo, UpstreamMemoryMetric: series.MustParse("process_resident_memory_bytes"),
+		LogLevel: LogLevel(slog.LevelInfo), UpstreamMemoryMetric: series.MustParse("process_resident_memory_bytes"),
 	}
 	if !reflect.DeepEqual(cfg, want) {
 		t.Errorf("defaults = %+v\nwant %+v", cfg, want)
@@ -69,6 +69,12 @@ func TestParseEnvProblems(t *testing.T) {
 		{[]string{"LOOMGATE_MODE=adaptive", "LOOMGATE_ADAPTIVE_MIN=0"}, []string{`LOOMGATE_ADAPTIVE_MIN="0": want 1 to 1000000`}},
 		{[]string{"LOOMGATE_ADAPTIVE_MIN=50", "LOOMGATE_ADAPTIVE_MAX=10"}, []string{`LOOMGATE_ADAPTIVE_MAX="10": want 0 (no bound), or LOOMGATE_ADAPTIVE_MIN (50) to 1000000`}},
 		{[]string{"LOOMGATE_LOG_LEVEL=loud"}, []string{`LOOMGATE_LOG_LEVEL="loud": unknown level;`}},
+		// slog's offsets from a level are no level an operator means.
+		{[]string{"LOOMGATE_LOG_LEVEL=info+2"}, []string{`LOOMGATE_LOG_LEVEL="info+2": unknown level;`}},
+		{[]string{"LOOMGATE_LOG_LEVEL=ERROR+100"}, []string{`LOOMGATE_LOG_LEVEL="ERROR+100": unknown level;`}},
+		{[]string{"LOOMGATE_LOG_LEVEL=warn-4"}, []string{`LOOMGATE_LOG_LEVEL="warn-4": unknown level;`}},
+		{[]string{"LOOMGATE_LOG_LEVEL=WARN"}, nil},
+		{[]string{"LOOMGATE_LOG_LEVEL=Debug"}, nil},
 		{[]string{"LOOMGATE_UPSTREAM_MEMORY_METRIC=jvm{area=heap}"}, []string{`LOOMGATE_UPSTREAM_MEMORY_METRIC="jvm{area=heap}":`}},
 		{[]string{"LOOMGATE_REJECT_STATUS=429"}, nil},
 		{[]string{"LOOMGATE_MAX_CONNS=0"}, nil},
