@@ -25,15 +25,15 @@ func StatusPageURL(addr net.Addr) string {
 	return "http://" + net.JoinHostPort(host, port) + "/"
 }
 
-// envValue is name's value in environ (os.Environ's form), "" if unset;
-// the first one wins, as with os.Getenv.
-func envValue(environ []string, name string) string {
+// lookupEnv is name's value in environ (os.Environ's form) and whether it
+// is set; the first one wins, as with os.LookupEnv.
+func lookupEnv(environ []string, name string) (string, bool) {
 	for _, kv := range environ {
 		if k, v, ok := strings.Cut(kv, "="); ok && k == name {
-			return v
+			return v, true
 		}
 	}
-	return ""
+	return "", false
 }
 
 // Main is `loomgate proxy`: read the configuration from environ, listen,
@@ -48,7 +48,8 @@ func Main(ctx context.Context, environ []string, stdout, stderr io.Writer, versi
 // `loomlab proxy` runs the sidecar with a reference controller this way.
 func MainWithController(ctx context.Context, environ []string, stdout, stderr io.Writer, version string, controller func(ControllerHooks) Controller) int {
 	cfg, err := ParseEnv(environ)
-	procs, perr := ReadProcs(envValue(environ, "GOMAXPROCS"), runtime.GOMAXPROCS(0))
+	gomaxprocs, set := lookupEnv(environ, "GOMAXPROCS")
+	procs, perr := ReadProcs(gomaxprocs, set, runtime.GOMAXPROCS(0))
 	if perr != nil {
 		// Reported with the LOOMGATE_ variables' problems, so that all
 		// are fixed in one round.

@@ -2,6 +2,7 @@ package sidecar
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -25,13 +26,19 @@ type Procs struct {
 	Source string
 }
 
-// ReadProcs reads what GOMAXPROCS (env, empty when unset) makes of the
-// runtime's n (runtime.GOMAXPROCS(0)). The runtime ignores a value that
-// is not a whole number above 0 and quietly takes its default; that is an
-// error here instead, naming the variable, as for every LOOMGATE_ one.
-func ReadProcs(env string, n int) (Procs, error) {
-	if env == "" {
+// ReadProcs reads what GOMAXPROCS (env, and whether it is set at all)
+// makes of the runtime's n (runtime.GOMAXPROCS(0)). The runtime ignores a
+// value that is not a whole number above 0, the empty one included, and
+// quietly takes its default; that is an error here instead, naming the
+// variable, as for every LOOMGATE_ one.
+func ReadProcs(env string, set bool, n int) (Procs, error) {
+	if !set {
 		return Procs{N: n, Source: goDefault}, nil
+	}
+	if env == "" {
+		// Set but empty is not unset, as with the LOOMGATE_ variables: a
+		// template that cleared it meant something.
+		return Procs{}, errors.New(`GOMAXPROCS="": empty; unset it for Go's default; accepted: a whole number of Ps, e.g. 2, or unset for Go's default`)
 	}
 	// Parsed as the runtime parses it, so that what is accepted here is
 	// what it applied.

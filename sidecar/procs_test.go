@@ -26,14 +26,14 @@ func TestReadProcs(t *testing.T) {
 		{"4", 4, Procs{N: 4, Source: "GOMAXPROCS"}},
 		{"+3", 3, Procs{N: 3, Source: "GOMAXPROCS"}},
 	} {
-		got, err := ReadProcs(tt.env, tt.n)
+		got, err := ReadProcs(tt.env, tt.env != "", tt.n)
 		if err != nil || got != tt.want {
 			t.Errorf("ReadProcs(%q, %d) = %+v, %v; want %+v", tt.env, tt.n, got, err, tt.want)
 		}
 	}
 	// Each of these the runtime ignores for its default.
-	for _, env := range []string{"0", "-1", "two", "2.5", " 2", "2 ", "4294967296"} {
-		if _, err := ReadProcs(env, 2); err == nil || !strings.Contains(err.Error(), "GOMAXPROCS=") {
+	for _, env := range []string{"0", "-1", "two", "2.5", " 2", "2 ", "4294967296", ""} {
+		if _, err := ReadProcs(env, true, 2); err == nil || !strings.Contains(err.Error(), "GOMAXPROCS=") {
 			t.Errorf("ReadProcs(%q, 2) = %v; want an error naming GOMAXPROCS", env, err)
 		}
 	}
@@ -55,13 +55,30 @@ func TestMainRejectsBadGOMAXPROCS(t *testing.T) {
 	}
 }
 
-func TestEnvValue(t *testing.T) {
-	environ := []string{"GOMAXPROCSX=9", "GOMAXPROCS=2", "GOMAXPROCS=3", "NOEQUALS"}
-	if got := envValue(environ, "GOMAXPROCS"); got != "2" {
-		t.Errorf("envValue(%v, GOMAXPROCS) = %q; want the first, 2", environ, got)
+// An empty GOMAXPROCS is set, not unset: it stops the sidecar as an
+// empty LOOMGATE_ variable does, where the runtime took its default and
+// the start-up log said "Go's default" of a variable someone wrote.
+func TestMainRejectsEmptyGOMAXPROCS(t *testing.T) {
+	// Ended already: a sidecar that started anyway drains at once.
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	var stderr strings.Builder
+	code := Main(ctx, []string{"GOMAXPROCS=", "LOOMGATE_LISTEN=127.0.0.1:0", "LOOMGATE_ADMIN_LISTEN=127.0.0.1:0"}, io.Discard, &stderr, "test")
+	if code != 2 || !strings.Contains(stderr.String(), `GOMAXPROCS="": empty`) {
+		t.Errorf("Main with GOMAXPROCS= = %d, %q; want 2 and the variable named", code, stderr.String())
 	}
-	if got := envValue(environ, "GOMEMLIMIT"); got != "" {
-		t.Errorf("envValue(%v, GOMEMLIMIT) = %q; want empty", environ, got)
+}
+
+func TestLookupEnv(t *testing.T) {
+	environ := []string{"GOMAXPROCSX=9", "GOMAXPROCS=2", "GOMAXPROCS=3", "NOEQUALS"}
+	if got, set := lookupEnv(environ, "GOMAXPROCS"); got != "2" || !set {
+		t.Errorf("lookupEnv(%v, GOMAXPROCS) = %q, %v; want the first, 2", environ, got, set)
+	}
+	if got, set := lookupEnv(environ, "GOMEMLIMIT"); got != "" || set {
+		t.Errorf("lookupEnv(%v, GOMEMLIMIT) = %q, %v; want unset", environ, got, set)
+	}
+	if got, set := lookupEnv([]string{"GOMAXPROCS="}, "GOMAXPROCS"); got != "" || !set {
+		t.Errorf("lookupEnv([GOMAXPROCS=], GOMAXPROCS) = %q, %v; want set and empty", got, set)
 	}
 }
 
