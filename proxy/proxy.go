@@ -70,6 +70,10 @@ const (
 	// is sent on: the upstream's time is then exact in Server-Timing, and a
 	// failure mid-body still gets a clean 502. Larger bodies stream.
 	ResponseBufferBytes = 64 << 10
+	// MaxBodyLimit is the largest Config.MaxBodyBytes: 2 GiB. A body
+	// larger than that belongs in object storage, not in a request held
+	// through admission.
+	MaxBodyLimit = 2 << 30
 )
 
 // Config describes a Proxy.
@@ -242,8 +246,8 @@ func (cfg Config) Validate() error {
 			bad(d.field, fmt.Sprintf("is %v; want 0 (the default) or more", d.v))
 		}
 	}
-	if cfg.MaxBodyBytes < 0 || cfg.MaxBodyBytes > math.MaxInt32 {
-		bad("MaxBodyBytes", fmt.Sprintf("is %d; want 0 (the default) to %d", cfg.MaxBodyBytes, math.MaxInt32))
+	if cfg.MaxBodyBytes < 0 || cfg.MaxBodyBytes > MaxBodyLimit {
+		bad("MaxBodyBytes", fmt.Sprintf("is %d; want 0 (the default) to %d (2 GiB)", cfg.MaxBodyBytes, MaxBodyLimit))
 	}
 	if cfg.RejectStatus != 0 && cfg.RejectStatus != fasthttp.StatusServiceUnavailable && cfg.RejectStatus != fasthttp.StatusTooManyRequests {
 		bad("RejectStatus", fmt.Sprintf("is %d; want 503 or 429", cfg.RejectStatus))
@@ -349,7 +353,7 @@ func New(cfg Config) (*Proxy, error) {
 		// before the handler and streams the rest; the body limit is
 		// enforced by the handler, which knows what to count.
 		StreamRequestBody:            true,
-		MaxRequestBodySize:           int(p.maxBody),
+		MaxRequestBodySize:           intBytes(p.maxBody),
 		DisablePreParseMultipartForm: true,
 		CloseOnShutdown:              true,
 		// ReadTimeout runs from a request's first byte to the end of what
@@ -367,6 +371,12 @@ func New(cfg Config) (*Proxy, error) {
 	p.exchanges.New = func() any { return &exchange{p: p} }
 	p.h2 = newH2(p, cfg.Upstream)
 	return p, nil
+}
+
+// intBytes is n as an int, at most math.MaxInt: MaxBodyLimit is one more
+// than a 32-bit int holds.
+func intBytes(n int64) int {
+	return int(min(n, math.MaxInt))
 }
 
 // Serve accepts connections on ln until Shutdown, which may come first:

@@ -601,3 +601,24 @@ func TestUpstreamHostFromTheURL(t *testing.T) {
 		t.Errorf("upstream Host = %q; want %q", got, hostPort)
 	}
 }
+
+// TestMaxBodyLimit: MaxBodyBytes is accepted up to MaxBodyLimit, 2 GiB,
+// the most the sidecar's README documents, and not a byte beyond. 2 GiB
+// itself was refused, a byte over a 32-bit int's most.
+func TestMaxBodyLimit(t *testing.T) {
+	lim, err := limiter.New(limiter.Config{Mode: limiter.Unbounded})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := Config{Upstream: "http://127.0.0.1:1", Admitter: lim}
+	for n, ok := range map[int64]bool{2 << 30: true, MaxBodyLimit + 1: false, -1: false, 0: true} {
+		cfg.MaxBodyBytes = n
+		if err := cfg.Validate(); (err == nil) != ok {
+			t.Errorf("Validate with MaxBodyBytes %d = %v; want ok=%v", n, err, ok)
+		}
+	}
+	cfg.MaxBodyBytes = MaxBodyLimit
+	if _, err := New(cfg); err != nil {
+		t.Errorf("New with MaxBodyBytes at MaxBodyLimit = %v", err)
+	}
+}

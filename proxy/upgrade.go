@@ -159,7 +159,7 @@ func (e *exchange) upgrade(ctx *fasthttp.RequestCtx) {
 	}
 	if err == nil && resp.StatusCode() != fasthttp.StatusSwitchingProtocols {
 		// Refused (400, 401, 426...): an ordinary answer, passed on whole.
-		err = resp.ReadBody(br, int(p.maxBody))
+		err = resp.ReadBody(br, intBytes(p.maxBody))
 	}
 	if err != nil {
 		conn.Close()

@@ -141,6 +141,8 @@ func (c Config) Validate() error {
 	}
 	if c.MaxBodyBytes <= 0 {
 		bad("MaxBodyBytes", "is %d; want above 0", c.MaxBodyBytes)
+	} else if c.MaxBodyBytes > proxy.MaxBodyLimit {
+		bad("MaxBodyBytes", "is %d; want at most %s (%d)", c.MaxBodyBytes, Size(proxy.MaxBodyLimit), proxy.MaxBodyLimit)
 	}
 	if c.MaxConns != CountAuto && (c.MaxConns < 0 || c.MaxConns > 10_000_000) {
 		bad("MaxConns", "is %d; want auto, or 0 (unbounded) to 10000000", c.MaxConns)

@@ -49,6 +49,10 @@ func TestParseEnvProblems(t *testing.T) {
 		{[]string{"LOOMGATE_WORKERS=0"}, []string{`LOOMGATE_WORKERS="0": want at least 1`}},
 		{[]string{"LOOMGATE_LOG_LEVEL=loud", "LOOMGATE_PPROF=maybe"}, []string{`LOOMGATE_LOG_LEVEL="loud"`, `LOOMGATE_PPROF="maybe"`}},
 		{[]string{"LOOMGATE_MAX_BODY_BYTES=0"}, []string{`LOOMGATE_MAX_BODY_BYTES="0": want above 0`}},
+		// The documented most, 2GiB, is accepted, and no byte more.
+		{[]string{"LOOMGATE_MAX_BODY_BYTES=2GiB"}, nil},
+		{[]string{"LOOMGATE_MAX_BODY_BYTES=2147483648"}, nil},
+		{[]string{"LOOMGATE_MAX_BODY_BYTES=2147483649"}, []string{`LOOMGATE_MAX_BODY_BYTES="2147483649": want at most 2GiB (2147483648)`}},
 		{[]string{"LOOMGATE_UPSTREAM_METRICS_URL=ftp://x/metrics"}, []string{`LOOMGATE_UPSTREAM_METRICS_URL="ftp://x/metrics"`}},
 		{[]string{"LOOMGATE_QUEUE_SIZ=1"}, []string{`LOOMGATE_QUEUE_SIZ="1": unknown variable (did you mean LOOMGATE_QUEUE_SIZE?)`}},
 		// Found by probing: each was accepted, or reported in Go's words.
