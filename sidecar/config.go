@@ -147,6 +147,17 @@ func (c Config) Validate() error {
 	if c.MaxConns != CountAuto && (c.MaxConns < 0 || c.MaxConns > 10_000_000) {
 		bad("MaxConns", "is %d; want auto, or 0 (unbounded) to 10000000", c.MaxConns)
 	}
+	// The codel variables are checked whatever QUEUE_POLICY is, as the
+	// other mode's are: a flip to codel must not fail at start. Their
+	// defaults are above 0, so a 0 was written by someone.
+	for _, d := range []struct {
+		field string
+		v     time.Duration
+	}{{"QueueTarget", c.QueueTarget}, {"QueueInterval", c.QueueInterval}} {
+		if d.v <= 0 {
+			bad(d.field, "is %v; want above 0", d.v)
+		}
+	}
 	if c.AdaptiveMin < 1 || c.AdaptiveMin > most {
 		bad("AdaptiveMin", "is %d; want 1 to %d", c.AdaptiveMin, most)
 	}

@@ -12,7 +12,9 @@ import (
 
 	"github.com/caarlos0/env/v11"
 
+	"github.com/loomgate/loomgate/field"
 	"github.com/loomgate/loomgate/internal/cli"
+	"github.com/loomgate/loomgate/limiter"
 )
 
 // EnvError holds every problem found in the environment, each naming the
@@ -108,6 +110,19 @@ func ParseEnv(environ []string) (Config, error) {
 		}
 	} else if err != nil {
 		return cfg, err
+	}
+
+	// With fifo, QUEUE_TARGET is not in force, and its default need not
+	// be below a short QUEUE_TIMEOUT; one written by someone is checked as
+	// codel would check it, so that a flip of QUEUE_POLICY cannot fail.
+	if cfg.QueuePolicy == limiter.FIFO {
+		asCodel := cfg.Limiter()
+		asCodel.Mode, asCodel.QueuePolicy = limiter.Fixed, limiter.CoDel
+		for _, p := range field.All(asCodel.Validate()) {
+			if _, set := envMap[EnvPrefix+"QUEUE_TARGET"]; set && p.Field == "QueueTarget" {
+				bad(byField[p.Field], problemText(p.Problem, vars))
+			}
+		}
 	}
 
 	var unknown []string

@@ -86,6 +86,15 @@ func TestParseEnvProblems(t *testing.T) {
 		{[]string{"LOOMGATE_QUEUE_POLICY=lifo"}, []string{`LOOMGATE_QUEUE_POLICY="lifo": unknown queue policy`}},
 		{[]string{"LOOMGATE_QUEUE_POLICY=codel", "LOOMGATE_QUEUE_TIMEOUT=2ms"}, []string{`LOOMGATE_QUEUE_TARGET (unset, default 5ms): want below LOOMGATE_QUEUE_TIMEOUT (2ms)`}},
 		{[]string{"LOOMGATE_QUEUE_POLICY=codel", "LOOMGATE_QUEUE_INTERVAL=0s"}, []string{`LOOMGATE_QUEUE_INTERVAL="0s": want above 0`}},
+		// With fifo the codel variables are checked as strictly, when set.
+		{[]string{"LOOMGATE_MODE=fixed", "LOOMGATE_QUEUE_TARGET=0s"}, []string{`LOOMGATE_QUEUE_TARGET="0s": want above 0`}},
+		{[]string{"LOOMGATE_MODE=fixed", "LOOMGATE_QUEUE_INTERVAL=0s"}, []string{`LOOMGATE_QUEUE_INTERVAL="0s": want above 0`}},
+		{[]string{"LOOMGATE_QUEUE_TARGET=-5ms", "LOOMGATE_QUEUE_INTERVAL=-1s"}, []string{`LOOMGATE_QUEUE_TARGET="-5ms": want above 0`, `LOOMGATE_QUEUE_INTERVAL="-1s": want above 0`}},
+		{[]string{"LOOMGATE_MODE=fixed", "LOOMGATE_QUEUE_TARGET=1m"}, []string{`LOOMGATE_QUEUE_TARGET="1m": want below LOOMGATE_QUEUE_TIMEOUT (30s)`}},
+		{[]string{"LOOMGATE_QUEUE_TARGET=oops"}, []string{`LOOMGATE_QUEUE_TARGET="oops": not a duration`}},
+		// A short QUEUE_TIMEOUT with fifo does not meet QUEUE_TARGET's
+		// default, which is not in force.
+		{[]string{"LOOMGATE_MODE=fixed", "LOOMGATE_QUEUE_TIMEOUT=2ms"}, nil},
 		{[]string{"LOOMGATE_MAX_CONNS=5000"}, nil},
 		{[]string{"LOOMGATE_MAX_CONNS=-1"}, []string{`LOOMGATE_MAX_CONNS="-1": want auto, or 0 (unbounded) to 10000000`}},
 		{[]string{"LOOMGATE_MAX_CONNS=lots"}, []string{`LOOMGATE_MAX_CONNS="lots": not a whole number or auto`}},
