@@ -12,6 +12,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"unicode"
 	"unicode/utf8"
 )
 
@@ -83,14 +84,29 @@ func Parse(s string) (*Classes, error) {
 		}
 		seen[name] = true
 		p := pattern{name: name}
-		if method, path, ok := strings.Cut(spec, " "); ok {
+		// A method comes first, if any; a path starts with "/".
+		if method, path, ok := strings.Cut(spec, " "); ok && !strings.HasPrefix(spec, "/") {
 			p.method, spec = []byte(strings.ToUpper(method)), strings.TrimSpace(path)
 		}
 		if !strings.HasPrefix(spec, "/") {
 			return nil, fmt.Errorf("%s=%s: the path must start with /", name, spec)
 		}
+		// A path is matched against a request's path, which has no query
+		// or fragment (Class cuts them off) and no space or control byte
+		// (the request line cannot carry one): a pattern with one matches
+		// nothing, and would count nothing without saying so.
+		if i := strings.IndexFunc(spec, func(r rune) bool {
+			return r == '?' || r == '#' || unicode.IsSpace(r) || unicode.IsControl(r)
+		}); i >= 0 {
+			c, _ := utf8.DecodeRuneInString(spec[i:])
+			return nil, fmt.Errorf("%s=%s: the path has %q, which no request's path has", name, spec, c)
+		}
 		for seg := range strings.SplitSeq(strings.Trim(spec, "/"), "/") {
 			if seg != "" {
+				// "*" is a whole segment; it is no wildcard within one.
+				if seg != "*" && strings.Contains(seg, "*") {
+					return nil, fmt.Errorf("%s=%s: %q; * stands for one whole segment (/users/*/orders), not part of one", name, spec, seg)
+				}
 				p.segments = append(p.segments, []byte(seg))
 			}
 		}

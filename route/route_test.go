@@ -48,6 +48,15 @@ func TestParseRejectsWhatItCannotHonour(t *testing.T) {
 		{"other=/x", `"other" is named twice (or is "other", which is taken)`},
 		{"a=api", "a=api: the path must start with /"},
 		{strings.Join(many, ","), "33 routes; at most 32"},
+		// Patterns no request's path can match.
+		{"a=/x/**", `a=/x/**: "**"; * stands for one whole segment`},
+		{"a=/a*", `a=/a*: "a*"; * stands for one whole segment`},
+		{"a=/users/*x/orders", `"*x"; * stands for one whole segment`},
+		{"a=/search?q=1", `a=/search?q=1: the path has '?'`},
+		{"a=/page#top", `a=/page#top: the path has '#'`},
+		{"a=GET /a b", `a=/a b: the path has ' '`},
+		{"a=/a b", `a=/a b: the path has ' '`},
+		{"a=/a\tb", `: the path has '\t'`},
 	} {
 		_, err := Parse(tt.in)
 		if err == nil || !strings.Contains(err.Error(), tt.want) {
