@@ -8,9 +8,11 @@ import (
 	"log/slog"
 	"net/http"
 	"net/url"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
+	"unicode"
 
 	"github.com/loomgate/loomgate/field"
 	"github.com/loomgate/loomgate/route"
@@ -119,7 +121,8 @@ func (cfg Config) Validate() error {
 	if cfg.UpstreamMetricsURL != "" {
 		// Read with net/http, which speaks both.
 		u, err := url.Parse(cfg.UpstreamMetricsURL)
-		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Hostname() == "" {
+		// A space is no part of a URL; url.Parse takes one in a path.
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Hostname() == "" || strings.ContainsFunc(cfg.UpstreamMetricsURL, unicode.IsSpace) {
 			bad("UpstreamMetricsURL", "is not an http:// or https:// URL with a host")
 		}
 	}

@@ -115,3 +115,14 @@ func TestRunCountsScrapeErrors(t *testing.T) {
 		})
 	}
 }
+
+// TestMetricsURLWithSpaceIsRefused: url.Parse takes a space into a path,
+// and /metrics%20 was scraped, failing every time.
+func TestMetricsURLWithSpaceIsRefused(t *testing.T) {
+	for _, u := range []string{"http://app:8081/metrics ", "http://app:8081/me trics", " http://app:8081/metrics"} {
+		cfg := Config{State: func() State { return State{} }, UpstreamMetricsURL: u}
+		if err := cfg.Validate(); err == nil {
+			t.Errorf("Validate with UpstreamMetricsURL %q = nil; want a problem", u)
+		}
+	}
+}

@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode"
 
 	"github.com/loomgate/loomgate/advice"
 	"github.com/loomgate/loomgate/field"
@@ -114,6 +115,18 @@ func (c Config) Validate() error {
 	} else if validListen(c.Listen) == nil && listenersClash(c.Listen, c.AdminListen) {
 		// Named with Listen: either variable may be the one to change.
 		bad("AdminListen", "is %s; want a port Listen (%s) does not take: the admin listener must stay reachable when traffic is saturated", c.AdminListen, c.Listen)
+	}
+	// A URL copied with a space or a line break around it, or written
+	// with one inside, is refused in words of its own: url.Parse refuses
+	// some as "not a URL", and takes others into the path, where
+	// /metrics%20 is asked for and is not there.
+	for _, u := range []struct{ field, v string }{{"Upstream", c.Upstream}, {"UpstreamMetricsURL", c.UpstreamMetricsURL}} {
+		switch {
+		case strings.TrimSpace(u.v) != u.v:
+			bad(u.field, "has white space before or after the URL; remove it")
+		case strings.ContainsFunc(u.v, unicode.IsSpace):
+			bad(u.field, "has white space inside; a URL writes a space as %%20")
+		}
 	}
 	const most = 1_000_000
 	for _, n := range []struct {

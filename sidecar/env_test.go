@@ -96,6 +96,13 @@ func TestParseEnvProblems(t *testing.T) {
 		// default, which is not in force.
 		{[]string{"LOOMGATE_MODE=fixed", "LOOMGATE_QUEUE_TIMEOUT=2ms"}, nil},
 		{[]string{"LOOMGATE_MAX_CONNS=5000"}, nil},
+		// White space around or in a URL: some were taken into the path,
+		// the rest called "not a URL".
+		{[]string{"LOOMGATE_UPSTREAM_METRICS_URL=http://127.0.0.1:8081/metrics "}, []string{`LOOMGATE_UPSTREAM_METRICS_URL="http://127.0.0.1:8081/metrics ": has white space before or after the URL; remove it`}},
+		{[]string{"LOOMGATE_UPSTREAM_METRICS_URL=http://127.0.0.1:8081/metrics\u00a0"}, []string{`LOOMGATE_UPSTREAM_METRICS_URL="http://127.0.0.1:8081/metrics\u00a0": has white space before or after`}},
+		{[]string{"LOOMGATE_UPSTREAM_METRICS_URL=http://127.0.0.1:8081/me trics"}, []string{`LOOMGATE_UPSTREAM_METRICS_URL="http://127.0.0.1:8081/me trics": has white space inside`}},
+		{[]string{"LOOMGATE_UPSTREAM= http://127.0.0.1:8081"}, []string{`LOOMGATE_UPSTREAM=" http://127.0.0.1:8081": has white space before or after the URL; remove it`}},
+		{[]string{"LOOMGATE_UPSTREAM=http://127.0.0.1:8081\n"}, []string{`LOOMGATE_UPSTREAM="http://127.0.0.1:8081\n": has white space before or after the URL; remove it`}},
 		{[]string{"LOOMGATE_MAX_CONNS=-1"}, []string{`LOOMGATE_MAX_CONNS="-1": want auto, or 0 (unbounded) to 10000000`}},
 		{[]string{"LOOMGATE_MAX_CONNS=lots"}, []string{`LOOMGATE_MAX_CONNS="lots": not a whole number or auto`}},
 		{[]string{"LOOMGATE_REJECT_STATUS=404"}, []string{`LOOMGATE_REJECT_STATUS="404": want 503 or 429`}},
