@@ -127,7 +127,9 @@ func ParseEnv(environ []string) (Config, error) {
 
 	var unknown []string
 	for name := range envMap {
-		if strings.HasPrefix(name, EnvPrefix) && !known[name] {
+		// In any case: loomgate_workers is read by nobody (variables'
+		// names are case-sensitive), and was quietly ignored.
+		if len(name) >= len(EnvPrefix) && strings.EqualFold(name[:len(EnvPrefix)], EnvPrefix) && !known[name] {
 			unknown = append(unknown, name)
 		}
 	}
@@ -236,7 +238,7 @@ func parseDetail(err error, kind reflect.Kind) string {
 func suggest(name string, vars []Variable) string {
 	best, bestDist := "", 4
 	for _, v := range vars {
-		if d := cli.EditDistance(name, v.Name); d < bestDist {
+		if d := cli.EditDistance(strings.ToUpper(name), v.Name); d < bestDist {
 			best, bestDist = v.Name, d
 		}
 	}

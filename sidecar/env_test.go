@@ -59,6 +59,10 @@ func TestParseEnvProblems(t *testing.T) {
 		{[]string{"LOOMGATE_UPSTREAM=http://127.0.0.1:99999"}, []string{`LOOMGATE_UPSTREAM="http://127.0.0.1:99999": has port 99999; want 1 to 65535`}},
 		{[]string{"LOOMGATE_UPSTREAM=http://127.0.0.1:0"}, []string{`LOOMGATE_UPSTREAM="http://127.0.0.1:0": has port 0; want 1 to 65535`}},
 		{[]string{"LOOMGATE_=5"}, []string{`LOOMGATE_="5": unknown variable`}},
+		// The prefix in another case names no variable either.
+		{[]string{"loomgate_workers=5"}, []string{`loomgate_workers="5": unknown variable (did you mean LOOMGATE_WORKERS?)`}},
+		{[]string{"Loomgate_Mode=fixed"}, []string{`Loomgate_Mode="fixed": unknown variable (did you mean LOOMGATE_MODE?)`}},
+		{[]string{"loomgate_=1"}, []string{`loomgate_="1": unknown variable`}},
 		{[]string{"LOOMGATE_UPSTREAM=http://127.0.0.1:8081?"}, []string{`LOOMGATE_UPSTREAM="http://127.0.0.1:8081?": has a path, query or fragment`}},
 		{[]string{"LOOMGATE_UPSTREAM="}, []string{`LOOMGATE_UPSTREAM="": empty; unset it for the default http://127.0.0.1:8081`}},
 		{[]string{"LOOMGATE_MODE="}, []string{`LOOMGATE_MODE="": empty; unset it for the default unbounded`}},
@@ -147,7 +151,7 @@ func FuzzParseEnv(f *testing.F) {
 		// Never a panic, and an error always names a variable.
 		_, err := ParseEnv([]string{"LOOMGATE_MODE=fixed", name + "=" + value})
 		var ce *EnvError
-		if err != nil && (!errors.As(err, &ce) || !strings.HasPrefix(ce.Problems[0], "LOOMGATE_")) {
+		if err != nil && (!errors.As(err, &ce) || !strings.HasPrefix(strings.ToUpper(ce.Problems[0]), "LOOMGATE_")) {
 			t.Errorf("ParseEnv(%s=%q) = %v; want an EnvError naming a variable", name, value, err)
 		}
 	})
