@@ -23,6 +23,11 @@ var (
 	// ErrMemoryFull: the request's bytes do not fit in MaxInFlightBytes
 	// beside those already reserved.
 	ErrMemoryFull = errors.New("limiter: in-flight memory full")
+	// ErrTooLarge: the request's bytes are more than MaxInFlightBytes
+	// itself, so that no wait and no retry would admit it. It wraps
+	// ErrMemoryFull, which it is a case of: errors.Is(err, ErrMemoryFull)
+	// holds for it too.
+	ErrTooLarge = fmt.Errorf("limiter: request larger than the whole in-flight memory: %w", ErrMemoryFull)
 )
 
 // ErrMustWait is TryAcquire's answer when the request could be admitted
@@ -736,7 +741,8 @@ func (l *Limiter) TryReserve(bytes int64) bool {
 }
 
 // reserveBytes counts bytes, or refuses them with ErrMemoryFull when they
-// do not fit beside those reserved. The memory bulkhead never waits: its
+// do not fit beside those reserved, and with ErrTooLarge when they would
+// not fit in the whole bulkhead. The memory bulkhead never waits: its
 // purpose is to shed load before memory runs out, and a queue of
 // reservations would hold that memory anyway.
 func (l *Limiter) reserveBytes(bytes int64) error {
@@ -746,6 +752,9 @@ func (l *Limiter) reserveBytes(bytes int64) error {
 	if l.memSize == 0 {
 		peak(&l.bytesPeak, l.bytes.Add(bytes))
 		return nil
+	}
+	if bytes > l.memSize {
+		return ErrTooLarge
 	}
 	for {
 		cur := l.bytes.Load()

@@ -289,6 +289,30 @@ func TestMemoryBulkhead(t *testing.T) {
 	}
 }
 
+// TestTooLargeForTheWholeBulkhead: bytes over MaxInFlightBytes itself can
+// never be admitted, and say so with ErrTooLarge, which is still an
+// ErrMemoryFull; bytes that fit the bulkhead but not beside those held are
+// the plain ErrMemoryFull, which a retry may pass.
+func TestTooLargeForTheWholeBulkhead(t *testing.T) {
+	l := mustNew(t, Config{Mode: Fixed, Workers: 1, QueueSize: 1, QueueTimeout: time.Second, MaxInFlightBytes: 1000})
+	if err := l.TryAcquire(1001); !errors.Is(err, ErrTooLarge) || !errors.Is(err, ErrMemoryFull) {
+		t.Errorf("TryAcquire(1001) of 1000 = %v; want ErrTooLarge, an ErrMemoryFull", err)
+	}
+	if err := l.Acquire(context.Background(), 5000); !errors.Is(err, ErrTooLarge) {
+		t.Errorf("Acquire(5000) of 1000 = %v; want ErrTooLarge", err)
+	}
+	if err := l.TryAcquire(1000); err != nil {
+		t.Fatalf("TryAcquire(1000) of 1000 = %v; want nil", err)
+	}
+	if err := l.TryAcquire(1); !errors.Is(err, ErrMemoryFull) || errors.Is(err, ErrTooLarge) {
+		t.Errorf("TryAcquire(1) beside 1000 of 1000 = %v; want ErrMemoryFull, not ErrTooLarge", err)
+	}
+	l.Release(1000)
+	if s := l.Stats(); s.Bytes != 0 || s.InFlight != 0 {
+		t.Errorf("Stats() = %+v; want nothing held", s)
+	}
+}
+
 func TestMemoryReturnedWhenQueueRejects(t *testing.T) {
 	l := mustNew(t, Config{Mode: Fixed, Workers: 1, MaxInFlightBytes: 100})
 	if err := l.Acquire(context.Background(), 10); err != nil {

@@ -270,6 +270,13 @@ func (e *exchange) rejected(ctx *fasthttp.RequestCtx, err error) {
 		e.respond(ctx, fasthttp.StatusServiceUnavailable, RejectedQueueTimeout, msgQueueTimeout)
 	case errors.Is(err, limiter.ErrBulkheadFull):
 		e.respond(ctx, fasthttp.StatusServiceUnavailable, RejectedBulkhead, msgBulkheadFull)
+	case errors.Is(err, limiter.ErrTooLarge) && ctx.Request.Header.ContentLength() > 0:
+		// The declared body alone is more than the whole memory bulkhead:
+		// no wait and no retry would admit it, so it is a body too large
+		// (413, with no Retry-After), not back pressure. The rest of the
+		// body is still coming, and is not read.
+		ctx.SetConnectionClose()
+		e.respond(ctx, fasthttp.StatusRequestEntityTooLarge, BadRequest, msgBodyTooLarge)
 	case errors.Is(err, limiter.ErrMemoryFull):
 		e.respond(ctx, fasthttp.StatusServiceUnavailable, RejectedMemory, msgMemoryFull)
 	case errors.Is(err, context.Canceled):

@@ -421,6 +421,10 @@ func (h *h2) rejected(w http.ResponseWriter, r *http.Request, st *stream, err er
 		h.answer(w, st, RejectedQueueTimeout, 0, msgQueueTimeout)
 	case errors.Is(err, limiter.ErrBulkheadFull):
 		h.answer(w, st, RejectedBulkhead, 0, msgBulkheadFull)
+	case errors.Is(err, limiter.ErrTooLarge) && r.ContentLength > 0:
+		// As on HTTP/1.1: a declared body larger than the whole memory
+		// bulkhead is too large, not back pressure.
+		h.answer(w, st, BadRequest, http.StatusRequestEntityTooLarge, msgBodyTooLarge)
 	case errors.Is(err, limiter.ErrMemoryFull):
 		h.answer(w, st, RejectedMemory, 0, msgMemoryFull)
 	case r.Context().Err() == nil && errors.Is(err, context.DeadlineExceeded):

@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -179,5 +180,37 @@ func peak(p *atomic.Int64, v int64) {
 		if v <= old || p.CompareAndSwap(old, v) {
 			return
 		}
+	}
+}
+
+// TestBodyLargerThanTheWholeMemoryBulkhead: a request whose declared body
+// alone is more than the whole memory bulkhead can never be admitted. It
+// was answered 503 rejected_memory with a Retry-After, for ever; it is a
+// body too large, 413 bad_request with no Retry-After, on HTTP/1.1 and
+// HTTP/2 alike. A body that fits the bulkhead is forwarded.
+func TestBodyLargerThanTheWholeMemoryBulkhead(t *testing.T) {
+	const budget = RequestOverheadBytes + 1000
+	up := h2cUpstream(t, func(w http.ResponseWriter, r *http.Request) { io.Copy(io.Discard, r.Body) })
+	tp := startProxy(t, up, limiter.Config{Mode: limiter.Unbounded, MaxInFlightBytes: budget}, func(c *Config) {
+		c.Reserve = RequestBytes
+	})
+	for _, client := range []*http.Client{{}, h2cClient()} {
+		for size, want := range map[int]int{1000: http.StatusOK, 1001: http.StatusRequestEntityTooLarge, 1 << 20: http.StatusRequestEntityTooLarge} {
+			resp, err := client.Post("http://"+tp.addr+"/up", "text/plain", strings.NewReader(strings.Repeat("x", size)))
+			if err != nil {
+				t.Fatalf("a body of %d: %v", size, err)
+			}
+			io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			outcome := resp.Header.Get("Loomgate-Outcome")
+			if resp.StatusCode != want || want == http.StatusRequestEntityTooLarge && (outcome != "bad_request" || resp.Header.Get("Retry-After") != "") {
+				t.Errorf("%s, a body of %d beside a bulkhead of %d: %d, outcome %q, Retry-After %q; want %d (bad_request and no Retry-After if 413)",
+					resp.Proto, size, budget, resp.StatusCode, outcome, resp.Header.Get("Retry-After"), want)
+			}
+		}
+	}
+	tp.waitIdle(t)
+	if n := tp.rec.count(RejectedMemory); n != 0 {
+		t.Errorf("%d rejected_memory outcomes; want none", n)
 	}
 }

@@ -490,6 +490,10 @@ func (s *Sidecar) dryRunDecision(d limiter.Decision) {
 	case errors.Is(d.Err, limiter.ErrBulkheadFull):
 		would = "rejected_bulkhead"
 	case errors.Is(d.Err, limiter.ErrMemoryFull):
+		// ErrTooLarge too, a body larger than the whole memory bulkhead,
+		// which the mode would answer 413 (bad_request): the dry run counts
+		// it with the memory's refusals, where its bytes are what it is
+		// refused for, and has no would-be outcome for bad requests.
 		would = "rejected_memory"
 	}
 	s.metrics.DryRunDecision(would, d.Wait)
