@@ -41,7 +41,7 @@ type Config struct {
 	BulkheadWait         time.Duration       `mode:"unbounded" env:"BULKHEAD_WAIT" envDefault:"0s" help:"unbounded: how long a request may wait for the bulkhead, 0 = fail fast" accepts:"a duration with a unit, e.g. 0s or 100ms, not negative, 0 unless LOOMGATE_BULKHEAD is above 0"`
 	RejectStatus         int                 `env:"REJECT_STATUS" envDefault:"503" help:"status of admission's rejections (queue full or timed out, bulkhead, memory), with Retry-After" accepts:"503 or 429"`
 	DryRun               bool                `env:"DRY_RUN" envDefault:"false" help:"admit every request, and count what the configured mode would have done (loomgate_dry_run_*)" accepts:"true or false"`
-	MaxInFlightBytes     AutoSize            `env:"MAX_INFLIGHT_BYTES" envDefault:"auto" help:"memory bulkhead: bytes held by in-flight requests; auto = half the memory limit (GOMEMLIMIT, else the cgroup's), off without one; 0 = off" accepts:"auto, or a size in bytes, e.g. 0, 268435456, 256MiB or 1GB"`
+	MaxInFlightBytes     AutoSize            `env:"MAX_INFLIGHT_BYTES" envDefault:"auto" help:"memory bulkhead: bytes held by in-flight requests; auto = half the memory limit (GOMEMLIMIT, else the cgroup's), off without one; 0 = off" accepts:"auto, or a size in bytes, 0 or at least 96KiB (what a request without a body reserves), e.g. 0, 268435456, 256MiB or 1GB"`
 	UpstreamTimeout      time.Duration       `env:"UPSTREAM_TIMEOUT" envDefault:"60s" help:"per request, from admission to the last response byte" accepts:"a duration with a unit, e.g. 60s, above 0"`
 	HeaderTimeout        time.Duration       `env:"HEADER_TIMEOUT" envDefault:"10s" help:"longest a client may take to send a request's line, headers and first 8 KiB of body (408 beyond)" accepts:"a duration with a unit, e.g. 10s, above 0"`
 	BodyTimeout          time.Duration       `env:"BODY_TIMEOUT" envDefault:"10s" help:"longest pause in the rest of a request body, which streams while holding a worker (408 beyond)" accepts:"a duration with a unit, e.g. 10s, above 0"`
@@ -156,6 +156,11 @@ func (c Config) Validate() error {
 		bad("MaxBodyBytes", "is %d; want above 0", c.MaxBodyBytes)
 	} else if c.MaxBodyBytes > proxy.MaxBodyLimit {
 		bad("MaxBodyBytes", "is %d; want at most %s (%d)", c.MaxBodyBytes, Size(proxy.MaxBodyLimit), proxy.MaxBodyLimit)
+	}
+	// A request reserves RequestOverheadBytes at the least, its body's
+	// bytes on top: a bulkhead smaller than that refuses every request.
+	if b := c.MaxInFlightBytes; b != SizeAuto && b > 0 && int64(b) < proxy.RequestOverheadBytes {
+		bad("MaxInFlightBytes", "is %d; want 0 (off), or at least %s, what a request without a body reserves: less refuses every request", b, Size(proxy.RequestOverheadBytes))
 	}
 	if c.MaxConns != CountAuto && (c.MaxConns < 0 || c.MaxConns > 10_000_000) {
 		bad("MaxConns", "is %d; want auto, or 0 (unbounded) to 10000000", c.MaxConns)

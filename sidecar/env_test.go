@@ -71,6 +71,10 @@ func TestParseEnvProblems(t *testing.T) {
 		{[]string{"LOOMGATE_DRAIN_TIMEOUT=abc"}, []string{`LOOMGATE_DRAIN_TIMEOUT="abc": not a duration;`}},
 		{[]string{"LOOMGATE_QUEUE_TIMEOUT=-1s"}, []string{`LOOMGATE_QUEUE_TIMEOUT="-1s": want above 0;`}},
 		{[]string{"LOOMGATE_MAX_INFLIGHT_BYTES=1.5MiB"}, nil},
+		// Less than a request without a body reserves refuses every one.
+		{[]string{"LOOMGATE_MAX_INFLIGHT_BYTES=95KiB"}, []string{`LOOMGATE_MAX_INFLIGHT_BYTES="95KiB": want 0 (off), or at least 96KiB, what a request without a body reserves`}},
+		{[]string{"LOOMGATE_MAX_INFLIGHT_BYTES=1"}, []string{`LOOMGATE_MAX_INFLIGHT_BYTES="1": want 0 (off), or at least 96KiB`}},
+		{[]string{"LOOMGATE_MAX_INFLIGHT_BYTES=96KiB"}, nil},
 		{[]string{"LOOMGATE_MAX_INFLIGHT_BYTES=1.5"}, []string{`LOOMGATE_MAX_INFLIGHT_BYTES="1.5": 1.5 is not a whole number of bytes`}},
 		{[]string{"LOOMGATE_MODE=adaptive"}, nil},
 		{[]string{"LOOMGATE_MODE=elastic"}, []string{`LOOMGATE_MODE="elastic": unknown mode`}},

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -170,6 +171,31 @@ func TestStartupLogSaysAutoFoundNoLimit(t *testing.T) {
 				t.Errorf("log:\n%s\nwant a line with %s", log.String(), tt.want)
 			}
 		})
+	}
+}
+
+// TestAutoBulkheadBelowOneRequestIsOff: a memory limit so small that
+// half of it is less than a request without a body reserves gave a
+// bulkhead that refused every request. auto then turns the bulkhead off,
+// with a warning that says why.
+func TestAutoBulkheadBelowOneRequestIsOff(t *testing.T) {
+	var log strings.Builder
+	s, err := New(testConfig(t, "LOOMGATE_UPSTREAM=http://127.0.0.1:1"), Options{
+		Logger:     slog.New(slog.NewTextHandler(&log, nil)),
+		CgroupRoot: cgroupRoot(t, "memory.max", strconv.Itoa(2*proxy.RequestOverheadBytes-2)+"\n"),
+		Getenv:     noEnv,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := s.Stats().MaxBytes; got != 0 {
+		t.Errorf("the bulkhead = %d; want 0 (off)", got)
+	}
+	if got := s.Config().MaxInFlightBytes; got != 0 {
+		t.Errorf("Config().MaxInFlightBytes = %v; want 0", got)
+	}
+	if !strings.Contains(log.String(), `level=WARN msg="no memory bulkhead: half the memory limit is less than a request without a body reserves`) {
+		t.Errorf("log:\n%s\nwant a warning that the bulkhead is off, and why", log.String())
 	}
 }
 

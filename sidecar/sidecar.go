@@ -97,7 +97,15 @@ func build(cfg Config, opts Options) (*Sidecar, error) {
 	if cfg.MaxInFlightBytes == SizeAuto {
 		limit := ReadMemoryLimit(opts.CgroupRoot, opts.Getenv)
 		cfg.MaxInFlightBytes = AutoSize(inflightBound(limit))
-		if limit.Bytes > 0 {
+		if limit.Bytes > 0 && int64(cfg.MaxInFlightBytes) < proxy.RequestOverheadBytes {
+			// Written by hand, such a bound stops the start (Validate);
+			// derived, it would refuse every request, which protects
+			// nothing: none, and a warning.
+			opts.Logger.Warn("no memory bulkhead: half the memory limit is less than a request without a body reserves, and would refuse every request; set LOOMGATE_MAX_INFLIGHT_BYTES to choose, or raise the limit",
+				"LOOMGATE_MAX_INFLIGHT_BYTES", "auto", "limit", Size(limit.Bytes).String(), "source", limit.Source,
+				"least", Size(proxy.RequestOverheadBytes).String())
+			cfg.MaxInFlightBytes = 0
+		} else if limit.Bytes > 0 {
 			opts.Logger.Info("memory bulkhead from the memory limit; set LOOMGATE_MAX_INFLIGHT_BYTES to choose, 0 for none",
 				"LOOMGATE_MAX_INFLIGHT_BYTES", cfg.MaxInFlightBytes.String(), "limit", Size(limit.Bytes).String(), "source", limit.Source)
 		} else {
