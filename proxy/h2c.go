@@ -57,6 +57,10 @@ type h2 struct {
 	rp   *httputil.ReverseProxy
 	tr   *http.Transport
 	once sync.Once
+	// open counts the streams being served, whether or not they hold a
+	// permit (a gRPC stream past its headers holds none): a drain whose
+	// time is up with one open cuts it short.
+	open atomic.Int64
 }
 
 func newH2(p *Proxy, upstream string) *h2 {
@@ -242,6 +246,8 @@ func isGRPC(contentType string) bool {
 
 // ServeHTTP serves one HTTP/2 stream.
 func (h *h2) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	h.open.Add(1)
+	defer h.open.Add(-1)
 	p := h.p
 	st := &stream{start: time.Now(), grpc: isGRPC(r.Header.Get("Content-Type"))}
 	o := &st.outcome

@@ -415,7 +415,13 @@ func (p *Proxy) Serve(ln net.Listener) error {
 }
 
 // Shutdown stops accepting connections and waits until every request in
-// progress, queued or admitted, has its response, or ctx ends.
+// progress, queued or admitted, has its response, or ctx ends. It returns
+// nil when the drain was complete: every request answered, or none queued
+// or in flight when ctx ended (what is left then, such as a connection
+// between requests or inside a request's headers, or an upgraded one, is
+// closed, and no request was cut short). It returns ctx.Err() when ctx
+// ended with requests queued or in flight, which it then answers (see
+// cutShort).
 func (p *Proxy) Shutdown(ctx context.Context) error {
 	p.mu.Lock()
 	p.stopping = true
@@ -432,7 +438,10 @@ func (p *Proxy) Shutdown(ctx context.Context) error {
 	select {
 	case <-served:
 	case <-ctx.Done():
-		return ctx.Err()
+		if p.left().any() {
+			return ctx.Err()
+		}
+		return nil
 	}
 	// Serve has returned, so fasthttp knows the listener and counts every
 	// connection it accepted: its shutdown waits for them. Upgraded
@@ -450,10 +459,39 @@ func (p *Proxy) Shutdown(ctx context.Context) error {
 		err = cmp.Or(err, <-drained)
 	}
 	if ctx.Err() != nil {
-		p.cutShort()
+		// Complete or not is what was left at the cut: cutShort answers
+		// and releases it, so nothing read after could tell.
+		err = nil
+		if p.cutShort() {
+			err = ctx.Err()
+		}
 	}
 	p.h2.close()
 	return err
+}
+
+// leftAtCut is what a drain's end found unfinished.
+type leftAtCut struct {
+	queued, inFlight, streams int64
+	// unknown is set when the Admitter does not say what it holds: then
+	// something may be left.
+	unknown bool
+}
+
+func (l leftAtCut) any() bool {
+	return l.unknown || l.queued > 0 || l.inFlight > 0 || l.streams > 0
+}
+
+// left is what is unfinished now: the requests queued and admitted, and
+// the HTTP/2 streams open (a gRPC stream past its headers holds no permit,
+// and is cut short all the same).
+func (p *Proxy) left() leftAtCut {
+	l := leftAtCut{streams: p.h2.open.Load(), unknown: true}
+	if a, ok := p.admit.(interface{ Stats() limiter.Stats }); ok {
+		st := a.Stats()
+		l.queued, l.inFlight, l.unknown = st.Queued, st.InFlight, false
+	}
+	return l
 }
 
 // cutGrace is how long the requests cut short at a drain's end have to
@@ -465,13 +503,16 @@ const cutGrace = time.Second
 // rejected as at their queue timeout, and those still waiting for the
 // upstream fail as at UpstreamTimeout, each answered (503 or 504, and the
 // connection closed) and counted. It waits up to cutGrace for their
-// answers.
-func (p *Proxy) cutShort() {
+// answers, and reports whether anything was left to cut short, as it was
+// at the cut: once it returns, nothing is.
+func (p *Proxy) cutShort() bool {
 	p.cut.Store(true)
-	if a, ok := p.admit.(interface{ Stats() limiter.Stats }); ok {
-		st := a.Stats()
+	left := p.left()
+	if left.any() {
 		p.log.Warn("drain's time is up: the requests still queued are answered as at their queue timeout, those at the upstream as at UPSTREAM_TIMEOUT",
-			"queued", st.Queued, "in_flight", st.InFlight)
+			"queued", left.queued, "in_flight", left.inFlight, "http2_streams", left.streams)
+	} else {
+		p.log.Info("drain's time is up with no request queued or in flight; closing the connections left")
 	}
 	if w, ok := p.admit.(interface{ RejectWaiting() }); ok {
 		w.RejectWaiting()
@@ -482,6 +523,7 @@ func (p *Proxy) cutShort() {
 	// The server is stopped already; this waits for its connections.
 	_ = p.server.ShutdownWithContext(grace)
 	_ = p.h2.shutdown(grace)
+	return left.any()
 }
 
 // bareLFAnswer is the whole answer to a first request whose header lines

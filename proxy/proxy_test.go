@@ -622,3 +622,34 @@ func TestMaxBodyLimit(t *testing.T) {
 		t.Errorf("New with MaxBodyBytes at MaxBodyLimit = %v", err)
 	}
 }
+
+// TestShutdownWithNothingInFlightIsComplete: a drain whose time ends with
+// no request queued or in flight was complete, whatever connection is
+// still open (here one inside a request's headers, which HeaderTimeout
+// would end long after): Shutdown returns nil, and only a drain that cut
+// requests short reports ctx's error.
+func TestShutdownWithNothingInFlightIsComplete(t *testing.T) {
+	up := newUpstream(t, func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") })
+	tp := startProxy(t, up.URL, limiter.Config{Mode: limiter.Fixed, Workers: 1, QueueSize: 1, QueueTimeout: time.Minute}, func(c *Config) {
+		c.HeaderTimeout = time.Minute
+	})
+	c := dial(t, tp.addr)
+	defer c.Close()
+	if _, err := io.WriteString(c, "GET / HTTP/1.1\r\nHost: drain.test\r\n"); err != nil {
+		t.Fatal(err)
+	}
+	for tp.proxy.ClientConns() < 1 {
+		time.Sleep(5 * time.Millisecond)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	if err := tp.proxy.Shutdown(ctx); err != nil {
+		t.Errorf("Shutdown with nothing queued or in flight = %v; want nil, a complete drain", err)
+	}
+	tp.rec.mu.Lock()
+	n := len(tp.rec.outcomes)
+	tp.rec.mu.Unlock()
+	if n != 0 {
+		t.Errorf("%d outcomes; want none: no request was made", n)
+	}
+}

@@ -4,7 +4,9 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -79,5 +81,31 @@ func TestDrainTimeoutAnswersWhatIsLeft(t *testing.T) {
 		if c := gathered(t, s.Sidecar, "loomgate_requests_total", kind); c != n {
 			t.Errorf("loomgate_requests_total{outcome=%q} = %v; want %v", kind, c, n)
 		}
+	}
+}
+
+// TestDrainWithNothingInFlightIsComplete: when DRAIN_TIMEOUT ends with no
+// request queued or in flight, the drain was complete, and Run returns nil
+// (the process exits 0), whatever connection is still open: here one
+// inside a request's headers, which HEADER_TIMEOUT would end long after.
+// It was reported as a drain that timed out, status 1.
+func TestDrainWithNothingInFlightIsComplete(t *testing.T) {
+	cfg := testConfig(t, "LOOMGATE_UPSTREAM="+upstream(t, 0), "LOOMGATE_MODE=fixed", "LOOMGATE_WORKERS=2",
+		"LOOMGATE_HEADER_TIMEOUT=1m", "LOOMGATE_DRAIN_TIMEOUT=200ms")
+	s, stop, ran := launch(t, cfg, Options{Logger: slog.New(slog.DiscardHandler)})
+	c, err := net.Dial("tcp", strings.TrimPrefix(s.URL, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if _, err := io.WriteString(c, "GET / HTTP/1.1\r\nHost: drain.test\r\n"); err != nil {
+		t.Fatal(err)
+	}
+	for s.proxy.ClientConns() < 1 {
+		time.Sleep(5 * time.Millisecond)
+	}
+	stop()
+	if err := <-ran; err != nil {
+		t.Errorf("Run = %v; want nil: nothing was queued or in flight", err)
 	}
 }
