@@ -638,9 +638,7 @@ func TestShutdownWithNothingInFlightIsComplete(t *testing.T) {
 	if _, err := io.WriteString(c, "GET / HTTP/1.1\r\nHost: drain.test\r\n"); err != nil {
 		t.Fatal(err)
 	}
-	for tp.proxy.ClientConns() < 1 {
-		time.Sleep(5 * time.Millisecond)
-	}
+	waitFor(t, func() bool { return tp.proxy.ClientConns() >= 1 })
 	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
 	defer cancel()
 	if err := tp.proxy.Shutdown(ctx); err != nil {

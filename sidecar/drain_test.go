@@ -101,8 +101,10 @@ func TestDrainWithNothingInFlightIsComplete(t *testing.T) {
 	if _, err := io.WriteString(c, "GET / HTTP/1.1\r\nHost: drain.test\r\n"); err != nil {
 		t.Fatal(err)
 	}
-	for s.proxy.ClientConns() < 1 {
-		time.Sleep(5 * time.Millisecond)
+	for deadline := time.Now().Add(10 * time.Second); s.proxy.ClientConns() < 1; time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the connection was not seen within 10s")
+		}
 	}
 	stop()
 	if err := <-ran; err != nil {
