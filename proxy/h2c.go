@@ -61,6 +61,9 @@ type h2 struct {
 	// permit (a gRPC stream past its headers holds none): a drain whose
 	// time is up with one open cuts it short.
 	open atomic.Int64
+	// conns counts the client connections being served, among those the
+	// proxy counts (Proxy.ClientConns).
+	conns atomic.Int64
 }
 
 func newH2(p *Proxy, upstream string) *h2 {
@@ -122,6 +125,8 @@ func (h *h2) serve(c net.Conn) {
 	h.once.Do(func() { go h.srv.Serve(h.ln) })
 	hc := &h2Conn{Conn: rawio.Wrap(c), done: make(chan struct{})}
 	defer h.p.connDone()
+	h.conns.Add(1)
+	defer h.conns.Add(-1)
 	if !h.ln.push(hc) {
 		c.Close()
 		return

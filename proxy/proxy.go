@@ -520,9 +520,23 @@ func (p *Proxy) cutShort() bool {
 	p.upstreams.Cut()
 	grace, cancel := context.WithTimeout(context.Background(), cutGrace)
 	defer cancel()
-	// The server is stopped already; this waits for its connections.
-	_ = p.server.ShutdownWithContext(grace)
-	_ = p.h2.shutdown(grace)
+	h2done := make(chan struct{})
+	go func() {
+		_ = p.h2.shutdown(grace)
+		close(h2done)
+	}()
+	// The answers are waited for here, not by fasthttp's shutdown: its
+	// listeners are closed already, and then it returns at once, which
+	// let the process exit while the answers were being written (most
+	// of them lost, uncounted by the client). Each HTTP/1 request cut
+	// short is answered with its connection closed, so the count of those
+	// connections falls as the answers go out; one still inside its
+	// headers keeps it up to cutGrace. HTTP/2 connections are the h2
+	// shutdown's: a GOAWAY, the streams' answers, then the close.
+	for p.ClientConns() > p.h2.conns.Load() && grace.Err() == nil {
+		time.Sleep(5 * time.Millisecond)
+	}
+	<-h2done
 	return left.any()
 }
 
@@ -605,6 +619,7 @@ func (p *Proxy) acceptFailed(err error) {
 // it once the response is written, and that close releases the permit and
 // reports the Outcome.
 func (p *Proxy) handle(ctx *fasthttp.RequestCtx) {
+	defer p.closeIfCut(ctx)
 	if v := ctx.UserValue(continuedKey{}); v != nil {
 		// Admitted by handleExpect before its body was asked for.
 		ctx.RemoveUserValue(continuedKey{})
@@ -618,6 +633,16 @@ func (p *Proxy) handle(ctx *fasthttp.RequestCtx) {
 	defer e.recoverPanic(ctx)
 	if p.admitRequest(ctx, e) {
 		e.pass(ctx)
+	}
+}
+
+// closeIfCut makes an answer given after a drain's time is up its
+// connection's last: the drain waits for those connections to close as
+// the sign that their answers are out (see cutShort), and a connection
+// kept alive would hold it to cutGrace, then be closed by the exit.
+func (p *Proxy) closeIfCut(ctx *fasthttp.RequestCtx) {
+	if p.cut.Load() {
+		ctx.SetConnectionClose()
 	}
 }
 

@@ -69,10 +69,15 @@ func TestDrainTimeoutAnswersWhatIsLeft(t *testing.T) {
 		time.Sleep(10 * time.Millisecond)
 	}
 	stop()
-	wg.Wait()
 	if err := <-ran; !errors.Is(err, ErrDrainTimeout) {
 		t.Errorf("Run = %v; want ErrDrainTimeout", err)
 	}
+	// The process exits when Run returns: every answer must be out by
+	// then, each connection answered and closed, not still being written.
+	if n := s.proxy.ClientConns(); n > 1 {
+		t.Errorf("%d client connections open when Run returned; want at most the HTTP/2 one, every HTTP/1 answer written and its connection closed", n)
+	}
+	wg.Wait()
 	want := map[string]int{"504 upstream_timeout": 2, "503 rejected_queue_timeout": 4}
 	if len(got) != len(want) || got["504 upstream_timeout"] != 2 || got["503 rejected_queue_timeout"] != 4 {
 		t.Errorf("clients got %v; want %v", got, want)
