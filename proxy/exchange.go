@@ -366,12 +366,31 @@ func (e *exchange) respond(ctx *fasthttp.RequestCtx, status int, kind Kind, msg 
 		e.scratch = strconv.AppendInt(e.scratch[:0], e.retryAfterSeconds(kind), 10)
 		out.Header.SetCanonical(headerRetryAfter, e.scratch)
 	}
+	if cl := ctx.Request.Header.ContentLength(); !e.admitted && (kind.Rejection() || status == fasthttp.StatusRequestEntityTooLarge) &&
+		(ctx.Response.ConnectionClose() || cl == -1 || cl > unreadBodyKept) {
+		// A body declared, never read, and too large to throw away to
+		// keep the connection: closed at once with the body still
+		// arriving, the connection would be reset, and a reset can
+		// overtake the answer (a 2 MB upload rejected saw "connection
+		// reset" half the time, not the 503 and its Retry-After). The
+		// close after the answer lingers instead (off Linux, where the
+		// connection is net's own, it does not).
+		ctx.SetConnectionClose()
+		if l, ok := ctx.Conn().(interface{ LingerOnClose() }); ok {
+			l.LingerOnClose()
+		}
+	}
 	e.addServerTiming(ctx)
 	e.buf = append(e.buf[:0], msg...)
 	e.buffered.Reset(e.buf)
 	e.body = &e.buffered
 	e.handOff(ctx, len(e.buf), status)
 }
+
+// unreadBodyKept is the most of a request body left unread that fasthttp
+// reads and throws away after the answer to keep the connection; with
+// more left, it closes the connection.
+const unreadBodyKept = 256 << 10
 
 func (e *exchange) retryAfterSeconds(kind Kind) int64 {
 	if e.p.retryAfter == nil {

@@ -214,3 +214,58 @@ func TestBodyLargerThanTheWholeMemoryBulkhead(t *testing.T) {
 		t.Errorf("%d rejected_memory outcomes; want none", n)
 	}
 }
+
+// TestRejectedUploadGetsItsAnswer: a request with a large body, rejected
+// before any of it is read (the only worker busy, no queue). Closed with
+// the body still arriving, the connection was reset, and the reset threw
+// away the 503 the client had not read yet: it saw "connection reset", no
+// Retry-After, nothing saying it may try again. The answer now ends with a
+// half-close, and what the client still sends is read and thrown away for
+// a moment, so the client reads its 503 after it has sent everything.
+func TestRejectedUploadGetsItsAnswer(t *testing.T) {
+	release := make(chan struct{})
+	up := newUpstream(t, func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/hold" {
+			<-release
+		}
+		io.WriteString(w, "ok")
+	})
+	defer close(release)
+	tp := startProxy(t, up.URL, limiter.Config{Mode: limiter.Fixed, Workers: 1, QueueSize: 0}, nil)
+	go func() {
+		if resp, err := http.Get("http://" + tp.addr + "/hold"); err == nil {
+			resp.Body.Close()
+		}
+	}()
+	waitFor(t, func() bool { return tp.limiter.Stats().InFlight == 1 })
+
+	for _, size := range []int{256 << 10, 4 << 20} {
+		c := dial(t, tp.addr)
+		head := fmt.Sprintf("POST /up HTTP/1.1\r\nHost: test.local\r\nContent-Length: %d\r\n\r\n", size)
+		if _, err := io.WriteString(c, head); err != nil {
+			t.Fatal(err)
+		}
+		// The whole body, sent before the answer is read, as an uploading
+		// client does: the answer has come and the connection was closed
+		// by the time it looks.
+		sent := make(chan error, 1)
+		go func() {
+			_, err := c.Write(make([]byte, size))
+			sent <- err
+		}()
+		if err := <-sent; err != nil {
+			t.Fatalf("a body of %d: the proxy stopped reading it: %v", size, err)
+		}
+		time.Sleep(100 * time.Millisecond)
+		c.SetReadDeadline(time.Now().Add(10 * time.Second))
+		resp, err := http.ReadResponse(c.r, nil)
+		if err != nil {
+			t.Fatalf("a body of %d: no answer: %v", size, err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != 503 || resp.Header.Get("Loomgate-Outcome") != "rejected_queue_full" || resp.Header.Get("Retry-After") == "" {
+			t.Errorf("a body of %d: %d %v; want 503 rejected_queue_full with Retry-After", size, resp.StatusCode, resp.Header)
+		}
+	}
+	waitFor(t, func() bool { return tp.proxy.ClientConns() == 1 })
+}

@@ -37,6 +37,9 @@ type Conn struct {
 	writing, partial bool
 	writeReadFn      func(fd uintptr) bool
 
+	// linger is set by LingerOnClose.
+	linger atomic.Bool
+
 	// wrote is set once anything has been written: see Used.
 	wrote atomic.Bool
 
@@ -255,8 +258,38 @@ func (c *Conn) opError(op string, err error) error {
 func (c *Conn) Close() error {
 	c.closed.Store(true)
 	reaper.remove(c)
+	if c.linger.Load() {
+		// What was written is ended by a half-close; what the peer still
+		// sends is read and thrown away, up to lingerTime, before the
+		// close: closed with it unread, the connection would be reset,
+		// and a reset can overtake what was written.
+		_ = c.tc.CloseWrite()
+		go func() {
+			_ = c.tc.SetReadDeadline(time.Now().Add(lingerTime))
+			buf := copyBufs.Get().(*[copyBuf]byte)
+			defer copyBufs.Put(buf)
+			for {
+				if _, err := c.tc.Read(buf[:]); err != nil {
+					break
+				}
+			}
+			_ = c.tc.Close()
+		}()
+		return nil
+	}
 	return c.tc.Close()
 }
+
+// lingerTime is how long a Close after LingerOnClose reads what the peer
+// still sends.
+const lingerTime = time.Second
+
+// LingerOnClose makes Close end the connection gently: a half-close, then
+// what the peer still sends read and thrown away for up to a second, then
+// the close. It is for a server that answers a request whose body it did
+// not read: the client is still sending it, and a plain close would reset
+// the connection under the answer.
+func (c *Conn) LingerOnClose() { c.linger.Store(true) }
 
 // SetDeadline sets both deadlines, as net.Conn's does; they are met at
 // most reapGap late.
