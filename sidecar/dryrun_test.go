@@ -114,6 +114,14 @@ func TestDryRunInFrontOfAFullPool(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs load for about 35 seconds")
 	}
+	if raceEnabled {
+		// Under the race detector the two sidecars in this process, not
+		// the pool, were the bottleneck at 600 requests a second: the
+		// real one served 41 a second where the pool serves 200, and
+		// the comparison was of CPU starvation. It runs without it (CI
+		// runs it so after the race run).
+		t.Skip("measures timing under load, which the race detector's slowdown changes")
+	}
 	env := []string{"LOOMGATE_MODE=fixed", "LOOMGATE_WORKERS=10", "LOOMGATE_QUEUE_SIZE=100000", "LOOMGATE_QUEUE_TIMEOUT=2s", "LOOMGATE_UPSTREAM_TIMEOUT=60s"}
 	real := start(t, testConfig(t, append(env, "LOOMGATE_UPSTREAM="+hiddenPool(t, 10, 50*time.Millisecond))...))
 	dry := start(t, testConfig(t, append(env, "LOOMGATE_UPSTREAM="+hiddenPool(t, 10, 50*time.Millisecond), "LOOMGATE_DRY_RUN=true")...))
