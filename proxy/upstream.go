@@ -106,9 +106,10 @@ type upstreamConn struct {
 // the close: it was not the upstream's failure to answer, and the request
 // goes out again on another connection. Only where the upstream cannot
 // have acted on it: a pooled connection seen closed before anything was
-// written (looked at for a request that may not be replayed, a system call
-// the others do not pay), or one that ended with no byte of an answer
-// under a request that is idempotent (RFC 9110, 9.2.2) and held whole.
+// written (every pooled connection is looked at, a system call, for the
+// bytes an upstream may send after an answer's end: see try), or one that
+// ended with no byte of an answer under a request that is idempotent (RFC
+// 9110, 9.2.2) and held whole: a close that comes after the look.
 // Each retry spends a connection that had served before, so they end at
 // the first fresh one. A request goes out again at most once: an upstream
 // that reads a request and closes without answering it is failing on that
@@ -135,9 +136,9 @@ func (e *exchange) roundTrip(req *fasthttp.Request, deadline time.Time) error {
 
 // try is one round trip of roundTrip's; stale reports that the connection
 // turned out closed by the upstream while idle, and req may go again.
-// Unless replay, a reused connection is looked at before anything is
-// written, and stale means nothing was; with replay, it is not looked at,
-// and stale means req was written and may have been read.
+// A reused connection is looked at before anything is written; stale
+// then means nothing was. With replay, stale may also mean that req was
+// written and may have been read, and the connection closed under it.
 func (e *exchange) try(req *fasthttp.Request, deadline time.Time, replay bool) (stale bool, err error) {
 	hc := e.p.client
 	cc, err := hc.AcquireConn(e.p.timeout, false)
@@ -148,7 +149,11 @@ func (e *exchange) try(req *fasthttp.Request, deadline time.Time, replay bool) (
 	u.cc = cc
 	conn := cc.Conn()
 	reused := wasUsed(conn)
-	if reused && !replay && peer.Gone(conn) {
+	if reused && !peer.Quiet(conn) {
+		// Closed or reset while idle, or sent bytes that answer no
+		// request: the next request would read them as its answer (a
+		// 204 with a body, say, whose body comes after the answer was
+		// done). Either way it goes on another connection.
 		return true, errNoAnswer
 	}
 	if err := conn.SetDeadline(deadline); err != nil {
@@ -367,13 +372,16 @@ func (e *exchange) releaseUpstream() {
 		return
 	}
 	_ = e.resp.CloseBodyStream()
+	// Bytes read past the answer's end answer no request: the upstream
+	// lost the connection's framing.
+	framed := len(u.pre.b) == 0 && (u.br == nil || u.br.Buffered() == 0)
 	hc := e.p.client
 	if u.br != nil {
 		hc.ReleaseReader(u.br)
 	}
 	// fasthttp marks a body read to the connection's close (neither
 	// length nor chunked) as closing it.
-	if u.reusable && !e.resp.ConnectionClose() {
+	if u.reusable && framed && !e.resp.ConnectionClose() {
 		giveBack(hc, keepConn, u.cc)
 	} else {
 		giveBack(hc, dropConn, u.cc)

@@ -46,24 +46,29 @@ func TestPeek(t *testing.T) {
 		t.Skip("Peek looks only on Linux")
 	}
 	s, c := pair(t)
-	if got := Peek(s); got != Open || Gone(s) {
-		t.Fatalf("Peek of a fresh connection = %v; want Open", got)
+	if got := Peek(s); got != Open || Gone(s) || !Quiet(s) {
+		t.Fatalf("Peek of a fresh connection = %v, Quiet %v; want Open and quiet", got, Quiet(s))
 	}
-	// Bytes of a next request are not a departure, and stay unread.
+	// Bytes of a next request are not a departure, and stay unread; but
+	// the connection is not quiet.
 	c.Write([]byte("GET"))
 	time.Sleep(10 * time.Millisecond)
-	if got := Peek(s); got != Open {
-		t.Fatalf("Peek with bytes waiting = %v; want Open", got)
+	if got := Peek(s); got != Open || Quiet(s) {
+		t.Fatalf("Peek with bytes waiting = %v, Quiet %v; want Open, not quiet", got, Quiet(s))
 	}
 	buf := make([]byte, 3)
 	if n, _ := s.Read(buf); string(buf[:n]) != "GET" {
 		t.Fatalf("read %q after the peek; want the bytes peeked, GET", buf[:n])
 	}
 
+	if !Quiet(s) {
+		t.Fatal("Quiet after the bytes were read = false; want true")
+	}
+
 	c.CloseWrite()
 	eventually(t, s, Ended)
-	if !Gone(s) {
-		t.Error("Gone after the client's FIN = false; want true")
+	if !Gone(s) || Quiet(s) {
+		t.Errorf("after the client's FIN: Gone %v, Quiet %v; want gone, not quiet", Gone(s), Quiet(s))
 	}
 
 	s2, c2 := pair(t)
@@ -100,5 +105,25 @@ func TestDeparturesEndTheWaitOfAClientWhoLeaves(t *testing.T) {
 	doneStay()
 	if ctxStay.Err() == nil {
 		t.Error("the wait's context is still live after its done; want it cancelled")
+	}
+}
+
+// BenchmarkQuiet is the look every pooled upstream connection gets before
+// it is taken again.
+func BenchmarkQuiet(b *testing.B) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer ln.Close()
+	c, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer c.Close()
+	for b.Loop() {
+		if !Quiet(c) {
+			b.Fatal("not quiet")
+		}
 	}
 }
