@@ -80,6 +80,9 @@ type exchange struct {
 	// ended is the client's connection when the client had sent its FIN
 	// by the time the response was ready: closed or half-closed.
 	ended net.Conn
+	// unsent is set when the upstream answered before the request's body
+	// was all sent: the rest is still on the client's connection.
+	unsent bool
 
 	resp    fasthttp.Response // the upstream's
 	up      upstreamConn      // the connection resp arrives on
@@ -161,6 +164,13 @@ func (e *exchange) forward(ctx *fasthttp.RequestCtx) {
 	}
 	// The upstream closing its connection says nothing about the client's.
 	out.ResetConnectionClose()
+	if e.unsent {
+		// The rest of the body is still coming, and the connection
+		// closes after the answer; lingering, lest the reset of a close
+		// with bytes arriving overtake the answer (see respond).
+		out.SetConnectionClose()
+		lingerOnClose(ctx.Conn())
+	}
 	e.addServerTiming(ctx)
 	// A client that gave up is worth knowing about (the work was wasted),
 	// but fasthttp's write to a closed socket often succeeds into the
@@ -376,15 +386,22 @@ func (e *exchange) respond(ctx *fasthttp.RequestCtx, status int, kind Kind, msg 
 		// close after the answer lingers instead (off Linux, where the
 		// connection is net's own, it does not).
 		ctx.SetConnectionClose()
-		if l, ok := ctx.Conn().(interface{ LingerOnClose() }); ok {
-			l.LingerOnClose()
-		}
+		lingerOnClose(ctx.Conn())
 	}
 	e.addServerTiming(ctx)
 	e.buf = append(e.buf[:0], msg...)
 	e.buffered.Reset(e.buf)
 	e.body = &e.buffered
 	e.handOff(ctx, len(e.buf), status)
+}
+
+// lingerOnClose makes the close of conn, a client's, linger: it
+// half-closes, reads and throws away what still comes for a while, then
+// closes (off Linux, where the connection is net's own, it does not).
+func lingerOnClose(conn net.Conn) {
+	if l, ok := conn.(interface{ LingerOnClose() }); ok {
+		l.LingerOnClose()
+	}
 }
 
 // unreadBodyKept is the most of a request body left unread that fasthttp
@@ -540,7 +557,7 @@ func (e *exchange) finish(now time.Time) {
 	e.outcome = Outcome{}
 	e.start, e.admittedAt, e.servedAt = time.Time{}, time.Time{}, time.Time{}
 	e.asked, e.admitted, e.streaming, e.handedOff, e.bytes = false, false, false, false, 0
-	e.upgrading, e.fields = false, 0
+	e.upgrading, e.fields, e.unsent = false, 0, false
 	e.ended, e.continuedCtx = nil, nil
 	e.rejectedAt = time.Time{}
 	// Keep scratch buffers, but not a large body's: a pool full of 64 KiB

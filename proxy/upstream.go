@@ -173,14 +173,29 @@ func (e *exchange) try(req *fasthttp.Request, deadline time.Time, replay bool) (
 	held, direct := w.held, w.direct
 	w.release()
 	e.scratch = held[:0]
-	if err != nil {
+	u.first = firsts.Get().(*[firstBytes]byte)
+	var n int
+	switch {
+	case err == nil:
+		n, err = writeRead(conn, held, direct, u.first[:])
+	case direct && closedUnder(err) && !errors.Is(err, errClientBody):
+		// An upstream may answer before it has read the body (a 401, a
+		// 413: RFC 9112, 9.3) and close with the rest unread, which
+		// resets the connection under the body's writing. Its answer came
+		// first, and is the request's, if it is there to read: a closed
+		// connection's read does not wait.
+		if n, _ = conn.Read(u.first[:]); n > 0 {
+			err = nil
+			e.unsent = true
+			break
+		}
+		fallthrough
+	default:
 		// A request longer than the writer holds goes out in more than
 		// one write, and the first can land on a connection the upstream
 		// had closed: the close comes back under the second.
 		return reused && replay && closedUnder(err), err
 	}
-	u.first = firsts.Get().(*[firstBytes]byte)
-	n, err := writeRead(conn, held, direct, u.first[:])
 	if n == 0 {
 		if err == nil || err == io.EOF {
 			err = errNoAnswer
@@ -373,7 +388,8 @@ func (e *exchange) releaseUpstream() {
 	}
 	_ = e.resp.CloseBodyStream()
 	// Bytes read past the answer's end answer no request: the upstream
-	// lost the connection's framing.
+	// lost the connection's framing. (And one whose writing failed under
+	// an early answer is broken.)
 	framed := len(u.pre.b) == 0 && (u.br == nil || u.br.Buffered() == 0)
 	hc := e.p.client
 	if u.br != nil {
@@ -381,7 +397,7 @@ func (e *exchange) releaseUpstream() {
 	}
 	// fasthttp marks a body read to the connection's close (neither
 	// length nor chunked) as closing it.
-	if u.reusable && framed && !e.resp.ConnectionClose() {
+	if u.reusable && framed && !e.unsent && !e.resp.ConnectionClose() {
 		giveBack(hc, keepConn, u.cc)
 	} else {
 		giveBack(hc, dropConn, u.cc)
