@@ -120,7 +120,14 @@ func freePort(t testing.TB) string {
 
 // TestDrainOnSIGTERM sends SIGTERM while requests are both in flight and
 // queued: readiness fails, and every one of them still gets its 200.
-func TestDrainOnSIGTERM(t *testing.T) {
+func TestDrainOnSIGTERM(t *testing.T) { drainOnSignal(t, syscall.SIGTERM) }
+
+// TestDrainOnSIGHUP: the hang-up of the terminal a sidecar was started
+// from (or a supervisor's SIGHUP) drains it as SIGTERM does; by Go's
+// default it ended the process at once, cutting what was in flight.
+func TestDrainOnSIGHUP(t *testing.T) { drainOnSignal(t, syscall.SIGHUP) }
+
+func drainOnSignal(t *testing.T, sig syscall.Signal) {
 	upURL, _ := slowUpstream(t, 400*time.Millisecond)
 	traffic, admin := freePort(t), freePort(t)
 	cmd := exec.Command(loomgateBinary(t))
@@ -164,7 +171,7 @@ func TestDrainOnSIGTERM(t *testing.T) {
 	}
 	waitUntil(t, func() bool { return strings.Count(metricsText(t, admin), "\nloomgate_queued 4") == 1 })
 
-	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+	if err := cmd.Process.Signal(sig); err != nil {
 		t.Fatal(err)
 	}
 	waitUntil(t, func() bool {
@@ -177,7 +184,7 @@ func TestDrainOnSIGTERM(t *testing.T) {
 	})
 	for range n {
 		if err := <-results; err != nil {
-			t.Errorf("request admitted or queued before SIGTERM: %v; want 200", err)
+			t.Errorf("request admitted or queued before %v: %v; want 200", sig, err)
 		}
 	}
 	waitErr := make(chan error, 1)
@@ -188,7 +195,7 @@ func TestDrainOnSIGTERM(t *testing.T) {
 			t.Errorf("exit = %v; want 0 after draining\n%s", err, stderr)
 		}
 	case <-time.After(15 * time.Second):
-		t.Fatalf("still running 15s after SIGTERM\n%s", stderr)
+		t.Fatalf("still running 15s after %v\n%s", sig, stderr)
 	}
 	if _, err := net.DialTimeout("tcp", traffic, time.Second); err == nil {
 		t.Error("traffic listener still accepts after exit")

@@ -26,9 +26,11 @@ var (
 )
 
 func main() {
-	// The first SIGTERM or SIGINT starts a graceful drain; stop() restores
-	// the default handling, so a second one ends the process at once.
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	// The first SIGTERM, SIGINT or SIGHUP starts a graceful drain; stop()
+	// restores the default handling, so a second one ends the process at
+	// once. SIGHUP is the hang-up of the terminal it was started from (or
+	// a supervisor's): by default it would end the process mid-request.
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
 	go func() {
 		<-ctx.Done()
 		stop()
