@@ -396,6 +396,7 @@ func (p *Proxy) Serve(ln net.Listener) error {
 		return errors.New("proxy: Serve called twice")
 	}
 	p.ln.Store(l)
+	p.upgrades.slots.Store(l)
 	p.served = make(chan struct{})
 	p.mu.Unlock()
 	defer close(p.served)

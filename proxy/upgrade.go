@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/valyala/fasthttp"
+
+	"github.com/loomgate/loomgate/internal/listen"
 )
 
 // An Upgrade request (WebSocket, or any protocol named in Upgrade) is
@@ -57,6 +59,12 @@ type Upgraded struct {
 type upgrades struct {
 	max  int64 // 0: unbounded
 	idle time.Duration
+	// slots is the traffic listener, whose bound on client connections
+	// (MaxClientConns) each upgraded connection's own upstream connection
+	// also counts against: it is a descriptor outside the upstream pool,
+	// and ten thousand WebSockets under a bound of 19916 took the 20000
+	// descriptors of the process, its admin port's included.
+	slots atomic.Pointer[listen.Listener]
 	// closed is told of each connection's end; nil when nobody listens.
 	closed func(Upgraded)
 
@@ -90,10 +98,20 @@ func (u *upgrades) reserve() bool {
 		u.open.Add(-1)
 		return false
 	}
+	if l := u.slots.Load(); l != nil && !l.TryTake() {
+		u.open.Add(-1)
+		return false
+	}
 	return true
 }
 
-func (u *upgrades) unreserve() { u.open.Add(-1) }
+// unreserve gives back a place reserve took.
+func (u *upgrades) unreserve() {
+	if l := u.slots.Load(); l != nil {
+		l.Give()
+	}
+	u.open.Add(-1)
+}
 
 // isUpgrade reports whether a request asks to switch protocols: Connection
 // names upgrade and Upgrade names a protocol. An upgrade to h2c is not
@@ -228,7 +246,7 @@ func (u *upgrades) abandoned(c net.Conn) {
 		u.npending.Add(-1)
 		t := v.(*tunnel)
 		t.up.Close()
-		u.open.Add(-1)
+		u.unreserve()
 	}
 }
 
@@ -332,7 +350,7 @@ func (t *tunnel) run(c net.Conn) {
 		u.mu.Lock()
 		delete(u.tunnels, t)
 		u.mu.Unlock()
-		u.open.Add(-1)
+		u.unreserve()
 		u.wg.Done()
 		t.release()
 		if u.closed != nil && life.Life > 0 {

@@ -340,3 +340,32 @@ func TestUnaskedUpgradeIsTheUpstreams(t *testing.T) {
 	}
 	tp.waitIdle(t)
 }
+
+// TestUpgradedConnectionsCountAgainstMaxClientConns: an upgraded
+// connection holds a second descriptor, its own upstream connection, which
+// the client connections' bound counts too: a bound of 3 is one tunnel (2)
+// and one more client, whose handshake is refused for want of a
+// descriptor, as at MaxUpgraded. Unbounded by that count, ten thousand
+// WebSockets under a bound of 19916 took all 20000 of the process's
+// descriptors, its admin port's included.
+func TestUpgradedConnectionsCountAgainstMaxClientConns(t *testing.T) {
+	up := newWSEcho(t)
+	tp := startProxy(t, up.URL, limiter.Config{Mode: limiter.Unbounded}, func(c *Config) { c.MaxClientConns = 3 })
+	c := wsDial(t, tp.addr, "/ws")
+	echo(t, c, "one")
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_, resp, err := websocket.Dial(ctx, "ws://"+tp.addr+"/ws", nil)
+	if err == nil || resp == nil || resp.StatusCode != 503 || resp.Header.Get("Loomgate-Outcome") != "rejected_upgraded" {
+		t.Fatalf("second handshake = %v, %v; want 503 rejected_upgraded", resp, err)
+	}
+	c.Close(websocket.StatusNormalClosure, "")
+	deadline := time.Now().Add(5 * time.Second)
+	for tp.proxy.UpgradedStats().Open != 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("the first connection's descriptors did not come back")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	echo(t, wsDial(t, tp.addr, "/ws"), "three")
+}

@@ -126,6 +126,25 @@ func (l *Listener) ConnClosed() {
 	l.release()
 }
 
+// TryTake takes a slot for a descriptor other than a client connection's
+// (an upgraded connection's own upstream connection, outside the pool that
+// the bound already leaves room for), if one is free now, and reports
+// whether it did; Give returns it. Unbounded, it always takes one.
+func (l *Listener) TryTake() bool {
+	if l.slots == nil {
+		return true
+	}
+	select {
+	case l.slots <- struct{}{}:
+		return true
+	default:
+		return false
+	}
+}
+
+// Give returns a slot TryTake took.
+func (l *Listener) Give() { l.release() }
+
 // Open is the number of client connections open now.
 func (l *Listener) Open() int64 { return l.open.Load() }
 
