@@ -178,6 +178,10 @@ type Proxy struct {
 	// a drain's time is up (see Shutdown), and cut is set then.
 	upstreams rawio.Group
 	cut       atomic.Bool
+	// clients are the client connections fasthttp serves (HTTP/2 and
+	// upgraded ones are not), so that a drain's end can stop the reads of
+	// those still sending a request (see cutReads).
+	clients clientConns
 
 	maxClientConns int
 	// acceptErrors counts failed accepts that were retried.
@@ -405,7 +409,7 @@ func (p *Proxy) Serve(ln net.Listener) error {
 	// without an answer, as fasthttp would.
 	sn := sniff.New(l, p.h2.serve, p.server.ReadTimeout, l.ConnClosed)
 	sn.RefuseBareLF(p.refuseBareLF)
-	err := p.server.Serve(rawListener{sn})
+	err := p.server.Serve(rawListener{sn, &p.clients})
 	p.mu.Lock()
 	stopping := p.stopping
 	p.mu.Unlock()
@@ -501,16 +505,19 @@ const cutGrace = time.Second
 
 // cutShort ends, when a drain's time is up, what would otherwise end
 // without an answer when the process exits: the requests still queued are
-// rejected as at their queue timeout, and those still waiting for the
-// upstream fail as at UpstreamTimeout, each answered (503 or 504, and the
-// connection closed) and counted. It waits up to cutGrace for their
+// rejected as at their queue timeout, those still waiting for the
+// upstream fail as at UpstreamTimeout, and those whose client is still
+// sending what fasthttp reads before the handler (headers, a small body,
+// or, after a 100 Continue, the body's first 8 KiB) fail as at
+// HeaderTimeout, each answered (503, 504 or 408, and the connection
+// closed) and counted. It waits up to cutGrace for their
 // answers, and reports whether anything was left to cut short, as it was
 // at the cut: once it returns, nothing is.
 func (p *Proxy) cutShort() bool {
 	p.cut.Store(true)
 	left := p.left()
 	if left.any() {
-		p.log.Warn("drain's time is up: the requests still queued are answered as at their queue timeout, those at the upstream as at UPSTREAM_TIMEOUT",
+		p.log.Warn("drain's time is up: the requests still queued are answered as at their queue timeout, those at the upstream as at UPSTREAM_TIMEOUT, those whose client is still sending as at HEADER_TIMEOUT",
 			"queued", left.queued, "in_flight", left.inFlight, "http2_streams", left.streams)
 	} else {
 		p.log.Info("drain's time is up with no request queued or in flight; closing the connections left")
@@ -519,6 +526,7 @@ func (p *Proxy) cutShort() bool {
 		w.RejectWaiting()
 	}
 	p.upstreams.Cut()
+	p.clients.cutReads()
 	grace, cancel := context.WithTimeout(context.Background(), cutGrace)
 	defer cancel()
 	h2done := make(chan struct{})
@@ -575,13 +583,65 @@ func (p *Proxy) refuseBareLF(c net.Conn) {
 // A hijacked connection is not closed yet: whoever took it reports its
 // end by connDone.
 func (p *Proxy) connState(c net.Conn, st fasthttp.ConnState) {
-	if st == fasthttp.StateClosed {
+	switch st {
+	case fasthttp.StateClosed:
+		p.clients.remove(c)
 		if p.upgrades.npending.Load() > 0 {
 			p.upgrades.abandoned(c)
 		}
 		p.connDone()
+	case fasthttp.StateHijacked:
+		// A tunnel's now: the drain ends it with close frames, and its
+		// reads are not to be cut under them.
+		p.clients.remove(c)
 	}
 }
+
+// clientConns are the client connections fasthttp serves. Each costs a
+// map entry from its accept to its close, nothing per request.
+type clientConns struct {
+	mu    sync.Mutex
+	conns map[net.Conn]struct{}
+}
+
+func (cc *clientConns) add(c net.Conn) {
+	cc.mu.Lock()
+	if cc.conns == nil {
+		cc.conns = make(map[net.Conn]struct{})
+	}
+	cc.conns[c] = struct{}{}
+	cc.mu.Unlock()
+}
+
+func (cc *clientConns) remove(c net.Conn) {
+	cc.mu.Lock()
+	delete(cc.conns, c)
+	cc.mu.Unlock()
+}
+
+// cutReads makes every client connection's read deadline pass, at a
+// drain's end. What fasthttp reads before the handler (a small body, the
+// body of one admitted after a 100 Continue) fails then as at
+// HeaderTimeout: the request is answered 408 and counted (see
+// handleMalformed and continued.Close), and its connection closes,
+// where it was dropped unanswered and uncounted when the process exited
+// (after a 100 Continue, with a permit held). A connection between
+// requests closes without an answer, as at its idle timeout. A handler
+// reads a client only for a body over 8 KiB, and a read blocked there
+// ends as at UpstreamTimeout, whose deadline it also has (408); every
+// later read sets its own deadline. One inside its header block is no
+// request yet, and is closed unanswered (see handleMalformed). Answers
+// being written are untouched: only reads are cut.
+func (cc *clientConns) cutReads() {
+	cc.mu.Lock()
+	defer cc.mu.Unlock()
+	for c := range cc.conns {
+		_ = c.SetReadDeadline(aLongTimeAgo)
+	}
+}
+
+// aLongTimeAgo is a deadline that has passed, whenever it is set.
+var aLongTimeAgo = time.Unix(1, 0)
 
 // connDone gives back a closed client connection's place.
 func (p *Proxy) connDone() {
@@ -793,6 +853,12 @@ func (p *Proxy) handleExpect(ctx *fasthttp.RequestCtx) (status int) {
 	// must not meet a write deadline a previous response left behind.
 	now := time.Now()
 	_ = ctx.Conn().SetReadDeadline(now.Add(p.server.ReadTimeout))
+	if p.cut.Load() {
+		// A drain's end came after admission and may have cut this
+		// connection's reads before the deadline above replaced the cut:
+		// the body is not waited for (see cutReads).
+		_ = ctx.Conn().SetReadDeadline(aLongTimeAgo)
+	}
 	_ = ctx.Conn().SetWriteDeadline(now.Add(p.timeout))
 	e.continuedCtx = ctx
 	ctx.SetUserValue(continuedKey{}, (*continued)(e))
@@ -844,6 +910,15 @@ func takeContinued(ctx *fasthttp.RequestCtx) *exchange {
 // handleMalformed answers requests fasthttp could not read; the handler never
 // sees them.
 func (p *Proxy) handleMalformed(ctx *fasthttp.RequestCtx, err error) {
+	if p.cut.Load() && isTimeout(err) && strings.HasPrefix(err.Error(), "error when reading request headers") {
+		// A drain's end cut a request inside its header block (see
+		// cutReads): no request was made, and its connection is closed
+		// without an answer or a count, as the drain leaves it. fasthttp
+		// writes the answer regardless; the close makes that write fail.
+		// The text is fasthttp's, as BareLFBlock's.
+		_ = ctx.Conn().Close()
+		return
+	}
 	status, kind, msg := fasthttp.StatusBadRequest, BadRequest, msgMalformed
 	recorded := 0 // the status the Outcome records, when not the one sent
 	var small *fasthttp.ErrSmallBuffer
@@ -953,14 +1028,21 @@ func dialAside(addr string, timeout time.Duration, g *rawio.Group) (net.Conn, er
 // every idle spell, once a request at a moderate rate: measured at 5000
 // rps on one CPU, 33 µs of CPU a request with them and 27 without
 // (package rawio has why).
-type rawListener struct{ net.Listener }
+//
+// It also notes each connection in clients, for a drain's end.
+type rawListener struct {
+	net.Listener
+	clients *clientConns
+}
 
 func (l rawListener) Accept() (net.Conn, error) {
 	c, err := l.Listener.Accept()
 	if err != nil {
 		return nil, err
 	}
-	return rawio.Wrap(c), nil
+	c = rawio.Wrap(c)
+	l.clients.add(c)
+	return c, nil
 }
 
 // fasthttpLogger routes fasthttp's own messages (mostly connections that
