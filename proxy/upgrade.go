@@ -15,6 +15,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/loomgate/loomgate/internal/listen"
+	"github.com/loomgate/loomgate/internal/peer"
 )
 
 // An Upgrade request (WebSocket, or any protocol named in Upgrade) is
@@ -191,6 +192,22 @@ func (e *exchange) upgrade(ctx *fasthttp.RequestCtx) {
 	e.servedAt = time.Now()
 	status := resp.StatusCode()
 	e.outcome.UpstreamStatus = status
+	if status == fasthttp.StatusSwitchingProtocols && peer.Peek(ctx.Conn()) != peer.Open {
+		// The client closed, half-closed or reset while the upstream
+		// worked on its handshake: nobody is there to take the 101, whose
+		// write would still succeed into the socket's buffer and count
+		// the handshake ok. A half-close is taken as leaving, as for a
+		// request not yet forwarded (peer.Gone): a tunnel the client
+		// cannot send on is no WebSocket. The upstream's connection is
+		// closed, and the request counted client_closed, as a plain one
+		// whose client left is. Handshakes are few and each dials a
+		// connection of its own: the look costs nothing beside that.
+		conn.Close()
+		p.upgrades.unreserve()
+		ctx.SetConnectionClose()
+		e.respond(ctx, fasthttp.StatusBadRequest, ClientClosed, msgClientClosed)
+		return
+	}
 	out := &ctx.Response.Header
 	resp.Header.CopyTo(out)
 	e.names = removeHopHeaders(out, e.names)

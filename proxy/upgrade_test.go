@@ -369,3 +369,51 @@ func TestUpgradedConnectionsCountAgainstMaxClientConns(t *testing.T) {
 	}
 	echo(t, wsDial(t, tp.addr, "/ws"), "three")
 }
+
+// TestUpgradeClientLeftBeforeThe101: a handshake whose client closes, or
+// resets, 150 ms in while the upstream takes 600 ms to agree. The 101 was
+// written into the departed client's socket and the handshake counted ok
+// with status 101; a plain request whose client leaves so is
+// client_closed. It is client_closed too now, the upstream's connection is
+// closed rather than relayed for nobody, and the upgraded place comes back.
+func TestUpgradeClientLeftBeforeThe101(t *testing.T) {
+	upEnded := make(chan struct{}, 2)
+	up := newConnUpstream(t, func(u *connUpstream, c net.Conn, br *bufio.Reader) {
+		if u.next(br) {
+			time.Sleep(600 * time.Millisecond)
+			io.WriteString(c, "HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\r\n")
+			c.SetReadDeadline(time.Now().Add(5 * time.Second))
+			io.Copy(io.Discard, c)
+			upEnded <- struct{}{}
+		}
+	})
+	tp := startProxy(t, up.URL, limiter.Config{Mode: limiter.Unbounded}, func(c *Config) {
+		c.MaxUpgraded = 1
+		c.Logger = discardLogger()
+	})
+	for i, reset := range []bool{false, true} {
+		c, err := net.Dial("tcp", tp.addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.WriteString(c, "GET /ws HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n"+
+			"Sec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n")
+		time.Sleep(150 * time.Millisecond)
+		if reset {
+			c.(*net.TCPConn).SetLinger(0)
+		}
+		c.Close()
+		o := tp.rec.wait(t, i+1)[i]
+		if o.Kind != ClientClosed || o.Status != StatusClientClosed || o.UpstreamStatus != 101 {
+			t.Errorf("reset=%v: counted %v %d (upstream %d); want client_closed 499 (upstream 101)",
+				reset, o.Kind, o.Status, o.UpstreamStatus)
+		}
+		select {
+		case <-upEnded:
+		case <-time.After(3 * time.Second):
+			t.Errorf("reset=%v: the upstream's connection still open 3 s on; want it closed", reset)
+		}
+		waitFor(t, func() bool { return tp.proxy.UpgradedStats().Open == 0 })
+	}
+	tp.waitIdle(t)
+}
