@@ -135,3 +135,46 @@ func TestAwkwardButValidRequests(t *testing.T) {
 		})
 	}
 }
+
+// TestUnhandledRequestsRecord: requests answered before the handler runs,
+// whose request fasthttp has reset by then: a small body that stalls past
+// HeaderTimeout, and a header block it refused. They were logged as
+// "GET /" whatever was sent, with no remote address and a Total of 0 for a
+// client held the whole HeaderTimeout, and their answers carried a Date
+// loomgate made itself. Now the method and target are left empty, as
+// unknown, rather than made up; the remote is the client's; a
+// connection's first request is timed from the connection's start; and
+// no Date is added.
+func TestUnhandledRequestsRecord(t *testing.T) {
+	up := newUpstream(t, func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") })
+	tp := startProxy(t, up.URL, limiter.Config{Mode: limiter.Unbounded}, func(c *Config) {
+		c.HeaderTimeout = 300 * time.Millisecond
+		c.Logger = discardLogger()
+	})
+	cases := []struct {
+		raw    string
+		status int
+		least  time.Duration
+	}{
+		{"POST /upload HTTP/1.1\r\nHost: x\r\nContent-Length: 10\r\n\r\nabc", 408, 250 * time.Millisecond},
+		{"DELETE /a HTTP/1.1\r\nHost: x\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\nab", 400, 0},
+	}
+	for i, tt := range cases {
+		c := dial(t, tp.addr)
+		io.WriteString(c, tt.raw)
+		resp, _ := c.read(t, false)
+		if resp.StatusCode != tt.status || resp.Header.Get("Date") != "" {
+			t.Errorf("%q: %d with Date %q; want %d and no Date", tt.raw, resp.StatusCode, resp.Header.Get("Date"), tt.status)
+		}
+		o := tp.rec.wait(t, i+1)[i]
+		if len(o.Method) != 0 || len(o.Target) != 0 {
+			t.Errorf("%q: recorded as %q %q; want both empty, unknown", tt.raw, o.Method, o.Target)
+		}
+		if o.Remote == nil || o.Remote.String() != c.LocalAddr().String() {
+			t.Errorf("%q: remote %v; want %v", tt.raw, o.Remote, c.LocalAddr())
+		}
+		if o.Total < tt.least || o.Total > 5*time.Second {
+			t.Errorf("%q: total %v; want %v to 5s", tt.raw, o.Total, tt.least)
+		}
+	}
+}

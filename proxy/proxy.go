@@ -963,7 +963,11 @@ func (p *Proxy) handleMalformed(ctx *fasthttp.RequestCtx, err error) {
 	// A request admitted by handleExpect whose body then failed to arrive
 	// was counted when fasthttp reset it (see continued.Close).
 	counted := len(ctx.Response.Header.PeekBytes(headerOutcome)) > 0
-	ctx.Response.Reset()
+	// Not Response.Reset, which would also clear the NoDefaultDate the
+	// server set on the response, and fasthttp would add a Date of its
+	// own. The mark above is all the response can hold here, and it is set
+	// anew below.
+	ctx.Response.ResetBody()
 	ctx.Response.SetStatusCode(status)
 	ctx.Response.Header.SetContentType(textPlain)
 	setOutcomeHeader(&ctx.Response.Header, kind)
@@ -979,11 +983,36 @@ func (p *Proxy) handleMalformed(ctx *fasthttp.RequestCtx, err error) {
 }
 
 // observeUnhandled reports a request answered before the handler ran.
+//
+// fasthttp resets a request whose header block or body failed to arrive
+// before it calls handleMalformed: its method and target are gone, and
+// ctx's would read as "GET /". They are taken only from a header block
+// that is still there (a target fasthttp's URI parser refused), and are
+// otherwise left empty, as the access log leaves a remote it does not
+// know. ctx.Time is stamped only once a request is read whole, and is
+// zero here. fasthttp arms ReadTimeout (HeaderTimeout) at each request's
+// first byte and sets no other read deadline before the handler, so the
+// connection's read deadline less HeaderTimeout is the request's start,
+// to fasthttp's own clock reading. Where the connection does not tell its
+// deadline (off Linux), or a drain's end has cut it, the start is unknown
+// and Total is 0.
 func (p *Proxy) observeUnhandled(ctx *fasthttp.RequestCtx, kind Kind, status int) {
 	e := p.exchanges.Get().(*exchange)
+	now := time.Now()
 	e.begin(ctx)
-	e.outcome = Outcome{Kind: kind, Status: status}
-	e.finish(time.Now())
+	e.start = now
+	if c, ok := ctx.Conn().(interface{ ReadDeadline() time.Time }); ok {
+		if d := c.ReadDeadline(); !d.IsZero() {
+			if start := d.Add(-p.server.ReadTimeout); start.Before(now) && now.Sub(start) <= p.server.ReadTimeout+time.Second {
+				e.start = start
+			}
+		}
+	}
+	if len(ctx.Request.Header.RawHeaders()) == 0 {
+		e.method, e.target = e.method[:0], e.target[:0]
+	}
+	e.outcome = Outcome{Kind: kind, Status: status, Remote: ctx.RemoteAddr()}
+	e.finish(now)
 }
 
 func (p *Proxy) observe(o *Outcome) {

@@ -224,3 +224,13 @@ func (r *reaperState) look(now int64) int64 {
 	}
 	return next
 }
+
+// ReadDeadline is the read deadline last set, zero for none. One set
+// before the process started, or on a cut Conn, reads as base.
+func (c *Conn) ReadDeadline() time.Time {
+	at := c.dl[read].at.Load()
+	if at == 0 {
+		return time.Time{}
+	}
+	return base.Add(time.Duration(at))
+}
