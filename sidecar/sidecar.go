@@ -17,6 +17,7 @@ import (
 
 	"github.com/loomgate/loomgate/adaptive"
 	"github.com/loomgate/loomgate/advice"
+	"github.com/loomgate/loomgate/internal/listen"
 	"github.com/loomgate/loomgate/limiter"
 	"github.com/loomgate/loomgate/metrics"
 	"github.com/loomgate/loomgate/proxy"
@@ -54,14 +55,16 @@ type Options struct {
 // Sidecar is the proxy with its limiter, metrics and admin endpoints: what
 // `loomgate proxy` runs, and what the demo and the tests run in-process.
 type Sidecar struct {
-	cfg      Config
-	version  string
-	log      *slog.Logger
-	limiter  *limiter.Limiter
-	proxy    *proxy.Proxy
-	registry *prometheus.Registry
-	metrics  *metrics.Metrics
-	advisor  *advice.Advisor
+	cfg     Config
+	version string
+	log     *slog.Logger
+	// adminAcceptErrors counts the admin port's retried accepts.
+	adminAcceptErrors atomic.Uint64
+	limiter           *limiter.Limiter
+	proxy             *proxy.Proxy
+	registry          *prometheus.Registry
+	metrics           *metrics.Metrics
+	advisor           *advice.Advisor
 	// adaptive moves the limit in adaptive mode; nil in the others, and
 	// when plugged moves it instead (Options.Controller).
 	adaptive *adaptive.Controller
@@ -272,9 +275,34 @@ func build(cfg Config, opts Options) (*Sidecar, error) {
 	s.admin = &http.Server{
 		Handler:           s.adminHandler(),
 		ReadHeaderTimeout: 10 * time.Second,
-		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelDebug),
+		// Scrapes and probes come every few seconds; a connection idle
+		// longer holds a descriptor for nobody.
+		IdleTimeout: adminIdleTimeout,
+		ErrorLog:    slog.NewLogLogger(s.log.Handler(), slog.LevelDebug),
 	}
 	return s, nil
+}
+
+// The admin port's connections are bounded, and idle ones closed: they
+// come out of the descriptors MAX_CONNS leaves the process (reservedFiles),
+// and 21,000 idle connections to the admin port took every one, so that
+// the traffic port answered nothing. Beyond the bound a connection waits
+// in the listen backlog until one closes.
+const (
+	adminConns       = 32
+	adminIdleTimeout = 15 * time.Second
+)
+
+// adminListener bounds the admin port's connections open at once to
+// adminConns, and retries the accepts that more time can cure.
+func (s *Sidecar) adminListener(ln net.Listener) net.Listener {
+	l := listen.New(ln, adminConns, &s.adminAcceptErrors, nil)
+	s.admin.ConnState = func(_ net.Conn, st http.ConnState) {
+		if st == http.StateClosed || st == http.StateHijacked {
+			l.ConnClosed()
+		}
+	}
+	return l
 }
 
 // Run serves traffic on ln and the admin endpoints on adminLn until ctx
@@ -317,7 +345,7 @@ func (s *Sidecar) Run(ctx context.Context, ln, adminLn net.Listener) error {
 		})
 	}
 	g.Go(func() error {
-		if err := s.admin.Serve(adminLn); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		if err := s.admin.Serve(s.adminListener(adminLn)); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			return fmt.Errorf("admin listener: %w", err)
 		}
 		return nil
