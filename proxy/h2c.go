@@ -49,6 +49,45 @@ import (
 // connection; Go's default is 250.
 const maxStreams = 10000
 
+// What a stream may hold of its response while its client does not take
+// it: a client grants the window it likes, none at all if it likes
+// (SETTINGS_INITIAL_WINDOW_SIZE 0), and the response waits in the proxy.
+// Go's Transport grants the upstream 4 MiB a stream, and took that much of
+// each such stream's response: 4.3 MiB of memory a stream, outside the
+// memory bulkhead's count and GOMEMLIMIT's reach, gigabytes for a thousand
+// streams. With these two a stream so held costs the proxy 69-73 KiB of Go
+// memory in all (TestH2CStreamOverheadBytes), which RequestOverheadBytes,
+// the reservation of every request, covers with a quarter to spare.
+//
+// The price is the speed of one large response on loopback, about 125
+// MB/s where it was 470 with Go's window: a window's worth a round trip.
+// The connection's window is left at Go's 1 GiB: what a connection holds
+// is bounded by its streams' windows, and a smaller one would let a client
+// that stops reading stall the other clients' streams on the same upstream
+// connection.
+const (
+	// upstreamStreamBuffer is the receive window the Transport grants the
+	// upstream for each stream: the most of a response it holds ahead of
+	// the copy to the client.
+	upstreamStreamBuffer = 32 << 10
+	// copyBufferBytes is the copy's buffer, held by a write the client
+	// does not take: ReverseProxy's own is 32 KiB, and an HTTP/2 frame
+	// carries 16 KiB.
+	copyBufferBytes = 16 << 10
+)
+
+// copyBuffers is ReverseProxy's pool of copy buffers.
+type copyBuffers struct{ pool sync.Pool }
+
+func (b *copyBuffers) Get() []byte {
+	if p, ok := b.pool.Get().(*[]byte); ok {
+		return *p
+	}
+	return make([]byte, copyBufferBytes)
+}
+
+func (b *copyBuffers) Put(buf []byte) { b.pool.Put(&buf) }
+
 // h2 serves the HTTP/2 connections of a Proxy.
 type h2 struct {
 	p    *Proxy
@@ -84,6 +123,7 @@ func newH2(p *Proxy, upstream string) *h2 {
 		DisableCompression:    true,
 		IdleConnTimeout:       90 * time.Second,
 		Protocols:             new(http.Protocols),
+		HTTP2:                 &http.HTTP2Config{MaxReceiveBufferPerStream: upstreamStreamBuffer},
 	}
 	h.tr.Protocols.SetUnencryptedHTTP2(true)
 	h.rp = &httputil.ReverseProxy{
@@ -98,6 +138,7 @@ func newH2(p *Proxy, upstream string) *h2 {
 		},
 		Transport:      h.tr,
 		FlushInterval:  -1,
+		BufferPool:     new(copyBuffers),
 		ModifyResponse: h.headersArrived,
 		ErrorHandler:   h.failed,
 		ErrorLog:       slog.NewLogLogger(p.log.Handler(), slog.LevelDebug),

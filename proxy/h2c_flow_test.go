@@ -1,0 +1,196 @@
+package proxy
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/loomgate/loomgate/limiter"
+)
+
+// An HTTP/2 client decides with its flow-control window how fast it takes
+// its response, and may grant none. What it leaves untaken must cost the
+// proxy a bounded, reserved amount, and no more time than UpstreamTimeout.
+
+// stingyClient speaks HTTP/2 with prior knowledge and grants each stream a
+// window of one byte, which it never renews unless the body is read: a
+// client that stops reading its responses.
+func stingyClient() *http.Client {
+	tr := &http.Transport{Protocols: new(http.Protocols), HTTP2: &http.HTTP2Config{MaxReceiveBufferPerStream: 1}}
+	tr.Protocols.SetUnencryptedHTTP2(true)
+	return &http.Client{Transport: tr}
+}
+
+// sentCounter counts, per request target, the response bytes an upstream
+// handler has written, each Write counted once it returned.
+type sentCounter struct {
+	mu   sync.Mutex
+	sent map[string]int64
+}
+
+func (c *sentCounter) add(target string, n int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.sent == nil {
+		c.sent = map[string]int64{}
+	}
+	c.sent[target] += int64(n)
+}
+
+func (c *sentCounter) snapshot() (total, most int64, n int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, v := range c.sent {
+		total += v
+		most = max(most, v)
+	}
+	return total, most, len(c.sent)
+}
+
+// bigResponder answers with size bytes in 16 KiB writes, flushed, and
+// counts them in sent.
+func bigResponder(sent *sentCounter, size int) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Length", fmt.Sprint(size))
+		chunk := make([]byte, 16<<10)
+		for written := 0; written < size; written += len(chunk) {
+			if _, err := w.Write(chunk); err != nil {
+				return
+			}
+			sent.add(r.URL.Path, len(chunk))
+			http.NewResponseController(w).Flush()
+		}
+	}
+}
+
+// TestH2CResponseAheadOfTheClientIsBounded: streams whose client grants no
+// window hold, each, only a small part of their response in the proxy (the
+// upstream cannot send more ahead of the client), and what they hold is
+// within what they reserved from the memory bulkhead. Go's Transport would
+// otherwise take 4 MiB of each response from an HTTP/2 upstream, unseen by
+// the bulkhead: a thousand such streams are gigabytes.
+func TestH2CResponseAheadOfTheClientIsBounded(t *testing.T) {
+	var sent sentCounter
+	up := h2cUpstream(t, bigResponder(&sent, 16<<20))
+	tp := startProxy(t, up, limiter.Config{Mode: limiter.Unbounded}, func(c *Config) {
+		c.Reserve = RequestBytes
+		c.UpstreamTimeout = 30 * time.Second // longer than the test: the streams stay
+	})
+	const streams = 8
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	c := stingyClient()
+	defer c.CloseIdleConnections()
+	for i := range streams {
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, fmt.Sprintf("http://%s/big/%d", tp.addr, i), nil)
+		resp, err := c.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close() // read nothing
+	}
+	// Wait for the upstream to be held back: nothing more sent for a
+	// second, or 10 s in all.
+	var total, most int64
+	for deadline, last, still := time.Now().Add(10*time.Second), int64(-1), 0; time.Now().Before(deadline) && still < 10; {
+		time.Sleep(100 * time.Millisecond)
+		var n int
+		if total, most, n = sent.snapshot(); total == last && n == streams {
+			still++
+		} else {
+			last, still = total, 0
+		}
+	}
+	reserved := tp.limiter.Stats().Bytes
+	t.Logf("%d streams: the upstream sent %d KiB ahead of the client (%d KiB on one stream at most); %d KiB reserved",
+		streams, total>>10, most>>10, reserved>>10)
+	if most > 512<<10 {
+		t.Errorf("the upstream sent %d KiB of one response to a client that took none; want a bounded window of it, under 512 KiB", most>>10)
+	}
+	if reserved < total {
+		t.Errorf("%d KiB reserved for %d streams holding %d KiB of their responses; want what they hold reserved", reserved>>10, streams, total>>10)
+	}
+	cancel()
+	tp.waitIdle(t)
+}
+
+// holdStreams opens n streams for path on one connection of a client that
+// grants no window, waits until arrived counts n at the upstream and settle
+// has passed, and returns the Go memory held per stream over the idle
+// state. It then resets the streams.
+func holdStreams(t *testing.T, addr, path string, n int, arrived *atomic.Int64, settle time.Duration) float64 {
+	t.Helper()
+	arrived.Store(0)
+	c := stingyClient()
+	defer c.CloseIdleConnections()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	// The client connection and its state are made before the idle figure.
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+"/warm", nil)
+	if resp, err := c.Do(req); err == nil {
+		resp.Body.Close()
+	}
+	arrived.Store(0)
+	idle := heapAndStacks()
+	for i := range n {
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, fmt.Sprintf("http://%s%s/%d", addr, path, i), nil)
+		go func() {
+			if resp, err := c.Do(req); err == nil {
+				defer resp.Body.Close()
+				<-ctx.Done()
+			}
+		}()
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for arrived.Load() < int64(n) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of %d streams reached the upstream within 20s", arrived.Load(), n)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	time.Sleep(settle)
+	held := heapAndStacks()
+	cancel()
+	return float64(held-idle) / float64(n)
+}
+
+// TestH2CStreamOverheadBytes: what an HTTP/2 stream whose client takes
+// none of its response costs the proxy, measured as TestRequestOverheadBytes
+// measures an HTTP/1.1 request (the same streams held at the same upstream
+// directly and through the proxy), is covered by RequestOverheadBytes, the
+// reservation of every request. It was megabytes: the Transport took up to
+// 4 MiB of each response.
+func TestH2CStreamOverheadBytes(t *testing.T) {
+	if testing.Short() {
+		t.Skip("holds hundreds of streams")
+	}
+	const n = 200
+	var arrived atomic.Int64
+	var sent sentCounter
+	big := bigResponder(&sent, 16<<20)
+	up := h2cUpstream(t, func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/warm" {
+			arrived.Add(1)
+		}
+		big(w, r)
+	})
+	tp := startProxy(t, up, limiter.Config{Mode: limiter.Unbounded}, func(c *Config) {
+		c.Reserve = RequestBytes
+		c.UpstreamTimeout = time.Minute
+	})
+	direct := holdStreams(t, strings.TrimPrefix(up, "http://"), "/streamed", n, &arrived, 500*time.Millisecond)
+	proxied := holdStreams(t, tp.addr, "/streamed", n, &arrived, 500*time.Millisecond)
+	overhead := proxied - direct
+	t.Logf("%.0f B per stream directly, %.0f B through the proxy: the proxy holds %.1f KiB (RequestOverheadBytes %d KiB)",
+		direct, proxied, overhead/1024, RequestOverheadBytes>>10)
+	// The race detector's bookkeeping inflates every figure.
+	if overhead > RequestOverheadBytes && !raceEnabled {
+		t.Errorf("the proxy holds %.0f B per stream; RequestOverheadBytes = %d does not cover it", overhead, RequestOverheadBytes)
+	}
+	tp.waitIdle(t)
+}
