@@ -256,7 +256,9 @@ type stream struct {
 	// held is set while the stream holds its permit; release clears it.
 	held     atomic.Bool
 	timedOut atomic.Bool
-	// stalled is set when the client paused its body past BodyTimeout.
+	// stalled is set when the client held the stream up: it paused its
+	// body past BodyTimeout, or at UpstreamTimeout the stream was still
+	// waiting for the rest of its body, or for it to take its response.
 	stalled  atomic.Bool
 	timer    *time.Timer
 	outcome  Outcome
@@ -343,6 +345,7 @@ func (h *h2) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		h.answer(w, st, BadRequest, http.StatusRequestEntityTooLarge, msgBodyTooLarge)
 		return
 	}
+	var body *idleBody
 	if r.Body != nil && r.Body != http.NoBody {
 		if !st.grpc {
 			// Each pause in the body is bounded as on HTTP/1.1: a client
@@ -350,7 +353,8 @@ func (h *h2) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			// read, until UpstreamTimeout, and be blamed on the upstream.
 			// Not a gRPC call's: a client stream may be quiet between
 			// messages for as long as the call lives.
-			r.Body = &idleBody{ReadCloser: r.Body, rc: http.NewResponseController(w), idle: p.bodyIdle, stalled: &st.stalled}
+			body = &idleBody{ReadCloser: r.Body, rc: http.NewResponseController(w), idle: p.bodyIdle, stalled: &st.stalled}
+			r.Body = body
 		}
 		// A body of unknown length is cut at the limit: the upstream sees
 		// the stream reset, the client a 413.
@@ -380,13 +384,78 @@ func (h *h2) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	st.held.Store(true)
 	o.Admitted = true
+	cw := &clientWriter{ResponseWriter: w}
 	// UpstreamTimeout bounds what the permit is held for: the whole
-	// exchange, or a gRPC call's wait for its headers.
+	// exchange, or a gRPC call's wait for its headers. Whoever the stream
+	// waits for then is at fault, as on HTTP/1.1, where the deadline is
+	// the client connection's for its reads and writes and the upstream
+	// call's for the rest: a client still sending its body (a steady
+	// upload slower than UpstreamTimeout allows), or one that does not
+	// take its response (it grants no flow-control window), is
+	// client_timeout, and a write it does not take is cut short with the
+	// stream reset, which ends the handler and frees the permit. Without
+	// the reset the write would wait as long as the client likes, its
+	// permit held, and a fixed pool of one blocked.
 	st.timer = time.AfterFunc(p.timeout-time.Since(st.admittedAt), func() {
+		if body != nil && body.reading.Load() {
+			st.stalled.Store(true)
+		}
+		cw.cut(&st.stalled)
 		st.timedOut.Store(true)
 		cancel()
 	})
-	h.rp.ServeHTTP(w, r.WithContext(context.WithValue(ctx, streamKey{}, st)))
+	h.rp.ServeHTTP(cw, r.WithContext(context.WithValue(ctx, streamKey{}, st)))
+}
+
+// clientWriter is a stream's ResponseWriter, which knows whether a write
+// to the client is under way: one that waits for the client's window.
+type clientWriter struct {
+	http.ResponseWriter
+	mu      sync.Mutex
+	writing int
+}
+
+func (w *clientWriter) Write(b []byte) (int, error) {
+	w.begin()
+	defer w.end()
+	return w.ResponseWriter.Write(b)
+}
+
+// FlushError is ReverseProxy's flush after each write, which sends what
+// the write left buffered: as much a write to the client.
+func (w *clientWriter) FlushError() error {
+	w.begin()
+	defer w.end()
+	return http.NewResponseController(w.ResponseWriter).Flush()
+}
+
+func (w *clientWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+func (w *clientWriter) begin() {
+	w.mu.Lock()
+	w.writing++
+	w.mu.Unlock()
+}
+
+func (w *clientWriter) end() {
+	w.mu.Lock()
+	w.writing--
+	w.mu.Unlock()
+}
+
+// cut resets the stream if a write is under way, having set stalled: the
+// write returns at once with an error. The lock keeps the write, and so
+// the handler, from ending meanwhile: a stream's ResponseWriter must not
+// be used once its handler has returned.
+func (w *clientWriter) cut(stalled *atomic.Bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.writing == 0 {
+		return
+	}
+	stalled.Store(true)
+	// A deadline in the past resets the stream there and then.
+	_ = http.NewResponseController(w.ResponseWriter).SetWriteDeadline(time.Unix(1, 0))
 }
 
 // idleBody is a plain HTTP/2 request's body, each read of which must end
@@ -397,9 +466,13 @@ type idleBody struct {
 	rc      *http.ResponseController
 	idle    time.Duration
 	stalled *atomic.Bool
+	// reading is set while a read waits for the client's bytes.
+	reading atomic.Bool
 }
 
 func (b *idleBody) Read(p []byte) (int, error) {
+	b.reading.Store(true)
+	defer b.reading.Store(false)
 	_ = b.rc.SetReadDeadline(time.Now().Add(b.idle))
 	n, err := b.ReadCloser.Read(p)
 	switch {

@@ -3,6 +3,7 @@ package proxy
 import (
 	"context"
 	"fmt"
+	"io"
 	"net/http"
 	"strings"
 	"sync"
@@ -191,6 +192,99 @@ func TestH2CStreamOverheadBytes(t *testing.T) {
 	// The race detector's bookkeeping inflates every figure.
 	if overhead > RequestOverheadBytes && !raceEnabled {
 		t.Errorf("the proxy holds %.0f B per stream; RequestOverheadBytes = %d does not cover it", overhead, RequestOverheadBytes)
+	}
+	tp.waitIdle(t)
+}
+
+// TestH2CSlowReaderTimesOut: a stream whose client takes none of its
+// response is cut at UpstreamTimeout, as on HTTP/1.1 (TestSlowReaderTimesOut):
+// the stream reset, counted client_timeout, the permit back at once. It
+// was counted upstream_timeout, and its permit held for as long as the
+// client kept the stream open: a fixed pool of one blocked.
+func TestH2CSlowReaderTimesOut(t *testing.T) {
+	var sent sentCounter
+	big := bigResponder(&sent, 64<<20)
+	up := h2cUpstream(t, func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/small" {
+			w.Write([]byte("ok"))
+			return
+		}
+		big(w, r)
+	})
+	tp := startProxy(t, up, limiter.Config{Mode: limiter.Fixed, Workers: 1, QueueSize: 1, QueueTimeout: 10 * time.Second}, func(c *Config) {
+		c.UpstreamTimeout = time.Second
+	})
+	c := stingyClient()
+	defer c.CloseIdleConnections()
+	start := time.Now()
+	resp, err := c.Get("http://" + tp.addr + "/big")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	// Reads nothing, and keeps the stream open.
+	o := tp.rec.wait(t, 1)[0]
+	if o.Kind != ClientTimeout || !o.Admitted {
+		t.Errorf("outcome %v admitted=%v; want client_timeout, admitted", o.Kind, o.Admitted)
+	}
+	if o.Service > 4*time.Second {
+		t.Errorf("the stream held its permit %v; want about the 1s upstream timeout", o.Service)
+	}
+	tp.waitIdle(t)
+	t.Logf("ended and released after %v", time.Since(start))
+	// The one worker serves others again.
+	r2, err := h2cClient().Get("http://" + tp.addr + "/small")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r2.Body.Close()
+	if r2.StatusCode != 200 {
+		t.Errorf("a request after the cut: %d; want 200", r2.StatusCode)
+	}
+	// The stream was reset: what the client reads ends in an error.
+	if _, err := io.Copy(io.Discard, resp.Body); err == nil {
+		t.Errorf("the cut response read to its end; want the stream reset")
+	}
+}
+
+// TestH2CSlowUploadIsTheClients: a body sent steadily, each pause well
+// within BodyTimeout, but not whole by UpstreamTimeout is the client's: 408,
+// counted client_timeout, as on HTTP/1.1 (the client connection's read
+// deadline). It was 504 upstream_timeout, blamed on the upstream that
+// waited for it.
+func TestH2CSlowUploadIsTheClients(t *testing.T) {
+	up := h2cUpstream(t, func(w http.ResponseWriter, r *http.Request) {
+		io.Copy(io.Discard, r.Body)
+		io.WriteString(w, "ok")
+	})
+	tp := startProxy(t, up, limiter.Config{Mode: limiter.Fixed, Workers: 1}, func(c *Config) {
+		c.BodyTimeout = 3 * time.Second
+		c.UpstreamTimeout = time.Second
+		c.Logger = discardLogger()
+	})
+	pr, pw := io.Pipe()
+	defer pw.Close()
+	go func() {
+		// 1 KiB every 250 ms for 10 s: never a pause near BodyTimeout.
+		for range 40 {
+			if _, err := pw.Write([]byte(strings.Repeat("u", 1024))); err != nil {
+				return
+			}
+			time.Sleep(250 * time.Millisecond)
+		}
+		pw.Close()
+	}()
+	req, _ := http.NewRequest(http.MethodPost, "http://"+tp.addr+"/up", pr)
+	resp, err := h2cClient().Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusRequestTimeout || resp.Header.Get("Loomgate-Outcome") != "client_timeout" {
+		t.Errorf("slow upload: %d %v; want 408 client_timeout", resp.StatusCode, resp.Header)
+	}
+	if o := tp.rec.wait(t, 1)[0]; o.Kind != ClientTimeout || o.Status != http.StatusRequestTimeout {
+		t.Errorf("counted %v %d; want client_timeout 408", o.Kind, o.Status)
 	}
 	tp.waitIdle(t)
 }
