@@ -768,6 +768,12 @@ func (l *Limiter) reserveBytes(bytes int64) error {
 	}
 }
 
+// ReleaseBytes returns bytes a request kept reserved past its permit,
+// which it released with Release(0): a request that outlives its permit
+// (a gRPC stream past its headers holds no worker, but still holds its
+// buffers) stays within the memory bulkhead for as long as it lives.
+func (l *Limiter) ReleaseBytes(bytes int64) { l.releaseBytes(bytes) }
+
 func (l *Limiter) releaseBytes(bytes int64) {
 	if l.bytes.Add(-bytes) < 0 {
 		panic("limiter: released more bytes than reserved")

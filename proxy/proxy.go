@@ -48,6 +48,14 @@ type reserver interface {
 	TryReserve(bytes int64) bool
 }
 
+// bytesReleaser is what an Admitter may also offer: the bytes of a request
+// whose permit was released without them (Release(0)), returned at its
+// end. With it a gRPC stream keeps its reservation past its headers;
+// limiter.Limiter has it.
+type bytesReleaser interface {
+	ReleaseBytes(bytes int64)
+}
+
 // clockedAdmitter is what an Admitter may also offer: TryAcquire and Release
 // at a clock reading the proxy has taken anyway (the request's start, the
 // end of its response), so that admission reads no clock of its own; a
