@@ -72,6 +72,10 @@ type exchange struct {
 	// upgrading is set for an Upgrade request (WebSocket), read once by
 	// admission and again when the admitted request is passed on.
 	upgrading bool
+	// upgradePlace is set while the request holds an upgraded
+	// connection's place (see upgrades.reserve), from its admission until
+	// a tunnel takes it or the request ends (see releaseUpgradePlace).
+	upgradePlace bool
 	// handedOff is set once fasthttp owns the exchange.
 	handedOff bool
 	// continuedCtx is the request's while handleExpect's admission waits
@@ -522,6 +526,11 @@ func (e *exchange) CloseWithError(writeErr error) error {
 // finish completes the Outcome, releases what the request held, reports it
 // and returns the exchange to its pool.
 func (e *exchange) finish(now time.Time) {
+	// A request that ends before its tunnel opens gives back the place it
+	// reserved, on whatever path it ended: its client left after a 100
+	// Continue, a panic, an answer of the proxy's own. Held on, each
+	// would shrink MaxUpgraded and MaxClientConns for good.
+	e.releaseUpgradePlace()
 	o := &e.outcome
 	o.Total = now.Sub(e.start)
 	o.End = now
@@ -557,7 +566,7 @@ func (e *exchange) finish(now time.Time) {
 	e.outcome = Outcome{}
 	e.start, e.admittedAt, e.servedAt = time.Time{}, time.Time{}, time.Time{}
 	e.asked, e.admitted, e.streaming, e.handedOff, e.bytes = false, false, false, false, 0
-	e.upgrading, e.fields, e.unsent = false, 0, false
+	e.upgrading, e.upgradePlace, e.fields, e.unsent = false, false, 0, false
 	e.ended, e.continuedCtx = nil, nil
 	e.rejectedAt = time.Time{}
 	// Keep scratch buffers, but not a large body's: a pool full of 64 KiB

@@ -790,6 +790,7 @@ func (p *Proxy) admitRequest(ctx *fasthttp.RequestCtx, e *exchange) bool {
 		e.respond(ctx, fasthttp.StatusServiceUnavailable, RejectedUpgraded, msgUpgradedFull)
 		return false
 	}
+	e.upgradePlace = upgrade
 	if p.shadow != nil {
 		e.ticket = p.shadow.Arrive(e.bytes)
 	}
@@ -808,9 +809,7 @@ func (p *Proxy) admitRequest(ctx *fasthttp.RequestCtx, e *exchange) bool {
 		e.admittedAt = time.Now()
 	}
 	if err != nil {
-		if upgrade {
-			p.upgrades.unreserve()
-		}
+		e.releaseUpgradePlace()
 		e.rejected(ctx, err)
 		return false
 	}

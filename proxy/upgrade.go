@@ -106,6 +106,15 @@ func (u *upgrades) reserve() bool {
 	return true
 }
 
+// releaseUpgradePlace gives back the upgraded connection's place e holds,
+// if it holds one.
+func (e *exchange) releaseUpgradePlace() {
+	if e.upgradePlace {
+		e.upgradePlace = false
+		e.p.upgrades.unreserve()
+	}
+}
+
 // unreserve gives back a place reserve took.
 func (u *upgrades) unreserve() {
 	if l := u.slots.Load(); l != nil {
@@ -155,7 +164,7 @@ func (e *exchange) upgrade(ctx *fasthttp.RequestCtx) {
 	deadline := e.admittedAt.Add(p.timeout)
 	conn, err := (&net.Dialer{Deadline: deadline}).Dial("tcp", p.client.Addr)
 	if err != nil {
-		p.upgrades.unreserve()
+		e.releaseUpgradePlace()
 		e.upstreamFailed(ctx, err)
 		return
 	}
@@ -182,7 +191,7 @@ func (e *exchange) upgrade(ctx *fasthttp.RequestCtx) {
 	}
 	if err != nil {
 		conn.Close()
-		p.upgrades.unreserve()
+		e.releaseUpgradePlace()
 		if err == io.EOF {
 			err = io.ErrUnexpectedEOF
 		}
@@ -203,7 +212,7 @@ func (e *exchange) upgrade(ctx *fasthttp.RequestCtx) {
 		// whose client left is. Handshakes are few and each dials a
 		// connection of its own: the look costs nothing beside that.
 		conn.Close()
-		p.upgrades.unreserve()
+		e.releaseUpgradePlace()
 		ctx.SetConnectionClose()
 		e.respond(ctx, fasthttp.StatusBadRequest, ClientClosed, msgClientClosed)
 		return
@@ -215,7 +224,7 @@ func (e *exchange) upgrade(ctx *fasthttp.RequestCtx) {
 	out.SetNoDefaultContentType(true)
 	if status != fasthttp.StatusSwitchingProtocols {
 		conn.Close()
-		p.upgrades.unreserve()
+		e.releaseUpgradePlace()
 		e.addServerTiming(ctx)
 		e.buf = append(e.buf[:0], resp.Body()...)
 		e.buffered.Reset(e.buf)
@@ -237,6 +246,8 @@ func (e *exchange) upgrade(ctx *fasthttp.RequestCtx) {
 		log:       p.log,
 	}
 	t.stop = make(chan struct{})
+	// The place is the tunnel's now, given back when it closes.
+	e.upgradePlace = false
 	e.outcome.Status = status
 	// The handshake is done: its permit goes back and its Outcome is
 	// reported now, whatever the tunnel does next.

@@ -417,3 +417,30 @@ func TestUpgradeClientLeftBeforeThe101(t *testing.T) {
 	}
 	tp.waitIdle(t)
 }
+
+// TestUpgradePlaceComesBackWhenTheHandshakeEndsEarly: a handshake admitted
+// after "Expect: 100-continue" whose client then leaves never reaches the
+// upstream; the upgraded connection's place it reserved (and its second
+// descriptor's slot) comes back. Kept, each such handshake shrank
+// MaxUpgraded and MaxClientConns for good, until none was admitted.
+func TestUpgradePlaceComesBackWhenTheHandshakeEndsEarly(t *testing.T) {
+	up := newWSEcho(t)
+	tp := startProxy(t, up.URL, limiter.Config{Mode: limiter.Unbounded}, func(c *Config) {
+		c.MaxUpgraded = 1
+		c.MaxClientConns = 4
+		c.Logger = discardLogger()
+	})
+	for range 3 {
+		c := dial(t, tp.addr)
+		io.WriteString(c, "GET /ws HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n"+
+			"Sec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n"+
+			"Expect: 100-continue\r\nContent-Length: 10\r\n\r\n")
+		if status, timedOut := readInterim(t, c, c.r, 5*time.Second); timedOut || !strings.Contains(status, " 100 ") {
+			t.Fatalf("got %q (timed out %v); want 100 Continue", status, timedOut)
+		}
+		c.Close()
+	}
+	tp.rec.wait(t, 3)
+	waitFor(t, func() bool { return tp.proxy.UpgradedStats().Open == 0 })
+	echo(t, wsDial(t, tp.addr, "/ws"), "after")
+}
