@@ -11,16 +11,16 @@ import (
 )
 
 // TestAdminConnectionsAreBounded: the admin port's connections come out of
-// the descriptors the process keeps for itself, so they are bounded: of 40
-// clients that each send a request and keep the connection, 32 are
+// the process's descriptors, so they are bounded: of adminConns+8 clients
+// that each send a request and keep the connection, adminConns are
 // answered and the rest wait until one closes. Unbounded, 21,000 idle
 // connections to the admin port took every descriptor, and the traffic
 // port answered nothing.
 func TestAdminConnectionsAreBounded(t *testing.T) {
 	s := start(t, testConfig(t, "LOOMGATE_UPSTREAM="+upstream(t, 0)))
 	addr := strings.TrimPrefix(s.AdminURL, "http://")
-	answered := make(chan net.Conn, 40)
-	for range 40 {
+	answered := make(chan net.Conn, adminConns+8)
+	for range adminConns + 8 {
 		go func() {
 			c, err := net.Dial("tcp", addr)
 			if err != nil {

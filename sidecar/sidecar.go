@@ -283,13 +283,15 @@ func build(cfg Config, opts Options) (*Sidecar, error) {
 	return s, nil
 }
 
-// The admin port's connections are bounded, and idle ones closed: they
-// come out of the descriptors MAX_CONNS leaves the process (reservedFiles),
-// and 21,000 idle connections to the admin port took every one, so that
-// the traffic port answered nothing. Beyond the bound a connection waits
-// in the listen backlog until one closes.
+// The admin port's connections are bounded, and idle ones closed: 21,000
+// idle connections to the admin port took every descriptor, so that the
+// traffic port answered nothing. Beyond the bound a connection waits in
+// the listen backlog until one closes. The bound is not the 64 descriptors
+// MAX_CONNS=auto leaves the process (reservedFiles): probes and scrapes
+// need a few, but at 32, as many silent connections kept /healthz from
+// being answered, and a liveness probe would have restarted the pod.
 const (
-	adminConns       = 32
+	adminConns       = 512
 	adminIdleTimeout = 15 * time.Second
 )
 
