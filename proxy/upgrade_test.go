@@ -430,7 +430,7 @@ func TestUpgradePlaceComesBackWhenTheHandshakeEndsEarly(t *testing.T) {
 		c.MaxClientConns = 4
 		c.Logger = discardLogger()
 	})
-	for range 3 {
+	for i := range 3 {
 		c := dial(t, tp.addr)
 		io.WriteString(c, "GET /ws HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n"+
 			"Sec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n"+
@@ -439,8 +439,10 @@ func TestUpgradePlaceComesBackWhenTheHandshakeEndsEarly(t *testing.T) {
 			t.Fatalf("got %q (timed out %v); want 100 Continue", status, timedOut)
 		}
 		c.Close()
+		// The place comes back once the proxy has seen the client leave.
+		tp.rec.wait(t, i+1)
+		waitFor(t, func() bool { return tp.proxy.UpgradedStats().Open == 0 })
 	}
-	tp.rec.wait(t, 3)
-	waitFor(t, func() bool { return tp.proxy.UpgradedStats().Open == 0 })
+	waitFor(t, func() bool { return tp.proxy.ClientConns() == 0 })
 	echo(t, wsDial(t, tp.addr, "/ws"), "after")
 }
