@@ -48,6 +48,7 @@ func TestStrayBytesAreNobodysAnswer(t *testing.T) {
 }
 
 func strayBytes(t *testing.T, tt straying) {
+	sent := make(chan struct{})
 	up := newConnUpstream(t, func(u *connUpstream, c net.Conn, br *bufio.Reader) {
 		for u.next(br) {
 			if u.requests.Load() > 1 {
@@ -59,13 +60,15 @@ func strayBytes(t *testing.T, tt straying) {
 				time.Sleep(100 * time.Millisecond)
 			}
 			io.WriteString(c, strayAnswer)
+			close(sent)
 		}
 	})
 	tp := startProxy(t, up.URL, limiter.Config{Mode: limiter.Unbounded}, func(c *Config) { c.Logger = discardLogger() })
 	if resp, _ := dial(t, tp.addr).roundTrip(t, tt.request); resp.StatusCode >= 300 && resp.StatusCode != 304 {
 		t.Fatalf("first request: %d", resp.StatusCode)
 	}
-	time.Sleep(300 * time.Millisecond) // the stray bytes are in
+	<-sent
+	time.Sleep(50 * time.Millisecond) // the stray bytes are in, on loopback
 	resp, body := dial(t, tp.addr).roundTrip(t, get("/second"))
 	if resp.StatusCode != 200 || body != "mine" {
 		if len(body) > 40 {
