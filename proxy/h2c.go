@@ -76,17 +76,23 @@ const (
 	copyBufferBytes = 16 << 10
 )
 
-// copyBuffers is ReverseProxy's pool of copy buffers.
+// copyBuffers is ReverseProxy's pool of copy buffers. It pools the arrays,
+// not the slices: putting a slice's address would allocate its header on
+// every stream.
 type copyBuffers struct{ pool sync.Pool }
 
 func (b *copyBuffers) Get() []byte {
-	if p, ok := b.pool.Get().(*[]byte); ok {
-		return *p
+	if p, ok := b.pool.Get().(*[copyBufferBytes]byte); ok {
+		return p[:]
 	}
-	return make([]byte, copyBufferBytes)
+	return new([copyBufferBytes]byte)[:]
 }
 
-func (b *copyBuffers) Put(buf []byte) { b.pool.Put(&buf) }
+func (b *copyBuffers) Put(buf []byte) {
+	if len(buf) == copyBufferBytes {
+		b.pool.Put((*[copyBufferBytes]byte)(buf))
+	}
+}
 
 // h2 serves the HTTP/2 connections of a Proxy.
 type h2 struct {
