@@ -259,10 +259,11 @@ func (c *Conn) Close() error {
 	c.closed.Store(true)
 	reaper.remove(c)
 	if c.linger.CompareAndSwap(true, false) {
-		// Once, should Close be called again. What was written is ended by a half-close; what the peer still
-		// sends is read and thrown away, up to lingerTime, before the
-		// close: closed with it unread, the connection would be reset,
-		// and a reset can overtake what was written.
+		// Once, should Close be called again. What was written is ended
+		// by a half-close; what the peer still sends is read and thrown
+		// away, up to lingerTime, before the close: closed with it
+		// unread, the connection would be reset, and a reset can
+		// overtake what was written.
 		_ = c.tc.CloseWrite()
 		go func() {
 			_ = c.tc.SetReadDeadline(time.Now().Add(lingerTime))
