@@ -55,16 +55,14 @@ type Options struct {
 // Sidecar is the proxy with its limiter, metrics and admin endpoints: what
 // `loomgate proxy` runs, and what the demo and the tests run in-process.
 type Sidecar struct {
-	cfg     Config
-	version string
-	log     *slog.Logger
-	// adminAcceptErrors counts the admin port's retried accepts.
-	adminAcceptErrors atomic.Uint64
-	limiter           *limiter.Limiter
-	proxy             *proxy.Proxy
-	registry          *prometheus.Registry
-	metrics           *metrics.Metrics
-	advisor           *advice.Advisor
+	cfg      Config
+	version  string
+	log      *slog.Logger
+	limiter  *limiter.Limiter
+	proxy    *proxy.Proxy
+	registry *prometheus.Registry
+	metrics  *metrics.Metrics
+	advisor  *advice.Advisor
 	// adaptive moves the limit in adaptive mode; nil in the others, and
 	// when plugged moves it instead (Options.Controller).
 	adaptive *adaptive.Controller
@@ -298,7 +296,10 @@ const (
 // adminListener bounds the admin port's connections open at once to
 // adminConns, and retries the accepts that more time can cure.
 func (s *Sidecar) adminListener(ln net.Listener) net.Listener {
-	l := listen.New(ln, adminConns, &s.adminAcceptErrors, nil)
+	l := listen.New(ln, adminConns, nil, func(err error) {
+		// Few: the retries back off to one a second.
+		s.log.Warn("accepting an admin connection failed; retrying", "err", err)
+	})
 	s.admin.ConnState = func(_ net.Conn, st http.ConnState) {
 		if st == http.StateClosed || st == http.StateHijacked {
 			l.ConnClosed()

@@ -48,8 +48,8 @@ type Listener struct {
 }
 
 // New serves ln with at most maxConns client connections open (0: no
-// bound). Each failed accept that is retried is counted in acceptErrors and
-// told to onAcceptError, if not nil.
+// bound). Each failed accept that is retried is counted in acceptErrors
+// and told to onAcceptError, each if not nil.
 func New(ln net.Listener, maxConns int, acceptErrors *atomic.Uint64, onAcceptError func(error)) *Listener {
 	l := &Listener{Listener: ln, acceptErrors: acceptErrors, onAcceptError: onAcceptError, closed: make(chan struct{})}
 	if maxConns > 0 {
@@ -94,7 +94,9 @@ func (l *Listener) Accept() (net.Conn, error) {
 		if !retryable(err) {
 			return nil, err
 		}
-		l.acceptErrors.Add(1)
+		if l.acceptErrors != nil {
+			l.acceptErrors.Add(1)
+		}
 		if l.onAcceptError != nil {
 			l.onAcceptError(err)
 		}
