@@ -572,7 +572,9 @@ func TestGRPCStreamKeepsItsReservation(t *testing.T) {
 	if m, err := w.Recv(); err != nil || m.Status != healthpb.HealthCheckResponse_SERVING {
 		t.Fatalf("Watch first = %v, %v", m, err)
 	}
-	reserved := RequestBytes(-1) // a stream's body is of unknown length
+	// What the stream reserved at admission: 96 KiB for a request, and
+	// 64 KiB for a body of unknown length, as a stream's is.
+	const reserved = 96<<10 + 64<<10
 	waitFor(t, func() bool { return tp.limiter.Stats().InFlight == 0 })
 	if s := tp.limiter.Stats(); s.Bytes != reserved {
 		t.Errorf("stream past its first message: %d bytes reserved; want its %d", s.Bytes, reserved)
