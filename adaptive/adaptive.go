@@ -162,6 +162,16 @@ const (
 	// in a tick: a step down stops where it would go below what is
 	// served, less this.
 	servedNoise = 0.02
+	// roundUpBelow: a first limit from admission open of fewer permits
+	// than this is set a permit higher. There a permit is a third of the
+	// throughput or more, and a limit a permit low costs it until a step
+	// up is judged, two ticks at least; a limit a permit high costs, in
+	// a pool that answers in step, a request a turn waiting in the
+	// upstream's queue rather than loomgate's, until a step down is
+	// tried (see consider). CPU-bound work on 2 cores shared with the
+	// load's own clients serves 1.5 to 2.0 at once at its unloaded speed
+	// with admission open, but a sixth to a fifth more at 3 than at 2.
+	roundUpBelow = 4
 	// overloadStretch and loadRose: an open admission is limited at once,
 	// without the estimator, when the upstream holds half again what it
 	// serves while serving a fifth more than it ever did unstretched.
@@ -240,6 +250,10 @@ type Controller struct {
 	// until its first measured tick, ticks are short, and that tick is a
 	// trial's base without a second to agree with it.
 	fresh bool
+	// roundedUp is set when the first limit was set a permit above what
+	// the upstream served (see roundUpBelow), until the first tick
+	// measured at it.
+	roundedUp bool
 	// trimming is set while the trial under way is a trim (see consider):
 	// a trim kept is judged again as a trim.
 	trimming bool
@@ -530,7 +544,7 @@ func (c *Controller) decide(now time.Time, d time.Duration, n int64, total, medi
 		// the window still remembers the last overload. The upstream must
 		// be asked for more than its capacity now.
 		if est.Saturated && est.Capacity > 0 && !math.IsNaN(est.Capacity) && t.inFlight >= est.Capacity {
-			to := c.clamp(int(math.Round(max(est.Capacity, est.LowerBound))), est.LowerBound)
+			to := c.firstLimit(max(est.Capacity, est.LowerBound), est.LowerBound)
 			c.set(now, to, CapacityFound, fmt.Sprintf("the upstream queues inside; its capacity is %.1f (at least %.0f)", est.Capacity, est.LowerBound))
 			c.limited(now, t)
 		}
@@ -611,10 +625,25 @@ func (c *Controller) overloadedNow(now time.Time, t tick) bool {
 	served := c.hotServed
 	c.hot, c.hotServed = 0, 0
 	held := c.calmInFlight.peak(now)
-	to := c.clamp(int(math.Round(max(served, held))), held)
+	to := c.firstLimit(max(served, held), held)
 	c.set(now, to, CapacityFound, fmt.Sprintf("the load rose: the upstream holds %.0f at once, serves %.0f/s, as many as %.1f would at its unloaded speed (at most %.0f/s and %.0f held before it stretched)", t.inFlight, t.throughput, served, calm, held))
 	c.limited(now, t)
 	return true
+}
+
+// firstLimit is the limit first set from admission open for an upstream
+// that serves capacity at once, never below lowerBound: capacity rounded,
+// and a permit more where that is fewer than roundUpBelow (see
+// roundUpBelow). The caller holds c.mu.
+func (c *Controller) firstLimit(capacity, lowerBound float64) int {
+	to := c.clamp(int(math.Round(capacity)), lowerBound)
+	up := c.clamp(to+1, lowerBound)
+	// Not where the bounds set it.
+	c.roundedUp = to < roundUpBelow && up > to
+	if c.roundedUp {
+		return up
+	}
+	return to
 }
 
 // limited starts measuring at a limit just set from admission open, in a
@@ -686,6 +715,19 @@ func (c *Controller) consider(now time.Time, t tick, stable, fresh bool) {
 	// couple of percent: at 51 on a pool of 50 that answers in step, 50
 	// read as 50.3 would keep the permit over the pool for good.
 	floor := max(c.cfg.Min, int(math.Ceil(t.atOnce*(1-servedNoise))))
+	if fresh && c.roundedUp {
+		// A first limit rounded up is not trimmed back, nor stepped
+		// down, to the permit it was rounded up from: as after a step up
+		// kept from there, for upTicks at most. A tick's throughput does
+		// not tell the two apart: on 2 cores shared with the load's own
+		// clients, 3 served 0 to 12% less than admission open had in the
+		// seconds before, and a trim to 2 lost a sixth to a fifth for two
+		// ticks. A pool of 2 that answers in step holds a request a turn
+		// in its own queue, not loomgate's, until a step down is tried.
+		c.upFrom, c.upAtOnce = c.limit-1, t.atOnce
+		c.upUntil = now.Add(upTicks * c.tickLen)
+	}
+	c.roundedUp = false
 	// Nor below a limit a step up was kept from, which was measured to
 	// serve less, until what the upstream serves at once falls by a tenth
 	// (it has changed; unlike the stretch, that does not move with the

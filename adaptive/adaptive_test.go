@@ -659,6 +659,64 @@ func TestCPUBoundNeverStepsBelowWhatItServes(t *testing.T) {
 	})
 }
 
+// sharedCores is an upstream bound by 2 cores that the load's own
+// clients and a sidecar also run on, as busy as 1.2 requests of it: n
+// requests at once each get 2/(n+1.2) of a core, at most one, so that a
+// request takes d alone and throughput rises with every request held, by
+// a fifth from 2 to 3, 8% from 3 to 4, and to nearly 2 cores' worth under
+// open admission, where the other work's share is least.
+func sharedCores(d time.Duration) *cores {
+	return &cores{d: d, slowdown: func(n float64) float64 { return max(1, (n+1.2)/2) }}
+}
+
+// TestFirstLimitOnSharedCoresIsNotTheOneBelow: 1 client, then 32, on
+// sharedCores. With admission open the upstream serves about 2 requests at
+// once at its unloaded speed, yet 2 serve a sixth less than 3: the first
+// limit is 3, and nothing lower is tried, where a first limit of 2 stood
+// for a second, then a step to 3 was judged.
+func TestFirstLimitOnSharedCoresIsNotTheOneBelow(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var clients atomic.Int64
+		clients.Store(1)
+		ctrl, stop := coresRig(t, Estimate{}, sharedCores(time.Millisecond).serve, &clients)
+		defer stop()
+		time.Sleep(10 * time.Second)
+		clients.Store(32)
+		time.Sleep(30 * time.Second)
+		changes := ctrl.Changes()
+		if firstSet(changes) == 0 {
+			t.Fatalf("no limit within 30 s of 32 clients (changes %+v)", changes)
+		}
+		for _, ch := range changes {
+			if ch.To != 0 && ch.To < 3 {
+				t.Errorf("limit %d, from %d (%s): fewer than 3, which serve a sixth more than 2 (changes %+v)", ch.To, ch.From, ch.Reason, changes)
+			}
+		}
+	})
+}
+
+// TestASmallPoolRoundedUpIsSteppedDownTo: 1 client, then 32, on a pool
+// of 2 at about 100 ms. The first limit is rounded up to 3, a request over
+// the pool, which waits in the pool's queue rather than loomgate's; it is
+// not trimmed at once, but a step down to the pool is tried once what a
+// step up kept would protect has lapsed: 30 ticks of 2 s.
+func TestASmallPoolRoundedUpIsSteppedDownTo(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r := newRig(t, &pool{size: 2, service: around(20 * time.Millisecond)}, Estimate{Saturated: true, Capacity: 2, LowerBound: 1}, Config{})
+		defer r.close()
+		r.setClients(1)
+		r.limits(10 * time.Second)
+		r.setClients(32)
+		samples := r.limits(2 * time.Minute)
+		if got := firstSet(r.ctrl.Changes()); got != 3 {
+			t.Errorf("first limit = %d; want 3, the pool of 2 rounded up (changes %+v)", got, r.ctrl.Changes())
+		}
+		if got := lastMedian(samples); got != 2 {
+			t.Errorf("limit after 100-120s = %d; want 2, the pool (path %v; changes %+v)", got, samples, r.ctrl.Changes())
+		}
+	})
+}
+
 // TestTrimsAFirstLimitAboveThePool: the estimate says 51, 53 or 56 of a
 // pool of 50. Above it, requests wait inside the pool (in one that answers
 // in step, a whole turn longer than their peers); a step down is otherwise
