@@ -696,10 +696,10 @@ func TestFirstLimitOnSharedCoresIsNotTheOneBelow(t *testing.T) {
 }
 
 // TestASmallPoolRoundedUpIsSteppedDownTo: 1 client, then 32, on a pool
-// of 2 at about 100 ms. The first limit is rounded up to 3, a request over
+// of 2 at about 20 ms. The first limit is rounded up to 3, a request over
 // the pool, which waits in the pool's queue rather than loomgate's; it is
 // not trimmed at once, but a step down to the pool is tried once what a
-// step up kept would protect has lapsed: 30 ticks of 2 s.
+// step up kept would protect has lapsed: 30 ticks of a second.
 func TestASmallPoolRoundedUpIsSteppedDownTo(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		r := newRig(t, &pool{size: 2, service: around(20 * time.Millisecond)}, Estimate{Saturated: true, Capacity: 2, LowerBound: 1}, Config{})
