@@ -240,3 +240,69 @@ func TestRequestGoesAgainAtMostOnce(t *testing.T) {
 	}
 	tp.waitIdle(t)
 }
+
+// TestAConnectionSeenClosedIsNoRetry: two pooled connections, the older
+// closed by the upstream as it sat idle, the newer closed under the next
+// request having read it (its idle close came as the request did). A
+// GET finds the older closed by the look before anything is written, goes
+// on the newer, meets the close, and goes again on a new connection,
+// where it is answered: the look is no retry, and the GET reached the
+// upstream twice, as with one stale connection.
+func TestAConnectionSeenClosedIsNoRetry(t *testing.T) {
+	var accepted atomic.Int64
+	up := newConnUpstream(t, func(u *connUpstream, c net.Conn, br *bufio.Reader) {
+		switch accepted.Add(1) {
+		case 1: // answered once the second is open, then closed while idle
+			if u.next(br) {
+				for accepted.Load() < 2 {
+					time.Sleep(time.Millisecond)
+				}
+				io.WriteString(c, okAnswer)
+			}
+		case 2: // answered second, then closed under the next request
+			if !u.next(br) {
+				return
+			}
+			time.Sleep(100 * time.Millisecond)
+			io.WriteString(c, okAnswer)
+			u.next(br)
+		default:
+			for u.next(br) {
+				io.WriteString(c, okAnswer)
+			}
+		}
+	})
+	tp := startProxy(t, up.URL, limiter.Config{Mode: limiter.Unbounded}, func(c *Config) { c.Logger = discardLogger() })
+	// Two at once, each on a connection of its own: the first accepted is
+	// answered first and goes back to the pool first, and the pool hands
+	// out the one that went back first.
+	done := make(chan int, 2)
+	for range 2 {
+		go func() {
+			resp, _ := dial(t, tp.addr).roundTrip(t, get("/warm"))
+			done <- resp.StatusCode
+		}()
+	}
+	for range 2 {
+		if s := <-done; s != 200 {
+			t.Fatalf("warm-up GET: %d; want 200", s)
+		}
+	}
+	tp.rec.wait(t, 2)
+	if n := accepted.Load(); n != 2 {
+		t.Fatalf("the warm-up opened %d connections; want 2", n)
+	}
+	time.Sleep(50 * time.Millisecond) // the first connection's close arrives
+	before := up.requests.Load()
+	resp, body := dial(t, tp.addr).roundTrip(t, get("/after"))
+	if resp.StatusCode != 200 || body != "ok" {
+		t.Errorf("GET after a pooled connection seen closed and one closed under it: %d %q; want 200 ok", resp.StatusCode, body)
+	}
+	if n := up.requests.Load() - before; n != 2 {
+		t.Errorf("the upstream read the GET %d times; want 2", n)
+	}
+	if o := tp.rec.wait(t, 3)[2]; o.Kind != OK {
+		t.Errorf("GET counted %v; want ok", o.Kind)
+	}
+	tp.waitIdle(t)
+}

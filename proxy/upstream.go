@@ -44,6 +44,11 @@ const maxInterim = 8
 // kept-alive connection the upstream had just timed out looks like this.
 var errNoAnswer = errors.New("proxy: upstream closed the connection before answering")
 
+// errSeenClosed is a pooled connection found closed, reset or holding
+// stray bytes by the look before a request is written on it: nothing was
+// sent, so going on another spends no retry.
+var errSeenClosed = errors.New("proxy: pooled upstream connection seen closed before writing")
+
 // errUnaskedUpgrade is a 101 in answer to a request that asked for no
 // upgrade (RFC 9110, 15.2.2: a server switches only to a protocol the
 // request's Upgrade names).
@@ -116,6 +121,9 @@ type upstreamConn struct {
 // request, not closing an idle connection, and would see it once per
 // pooled connection. After that once, a pooled connection is looked at
 // before anything is written, as for a request that may not be replayed.
+// A connection the look finds closed is no retry: nothing went out on it,
+// and an upstream that restarted leaves every pooled connection closed,
+// one of which may close only after its look.
 func (e *exchange) roundTrip(req *fasthttp.Request, deadline time.Time) error {
 	replayable := isIdempotent(req) && !req.IsBodyStream()
 	resent := false
@@ -125,9 +133,9 @@ func (e *exchange) roundTrip(req *fasthttp.Request, deadline time.Time) error {
 		if !stale {
 			return err
 		}
-		// Stale under a replay is a request that was written; otherwise
-		// the connection was seen closed before it.
-		resent = resent || replay
+		// Stale under a replay is a request that was written, unless the
+		// look saw the connection closed before anything was.
+		resent = resent || (replay && !errors.Is(err, errSeenClosed))
 		e.p.log.Debug("upstream had closed a pooled connection; the request goes on another", "err", err)
 		e.up.reusable = false
 		e.releaseUpstream()
@@ -154,7 +162,7 @@ func (e *exchange) try(req *fasthttp.Request, deadline time.Time, replay bool) (
 		// request: the next request would read them as its answer (a
 		// 204 with a body, say, whose body comes after the answer was
 		// done). Either way it goes on another connection.
-		return true, errNoAnswer
+		return true, errSeenClosed
 	}
 	if err := conn.SetDeadline(deadline); err != nil {
 		return false, err
