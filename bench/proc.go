@@ -46,6 +46,8 @@ type Proc struct {
 	cmd   *exec.Cmd
 	grace time.Duration
 	done  chan struct{}
+	// ended is cmd.Wait's result, set before done is closed.
+	ended error
 }
 
 // Start starts the command.
@@ -65,7 +67,7 @@ func (c Command) Start() (*Proc, error) {
 		p.grace = DefaultGrace
 	}
 	go func() {
-		cmd.Wait()
+		p.ended = cmd.Wait()
 		close(p.done)
 	}()
 	return p, nil
@@ -166,6 +168,37 @@ func FreeAddr() (string, error) {
 // WaitListening returns once something accepts connections on addr, or
 // fails after within.
 func WaitListening(ctx context.Context, addr string, within time.Duration) error {
+	return waitListening(ctx, addr, within, nil)
+}
+
+// ErrEnded is a process that ended before it listened where it was told
+// to (see Proc.WaitListening).
+var ErrEnded = errors.New("ended before it listened")
+
+// WaitListening returns once something accepts connections on addr, which
+// p was told to listen on, or fails after within, or at once if p ends
+// first: a process that cannot listen there (the address taken between
+// FreeAddr and its own listen, a bad setting) exits, and its exit says
+// so where a wait for the full time would not.
+func (p *Proc) WaitListening(ctx context.Context, addr string, within time.Duration) error {
+	err := waitListening(ctx, addr, within, p.done)
+	if p.Exited() {
+		return fmt.Errorf("%s %w on %s (%v)", p.name, ErrEnded, addr, p.ended)
+	}
+	return err
+}
+
+// Exited reports whether the process has ended.
+func (p *Proc) Exited() bool {
+	select {
+	case <-p.done:
+		return true
+	default:
+		return false
+	}
+}
+
+func waitListening(ctx context.Context, addr string, within time.Duration, ended <-chan struct{}) error {
 	deadline := time.Now().Add(within)
 	for {
 		c, err := net.DialTimeout("tcp", addr, time.Second)
@@ -176,6 +209,10 @@ func WaitListening(ctx context.Context, addr string, within time.Duration) error
 		if time.Now().After(deadline) || ctx.Err() != nil {
 			return fmt.Errorf("nothing listens on %s after %v: %w", addr, within, err)
 		}
-		time.Sleep(20 * time.Millisecond)
+		select {
+		case <-ended:
+			return fmt.Errorf("nothing listens on %s: %w", addr, err)
+		case <-time.After(20 * time.Millisecond):
+		}
 	}
 }

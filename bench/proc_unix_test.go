@@ -3,6 +3,9 @@
 package bench
 
 import (
+	"context"
+	"io"
+	"net"
 	"os/exec"
 	"strings"
 	"sync"
@@ -52,5 +55,45 @@ func TestProcStopDrainsThenKills(t *testing.T) {
 	}
 	if _, err := (Command{Name: "nothing", Path: "/nonexistent/loomgate"}).Start(); err == nil || !strings.Contains(err.Error(), "nothing: ") {
 		t.Errorf("Start of a missing executable = %v; want its name in the error", err)
+	}
+}
+
+// A process that ends before it listens fails the wait at once, with its
+// exit; one that listens passes it.
+func TestProcWaitListeningEndsWithTheProcess(t *testing.T) {
+	sh, err := exec.LookPath("sh")
+	if err != nil {
+		t.Skip("no sh")
+	}
+	addr, err := FreeAddr()
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := Command{Name: "exits", Path: sh, Args: []string{"-c", "exit 2"}, Output: io.Discard}.Start()
+	if err != nil {
+		t.Fatal(err)
+	}
+	begin := time.Now()
+	err = p.WaitListening(context.Background(), addr, time.Minute)
+	if err == nil || !strings.Contains(err.Error(), "exits ended before it listened on "+addr+" (exit status 2)") {
+		t.Errorf("WaitListening of a process that exited 2 = %v; want its end named", err)
+	}
+	// Well within the minute it would otherwise wait.
+	if took := time.Since(begin); took > 30*time.Second {
+		t.Errorf("WaitListening of a process that exited took %v", took)
+	}
+
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	q, err := Command{Name: "sleeps", Path: sh, Args: []string{"-c", "exec sleep 60"}, Output: io.Discard, Grace: time.Second}.Start()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer q.Stop()
+	if err := q.WaitListening(context.Background(), ln.Addr().String(), 10*time.Second); err != nil {
+		t.Errorf("WaitListening with a listener there = %v; want nil", err)
 	}
 }

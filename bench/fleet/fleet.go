@@ -192,7 +192,7 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 			return err
 		}
 		procs = append(procs, p)
-		if err := bench.WaitListening(ctx, addr, 15*time.Second); err != nil {
+		if err := p.WaitListening(ctx, addr, 15*time.Second); err != nil {
 			log, _ := os.ReadFile(logf.Name())
 			return fmt.Errorf("%s: %w\n%s", name, err, log)
 		}
@@ -223,7 +223,7 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 		if err := start(fmt.Sprintf("sidecar-%d", i+1), env, addrs[1], cfg.Binary, "proxy"); err != nil {
 			return res, err
 		}
-		if err := bench.WaitListening(ctx, addrs[2], 10*time.Second); err != nil {
+		if err := procs[len(procs)-1].WaitListening(ctx, addrs[2], 10*time.Second); err != nil {
 			return res, err
 		}
 	}

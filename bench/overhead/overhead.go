@@ -312,7 +312,7 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 		return res, err
 	}
 	defer stub.Stop()
-	if err := bench.WaitListening(ctx, stubAddr, 10*time.Second); err != nil {
+	if err := stub.WaitListening(ctx, stubAddr, 10*time.Second); err != nil {
 		return res, fmt.Errorf("stub: %w", err)
 	}
 
@@ -399,7 +399,7 @@ func runProcs(ctx context.Context, cfg Config, dir, haproxy string, load *loader
 		return nil, nil, err
 	}
 	defer stub.Stop()
-	if err := bench.WaitListening(ctx, stubAddr, 10*time.Second); err != nil {
+	if err := stub.WaitListening(ctx, stubAddr, 10*time.Second); err != nil {
 		return nil, nil, fmt.Errorf("stub: %w", err)
 	}
 	loomgate := func(name string, procs int, at place) *arm {
@@ -515,7 +515,7 @@ func relaunch(ctx context.Context, arms []*arm, cfg Config, load *loader, progre
 		}
 		a.stop()
 		var err error
-		if a.p, a.target, err = a.start("unbounded"); err != nil {
+		if a.p, a.target, err = a.begin("unbounded"); err != nil {
 			return fmt.Errorf("%s: %w", a.name, err)
 		}
 	}
@@ -574,6 +574,12 @@ type sample struct {
 	cpuAtRate, p99AtRate time.Duration
 }
 
+// begin starts the arm's proxy in mode, again on a new address if it ends
+// before it listens (see retried).
+func (a *arm) begin(mode string) (*bench.Proc, string, error) {
+	return retried(func() (*bench.Proc, string, error) { return a.start(mode) })
+}
+
 // launch starts the arm in unbounded mode, or for direct points it at the
 // stub.
 func (a *arm) launch(stub *bench.Proc, direct string) error {
@@ -582,7 +588,7 @@ func (a *arm) launch(stub *bench.Proc, direct string) error {
 		a.p, a.target = stub, direct
 	} else {
 		var err error
-		if a.p, a.target, err = a.start("unbounded"); err != nil {
+		if a.p, a.target, err = a.begin("unbounded"); err != nil {
 			return err
 		}
 	}
@@ -723,7 +729,7 @@ func (a *arm) measureRest(ctx context.Context, cfg Config, load *loader, progres
 		for try := 1; ; try++ {
 			a.stop()
 			var err error
-			if a.p, a.target, err = a.start(mode); err != nil {
+			if a.p, a.target, err = a.begin(mode); err != nil {
 				return 0, 0, err
 			}
 			url := fmt.Sprintf("%s/wait?ms=%d", a.target, cfg.HoldDelay.Milliseconds())

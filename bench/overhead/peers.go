@@ -2,6 +2,7 @@ package overhead
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -42,6 +43,23 @@ func startProc(dir, name string, at place, env []string, path string, args ...st
 	return p, err
 }
 
+// startTries is how many times in all a process that ended before it
+// listened is started, each time on a new address.
+const startTries = 3
+
+// retried calls start again while the process it starts ends before it
+// listens, startTries times in all: the address FreeAddr found free may
+// be taken, as the local end of a connection, by another program on the
+// machine before the process listens on it, and the process then exits.
+func retried(start func() (*bench.Proc, string, error)) (p *bench.Proc, url string, err error) {
+	for range startTries {
+		if p, url, err = start(); !errors.Is(err, bench.ErrEnded) {
+			return p, url, err
+		}
+	}
+	return p, url, err
+}
+
 // startServing starts a process told to listen on addr and returns it
 // once addr accepts connections, with its base URL.
 func startServing(ctx context.Context, dir, addr, name string, at place, env []string, path string, args ...string) (*bench.Proc, string, error) {
@@ -49,7 +67,7 @@ func startServing(ctx context.Context, dir, addr, name string, at place, env []s
 	if err != nil {
 		return nil, "", err
 	}
-	if err := bench.WaitListening(ctx, addr, 10*time.Second); err != nil {
+	if err := p.WaitListening(ctx, addr, 10*time.Second); err != nil {
 		p.Stop()
 		return nil, "", fmt.Errorf("%s: %w", name, err)
 	}

@@ -58,7 +58,7 @@ func (l processes) Launch(ctx context.Context, arm bench.Arm) (bench.Target, fun
 	if arm.Upstream != nil {
 		// The upstream may call the stub as it starts (a warm-up), so the
 		// stub listens first.
-		if err := bench.WaitListening(ctx, addrs[0], 10*time.Second); err != nil {
+		if err := st.WaitListening(ctx, addrs[0], 10*time.Second); err != nil {
 			st.Stop()
 			return bench.Target{}, nil, fmt.Errorf("arm %q: %w", arm.Label, err)
 		}
@@ -92,8 +92,12 @@ func (l processes) Launch(ctx context.Context, arm bench.Arm) (bench.Target, fun
 		stopUpstream()
 		st.Stop()
 	}
-	for _, a := range addrs {
-		if err := bench.WaitListening(ctx, a, 10*time.Second); err != nil {
+	for i, a := range addrs {
+		p := sc
+		if i == 0 {
+			p = st
+		}
+		if err := p.WaitListening(ctx, a, 10*time.Second); err != nil {
 			stop()
 			return bench.Target{}, nil, fmt.Errorf("arm %q: %w", arm.Label, err)
 		}
