@@ -165,12 +165,6 @@ func FreeAddr() (string, error) {
 	return ln.Addr().String(), nil
 }
 
-// WaitListening returns once something accepts connections on addr, or
-// fails after within.
-func WaitListening(ctx context.Context, addr string, within time.Duration) error {
-	return waitListening(ctx, addr, within, nil)
-}
-
 // ErrEnded is a process that ended before it listened where it was told
 // to (see Proc.WaitListening).
 var ErrEnded = errors.New("ended before it listened")
@@ -181,24 +175,6 @@ var ErrEnded = errors.New("ended before it listened")
 // FreeAddr and its own listen, a bad setting) exits, and its exit says
 // so where a wait for the full time would not.
 func (p *Proc) WaitListening(ctx context.Context, addr string, within time.Duration) error {
-	err := waitListening(ctx, addr, within, p.done)
-	if p.Exited() {
-		return fmt.Errorf("%s %w on %s (%v)", p.name, ErrEnded, addr, p.ended)
-	}
-	return err
-}
-
-// Exited reports whether the process has ended.
-func (p *Proc) Exited() bool {
-	select {
-	case <-p.done:
-		return true
-	default:
-		return false
-	}
-}
-
-func waitListening(ctx context.Context, addr string, within time.Duration, ended <-chan struct{}) error {
 	deadline := time.Now().Add(within)
 	for {
 		c, err := net.DialTimeout("tcp", addr, time.Second)
@@ -210,8 +186,8 @@ func waitListening(ctx context.Context, addr string, within time.Duration, ended
 			return fmt.Errorf("nothing listens on %s after %v: %w", addr, within, err)
 		}
 		select {
-		case <-ended:
-			return fmt.Errorf("nothing listens on %s: %w", addr, err)
+		case <-p.done:
+			return fmt.Errorf("%s %w on %s (%v)", p.name, ErrEnded, addr, p.ended)
 		case <-time.After(20 * time.Millisecond):
 		}
 	}

@@ -148,7 +148,7 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 // that second belongs to no measurement.
 func (s *Server) warm(ctx context.Context, addr string, cfg Config) error {
 	deadline := time.Now().Add(cfg.StartTimeout)
-	if err := bench.WaitListening(ctx, addr, cfg.StartTimeout); err != nil {
+	if err := s.proc.WaitListening(ctx, addr, cfg.StartTimeout); err != nil {
 		return err
 	}
 	pages := []string{"/hello.jsp", "/sleep.jsp?ms=0"}
