@@ -28,6 +28,9 @@ type Settings struct {
 	// MemoryBudgetBytes is the memory the advice may plan for in-flight
 	// requests at the upstream, 0 when none is given.
 	MemoryBudgetBytes int64
+	// Probe is set when the probe (LOOMGATE_PROBE) may run: where whether
+	// the upstream is saturated is unknown, it finds out.
+	Probe bool
 	// OverheadBytes is what loomgate reserves per request it holds.
 	OverheadBytes int64
 }
@@ -182,6 +185,23 @@ func Advise(s Settings, f Figures) Recommendation {
 		r.Summary = fmt.Sprintf("The upstream is saturated; more admission will not help. Cap admission at %d: LOOMGATE_MODE=fixed with LOOMGATE_WORKERS=%d if clients can wait in loomgate's queue, or LOOMGATE_MODE=unbounded with LOOMGATE_BULKHEAD=%d to fail fast.",
 			advise, advise, advise)
 		recommended = &Setting{Name: "recommended", Fixed: true, Limit: advise, QueueSize: max(s.QueueSize, 1), Wait: max(s.QueueTimeout, time.Second)}
+	case e.Saturated && isKnown(e.CapacityAtMost):
+		// Saturated, but its calmest load seen served as much as the rest:
+		// that load may already have been past the knee, and the capacity
+		// is at most what was served at once at its speed. A cap there
+		// loses no throughput and takes the rest out of the queue inside.
+		advise := max(int(math.Ceil(e.CapacityAtMost)), 1)
+		if memCap > 0 && memCap < advise {
+			advise = memCap
+		}
+		r.Reasons = append(r.Reasons,
+			fmt.Sprintf("The upstream holds %.0f requests on average and serves no more than it did at its calmest load: it queues the rest inside (a hidden pool, a lock or the CPU).", f.InFlight),
+			stretchReason(f),
+			fmt.Sprintf("Its capacity is at most %.0f: what it served at once, counted at the speed of its calmest load, which may itself have been past the knee. A cap at %d loses no throughput; the capacity itself may be lower.", e.CapacityAtMost, advise))
+		r.Mode, r.Workers, r.Bulkhead = limiter.Fixed, advise, advise
+		r.Summary = fmt.Sprintf("The upstream is saturated, at a capacity of at most %d. Cap admission at %d (LOOMGATE_MODE=fixed with LOOMGATE_WORKERS=%d, or LOOMGATE_MODE=unbounded with LOOMGATE_BULKHEAD=%d to fail fast); %s",
+			advise, advise, advise, advise, findOut(s))
+		recommended = &Setting{Name: "recommended", Fixed: true, Limit: advise, QueueSize: max(s.QueueSize, 1), Wait: max(s.QueueTimeout, time.Second)}
 	case len(e.RouteLocal) > 0:
 		r.Reasons = append(r.Reasons,
 			fmt.Sprintf("Only %s queue inside the upstream; the other routes are served in their unloaded time.", strings.Join(quoted(e.RouteLocal), ", ")),
@@ -216,6 +236,15 @@ func Advise(s Settings, f Figures) Recommendation {
 			variable, s.Limit(), probe)
 		recommended = new(s.inForce())
 		recommended.Name = "recommended"
+	case e.SaturationUnknown != "":
+		// Seen at one load only: a healthy upstream and one queueing
+		// inside look the same there. Neither a cap nor its absence is
+		// advised on that.
+		r.Reasons = append(r.Reasons,
+			fmt.Sprintf("Whether the upstream is saturated is unknown: it was never seen at a calmer load than now (%.0f in flight), so its service time now (%s) may be what it takes unloaded, or mostly a queue inside it.", f.InFlight, ms(f.MeanService)),
+			"A calmer load, or a probe that briefly admits fewer, shows which: if it serves as much with fewer inside, the rest were queueing there.")
+		r.Summary = "Not known yet whether the upstream is saturated: it has only been seen at this load. Keep the settings in force; " + findOut(s)
+		recommended = nil
 	case f.QueueShare >= QueueDominates && s.Limit() > 0:
 		demand := f.Demand
 		advise := max(readableUp(demand*Headroom), s.Limit()+1)
@@ -289,6 +318,7 @@ func Advise(s Settings, f Figures) Recommendation {
 		Routes:          f.demand,
 		Capacity:        e.Capacity,
 		Seen:            e.Seen,
+		Unjudged:        e.SaturationUnknown != "",
 		OverheadBytes:   float64(s.OverheadBytes),
 		BytesPerRequest: f.BytesPerRequest,
 	}
@@ -304,6 +334,14 @@ func Advise(s Settings, f Figures) Recommendation {
 		r.Predictions = append(r.Predictions, Predict(a, d))
 	}
 	return r
+}
+
+// findOut says how to learn what the upstream does at a calmer load.
+func findOut(s Settings) string {
+	if s.Probe {
+		return "the probe (LOOMGATE_PROBE) finds out within a minute, by admitting fewer for a few seconds and reading what the upstream serves."
+	}
+	return "to find out, set LOOMGATE_PROBE=on, which admits fewer for a few seconds and reads what the upstream serves, or let the load vary (a short ramp: loomgate bench --url http://<this sidecar>/<a path> -c 10,50,100,200 --window 10s)."
 }
 
 // demandConsequence says what the demand model means for the predictions.

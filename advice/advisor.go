@@ -173,6 +173,34 @@ func (a *Advisor) Record(o *outcome.Record) (class int) {
 	return class
 }
 
+// Probing marks the window from now, until Probing(false), as the time
+// of a probe that caps admission: the estimate leaves it out, and reads
+// the probe's steps instead. The snapshot is taken afresh after it.
+func (a *Advisor) Probing(on bool) {
+	a.window.setProbing(time.Now(), on)
+	a.forget()
+}
+
+// BeginStep starts reading the answers of a probe's step apart.
+func (a *Advisor) BeginStep() { a.window.beginStep(time.Now()) }
+
+// EndStep ends the step begun by BeginStep, in which the upstream held
+// load requests on average. With below, the step was below the
+// upstream's knee (fewer admitted served fewer): its answers are the
+// upstream's unloaded speed, a baseline the estimate reads for History
+// as it reads a calm minute. Without, they are dropped.
+func (a *Advisor) EndStep(load float64, below bool) {
+	a.window.endStep(time.Now(), load, below)
+	a.forget()
+}
+
+// forget drops the snapshot kept, so that the next reflects a change.
+func (a *Advisor) forget() {
+	a.mu.Lock()
+	a.snapTime = time.Time{}
+	a.mu.Unlock()
+}
+
 // Routes are the route classes the Advisor sorts requests into.
 func (a *Advisor) Routes() *route.Classes { return a.cfg.Routes }
 

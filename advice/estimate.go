@@ -1,6 +1,7 @@
 package advice
 
 import (
+	"fmt"
 	"math"
 	"slices"
 	"time"
@@ -32,6 +33,12 @@ const (
 	// baselineShare is the part of a class's buckets, the least loaded,
 	// that make its baseline.
 	baselineShare = 0.25
+	// Confirmed is how much more of a class the upstream must have served
+	// at some load than at its baseline for the baseline to be below the
+	// knee, its unloaded speed: a baseline already past the knee serves
+	// as much as any load above it. Above a bucket's noise in
+	// throughput of a few percent.
+	Confirmed = 1.15
 )
 
 // point is one bucket of History, as the estimate reads it.
@@ -43,6 +50,10 @@ type point struct {
 	// mixed: the load changed within the bucket by LoadRise or more; its
 	// calm part, not the bucket, is a candidate for the baseline.
 	mixed bool
+	// probed: a step of a probe below the upstream's knee, where throughput
+	// fell with the requests admitted: a baseline at its unloaded speed,
+	// with no load above it needed to show it.
+	probed bool
 }
 
 type classPoint struct {
@@ -58,8 +69,19 @@ type classPoint struct {
 type Estimate struct {
 	// Saturated is set when the upstream queues inside for every route:
 	// their service times grew with the load while throughput stopped.
-	// They share its bottleneck, whatever each one's own load.
+	// They share its bottleneck, whatever each one's own load. It is false
+	// both when the upstream is not saturated and when that is unknown:
+	// SaturationUnknown tells them apart.
 	Saturated bool
+	// SaturationUnknown says, in a sentence, why whether the upstream is
+	// saturated is unknown; empty when it is known. It is unknown where
+	// nothing calmer than the load now was seen (a service first seen at
+	// its peak): its service time now may be its unloaded one, or a
+	// queue inside it, and only a calmer load, or a probe, tells which.
+	SaturationUnknown string
+	// NeverCalm is set when SaturationUnknown is for want of a calmer load
+	// than now: what a probe, admitting fewer for a few seconds, finds out.
+	NeverCalm bool
 	// Shared names the routes that share the upstream's bottleneck when it
 	// is Saturated and more than one route had answers: their service
 	// times stretch together as the total load rises.
@@ -72,9 +94,15 @@ type Estimate struct {
 	// inside; CapacityLow and CapacityHigh are the least and most of those
 	// buckets. NaN when unknown: it never queued in History.
 	Capacity, CapacityLow, CapacityHigh float64
+	// CapacityAtMost is, when Capacity is unknown but the upstream was
+	// seen queueing inside, the most its capacity can be: what it served
+	// at once, counted at its calmest speed seen, which may itself have
+	// been past the knee. NaN otherwise.
+	CapacityAtMost float64
 	// LowerBound is the most requests the upstream was seen to serve at
-	// once without its service time growing: whatever the capacity, it is
-	// no less. No recommendation caps below it.
+	// once without its service time growing, from a speed known to be its
+	// unloaded one: whatever the capacity, it is no less. No
+	// recommendation caps below it. 0 while no unloaded speed is known.
 	LowerBound float64
 	// Seen is the most requests the upstream was seen to serve at once
 	// while no route queued inside: at least LowerBound. Where the capacity
@@ -94,20 +122,25 @@ type routeEstimate struct {
 	baseline, baselineP25    time.Duration // unloaded mean and first quartile; 0 when unknown
 	baselineP50, baselineP99 time.Duration
 	baseLoad                 float64 // load of the baseline buckets
-	stretch                  float64 // first quartile now ÷ baseline's; 0 when unknown
-	saturated                bool
-	capacity                 float64 // NaN when unknown
-	slower                   bool    // stretched now, without more load
+	// confirmed: the baseline is the route's unloaded speed, not a speed
+	// already stretched by a queue inside (see Confirmed).
+	confirmed bool
+	unjudged  bool    // no verdict in the last minute: nothing to compare with
+	stretch   float64 // first quartile now ÷ baseline's; 0 when unknown
+	saturated bool
+	capacity  float64 // NaN when unknown
+	slower    bool    // stretched now, without more load
 }
 
 // estimate judges the upstream from History's points and the last minute's
 // (from the live buckets, those with n ≥ liveFrom), with the calm parts of
 // the mixed buckets for the baseline.
 func estimate(points, calm []point, liveFrom int64) (Estimate, [classes]routeEstimate) {
-	e := Estimate{Capacity: math.NaN(), CapacityLow: math.NaN(), CapacityHigh: math.NaN()}
+	e := Estimate{Capacity: math.NaN(), CapacityLow: math.NaN(), CapacityHigh: math.NaN(), CapacityAtMost: math.NaN()}
 	var routes [classes]routeEstimate
 	if len(points) == 0 {
 		e.Unknown = "unknown: no traffic yet"
+		e.SaturationUnknown = e.Unknown
 		return e, routes
 	}
 	lo, hi := math.Inf(1), 0.0
@@ -123,6 +156,7 @@ func estimate(points, calm []point, liveFrom int64) (Estimate, [classes]routeEst
 	// minimum, of service time: a median several times the minimum is
 	// normal, and a minimum only falls as requests accumulate.
 	unread := false
+	var bases [classes][]point
 	for c := range routes {
 		var mine []point
 		unresolved := math.Inf(1) // the least load of a calm part not read
@@ -166,8 +200,61 @@ func estimate(points, calm []point, liveFrom int64) (Estimate, [classes]routeEst
 			p99s = append(p99s, p.class[c].p99)
 			means = append(means, p.class[c].mean)
 			r.baseLoad = max(r.baseLoad, p.load)
+			r.confirmed = r.confirmed || p.probed
 		}
 		r.baselineP25, r.baselineP50, r.baselineP99, r.baseline = median(p25s), median(p50s), median(p99s), median(means)
+		bases[c] = base
+	}
+
+	// Whether each baseline is the route's unloaded speed. The least
+	// loaded buckets are its unloaded speed only if the upstream was below
+	// its knee there: a service first seen at its peak has a baseline
+	// already stretched by its queue inside, and every bucket since looks
+	// unstretched beside it. Below the knee shows as a load half again
+	// higher served as fast, or as more answers at some load than at the
+	// baseline's (past the knee the upstream serves no more, whatever it
+	// is given); or the baseline is a probe's step below the knee.
+	// Answers are weighed by the routes' baseline service times, so that
+	// a mix that moves to the costly route under load (a shared pool
+	// serves fewer of the cheap ones) still counts what is served.
+	work := func(p point) float64 {
+		w := 0.0
+		for c := range routes {
+			if cp := p.class[c]; cp.n >= minClassRequests && !cp.unresolved {
+				w += cp.x * routes[c].baseline.Seconds()
+			}
+		}
+		return w
+	}
+	// A bucket whose load rose within it counts too: what it served on
+	// average, the calm seconds with the busy ones, the busy ones served.
+	mostWork := 0.0
+	for _, p := range slices.Concat(points, calm) {
+		mostWork = max(mostWork, work(p))
+	}
+	for c := range routes {
+		r := &routes[c]
+		if r.baselineP25 == 0 || r.confirmed {
+			continue
+		}
+		var ws []float64
+		for _, p := range bases[c] {
+			ws = append(ws, work(p))
+		}
+		if w := medianFloat(ws); w > 0 && mostWork >= Confirmed*w {
+			r.confirmed = true
+			continue
+		}
+		for _, p := range slices.Concat(points, calm) {
+			cp := p.class[c]
+			if p.mixed || cp.n < minClassRequests || cp.unresolved {
+				continue
+			}
+			if p.load >= LoadRise*r.baseLoad && float64(cp.p25) < Unstretched*float64(r.baselineP25) && float64(cp.p50) < Unstretched*float64(r.baselineP50) {
+				r.confirmed = true
+				break
+			}
+		}
 	}
 
 	// Stretch per bucket and class, then what the last minute says. By
@@ -209,7 +296,15 @@ func estimate(points, calm []point, liveFrom int64) (Estimate, [classes]routeEst
 	}
 	// What the last minute says, by time rather than by answers: a calm
 	// spell's many quick answers must not outvote the seconds since.
-	var liveSpan, liveQueued [classes]time.Duration
+	// A bucket says a class does not queue only where it was compared with
+	// a calmer one (its load half again the baseline's) or the baseline
+	// is known to be unloaded: a load no higher than the baseline's,
+	// beside a baseline that may itself be stretched, says nothing.
+	judged := func(i, c int) bool {
+		p, r := points[i], &routes[c]
+		return r.confirmed || p.load >= LoadRise*r.baseLoad || queues(i, c)
+	}
+	var liveSpan, liveQueued, liveJudged [classes]time.Duration
 	var liveP25 [classes][]time.Duration
 	for i, p := range points {
 		if p.n < liveFrom {
@@ -222,10 +317,13 @@ func estimate(points, calm []point, liveFrom int64) (Estimate, [classes]routeEst
 				if queues(i, c) {
 					liveQueued[c] += p.span
 				}
+				if judged(i, c) {
+					liveJudged[c] += p.span
+				}
 			}
 		}
 	}
-	active, saturated := 0, 0
+	active, saturated, unjudged := 0, 0, 0
 	for c := range routes {
 		r := &routes[c]
 		if liveSpan[c] == 0 || r.baselineP25 == 0 {
@@ -235,12 +333,27 @@ func estimate(points, calm []point, liveFrom int64) (Estimate, [classes]routeEst
 		r.stretch = float64(median(liveP25[c])) / float64(r.baselineP25)
 		// Most of the minute's time it queued.
 		r.saturated = 2*liveQueued[c] > liveSpan[c]
-		r.slower = !r.saturated && r.stretch >= Stretched
-		if r.saturated {
+		// Most of the minute's time nothing could tell.
+		r.unjudged = !r.saturated && 2*liveJudged[c] < liveSpan[c]
+		r.slower = !r.saturated && !r.unjudged && r.stretch >= Stretched
+		switch {
+		case r.saturated:
 			saturated++
+		case r.unjudged:
+			unjudged++
 		}
 	}
+	// Saturated when every route queues; not, as soon as one route is
+	// seen not to (a bottleneck it does not wait for is not the
+	// upstream's); unknown otherwise.
 	e.Saturated = active > 0 && saturated == active
+	if active == 0 || unjudged > 0 && saturated+unjudged == active {
+		e.SaturationUnknown = "unknown: never seen at a calmer load than now, so its service time now may be its unloaded one or a queue inside it"
+		e.NeverCalm = active > 0
+		if active == 0 {
+			e.SaturationUnknown = "unknown: no route answered often enough in the last minute to be judged"
+		}
+	}
 
 	// Capacity: in the buckets where the upstream queued inside, the
 	// requests it served at once, in unloaded service times. Where the
@@ -253,11 +366,15 @@ func estimate(points, calm []point, liveFrom int64) (Estimate, [classes]routeEst
 				served = append(served, p.class[c].x*routes[c].baseline.Seconds())
 			}
 		}
-		if len(served) > 0 {
+		if len(served) > 0 && routes[c].confirmed {
 			routes[c].capacity = medianFloat(served)
 		}
 	}
+	// Counted in baseline service times that may themselves be stretched,
+	// what is served at once is the capacity or the baseline's load,
+	// whichever is more: then it is only the most the capacity can be.
 	var served []float64
+	sure := true
 	for i, p := range points {
 		if !allQueue(p, i, queues) {
 			continue
@@ -265,12 +382,18 @@ func estimate(points, calm []point, liveFrom int64) (Estimate, [classes]routeEst
 		w := 0.0
 		for c := range routes {
 			w += p.class[c].x * routes[c].baseline.Seconds()
+			if p.class[c].n >= minClassRequests && !routes[c].confirmed {
+				sure = false
+			}
 		}
 		served = append(served, w)
 	}
-	if len(served) > 0 {
+	switch {
+	case len(served) > 0 && sure:
 		e.Capacity = medianFloat(served)
 		e.CapacityLow, e.CapacityHigh = slices.Min(served), slices.Max(served)
+	case len(served) > 0:
+		e.CapacityAtMost = medianFloat(served)
 	}
 	// The lower bound: the most held while no class was stretched, by
 	// any of its quartile, median and p99. All three: in a bucket in which
@@ -279,20 +402,22 @@ func estimate(points, calm []point, liveFrom int64) (Estimate, [classes]routeEst
 	// and make the tail.
 	// Only buckets in which some class had a baseline to compare with, and
 	// the calm parts of mixed ones.
+	// And only from a baseline known to be unloaded: beside a stretched
+	// one, every load looks unstretched.
 	for _, p := range slices.Concat(points, calm) {
-		quiet, judged := true, false
+		quiet, sure := true, false
 		for c := range routes {
 			r, cp := &routes[c], p.class[c]
 			if cp.n < minClassRequests || cp.unresolved || r.baselineP25 == 0 {
 				continue
 			}
-			judged = true
+			sure = sure || r.confirmed
 			if float64(cp.p25) >= Unstretched*float64(r.baselineP25) || float64(cp.p50) >= Unstretched*float64(r.baselineP50) ||
 				float64(cp.p99) >= Unstretched*float64(r.baselineP99) {
 				quiet = false
 			}
 		}
-		if quiet && judged {
+		if quiet && sure {
 			e.LowerBound = max(e.LowerBound, p.load)
 		}
 	}
@@ -317,6 +442,10 @@ func estimate(points, calm []point, liveFrom int64) (Estimate, [classes]routeEst
 	}
 	switch {
 	case !math.IsNaN(e.Capacity):
+	case isKnown(e.CapacityAtMost):
+		e.Unknown = fmt.Sprintf("unknown: at most %.0f, since the calmest load seen may already have been past its knee", e.CapacityAtMost)
+	case e.SaturationUnknown != "" && active > 0:
+		e.Unknown = "unknown: never seen at a calmer load than now"
 	case unread && active == 0:
 		e.Unknown = "unknown: the load changed within a bucket too fast to read its calm seconds"
 	case !e.LoadVaried:

@@ -74,14 +74,20 @@ func TestEstimateOnRealTraffic(t *testing.T) {
 		routeLocal    string  // the route that alone queues inside
 		capacity      float64 // NaN: unknown
 		lowerBoundMin float64
+		// unknown: whether it is saturated cannot be told, for want of a
+		// calmer load to compare with; then no lower bound is known either.
+		unknown bool
+		// atMost: the capacity is unknown, but no more than this.
+		atMost float64
 	}{
 		{
 			// 40 clients on a normal endpoint, median several times its
 			// minimum, an idle upstream: nothing queues. The old estimate
-			// said saturated with capacity 6.
+			// said saturated with capacity 6. At one load it cannot be
+			// told from a pool that stretched every request as much.
 			name:      "service times spread 20-400 ms, 40 clients",
 			stages:    []stage{{0, 120, []flow{{"/wait", 190, 20 * ms, 400 * ms}}}},
-			saturated: false, capacity: math.NaN(), lowerBoundMin: 39,
+			saturated: false, capacity: math.NaN(), unknown: true,
 		},
 		{
 			// A cheap and an expensive request on one route class, an
@@ -90,7 +96,7 @@ func TestEstimateOnRealTraffic(t *testing.T) {
 			stages: []stage{{0, 120, []flow{
 				{"/wait?ms=2", 500, 2 * ms, 2 * ms}, {"/wait?ms=200", 100, 199 * ms, 201 * ms},
 			}}},
-			saturated: false, capacity: math.NaN(), lowerBoundMin: 20,
+			saturated: false, capacity: math.NaN(), unknown: true,
 		},
 		{
 			// A hidden pool of 50: 10 clients, then 200 within the window.
@@ -122,24 +128,35 @@ func TestEstimateOnRealTraffic(t *testing.T) {
 			saturated: false, routeLocal: "GET /db", capacity: math.NaN(), lowerBoundMin: 14,
 		},
 		{
-			// Two cores: 1 ms each at 2 clients, 16 ms each at 32.
+			// Two cores: 1 ms each at 2 clients, 16 ms each at 32. The
+			// 2 clients already served what 32 did: they may have been
+			// past the knee, and the capacity is at most 2.
 			name: "CPU-bound",
 			stages: []stage{
 				{0, 30, []flow{{"/cpu", 2000, 900 * time.Microsecond, 1100 * time.Microsecond}}},
 				{30, 90, []flow{{"/cpu", 2000, 15 * ms, 17 * ms}}},
 			},
-			saturated: true, capacity: 2, lowerBoundMin: 1.9,
+			saturated: true, capacity: math.NaN(), atMost: 2,
+		},
+		{
+			// The same cores, from 1 client: it served half what 32 did.
+			name: "CPU-bound, from one client",
+			stages: []stage{
+				{0, 30, []flow{{"/cpu", 1000, 900 * time.Microsecond, 1100 * time.Microsecond}}},
+				{30, 90, []flow{{"/cpu", 2000, 15 * ms, 17 * ms}}},
+			},
+			saturated: true, capacity: 2, lowerBoundMin: 0.9,
 		},
 		{
 			// A dependency slows down, the load does not change: service
-			// time grows fourfold with no more in flight. Not saturation;
-			// capping would cut throughput fourfold.
+			// time grows fourfold with no more in flight. Not the load's
+			// doing; capping would cut throughput fourfold.
 			name: "slower dependency, same load",
 			stages: []stage{
 				{0, 60, []flow{{"/wait", 400, 99 * ms, 101 * ms}}},
 				{60, 120, []flow{{"/wait", 100, 399 * ms, 401 * ms}}},
 			},
-			saturated: false, capacity: math.NaN(), lowerBoundMin: 39,
+			saturated: false, capacity: math.NaN(), unknown: true,
 		},
 		{
 			// The expensive share grows within one class: the mean rises,
@@ -173,6 +190,15 @@ func TestEstimateOnRealTraffic(t *testing.T) {
 			if e.Saturated != tt.saturated {
 				t.Errorf("Saturated = %v; want %v (estimate %+v, routes %+v)", e.Saturated, tt.saturated, e, f.Routes)
 			}
+			if got := e.SaturationUnknown != ""; got != tt.unknown {
+				t.Errorf("SaturationUnknown = %q; want unknown %v", e.SaturationUnknown, tt.unknown)
+			}
+			if tt.unknown && e.LowerBound != 0 {
+				t.Errorf("LowerBound = %.1f; want none, with no unloaded speed seen", e.LowerBound)
+			}
+			if tt.atMost > 0 && math.Abs(e.CapacityAtMost-tt.atMost) > 0.15*tt.atMost {
+				t.Errorf("CapacityAtMost = %.1f; want %v within 15%%", e.CapacityAtMost, tt.atMost)
+			}
 			if got := strings.Join(e.RouteLocal, ","); got != tt.routeLocal {
 				t.Errorf("RouteLocal = %q; want %q", got, tt.routeLocal)
 			}
@@ -204,8 +230,8 @@ func TestEstimateNeedsVariation(t *testing.T) {
 	w := newWindow(t0)
 	end := feed(w, r, stage{0, 90, []flow{{"/wait", 250, 790 * time.Millisecond, 810 * time.Millisecond}}})
 	e := w.figures(end, r.Names()).Estimate
-	if e.LoadVaried || e.Saturated || !math.IsNaN(e.Capacity) || e.Unknown != "unknown: not enough variation in load" {
-		t.Errorf("steady load: %+v; want unknown capacity for want of variation, not a verdict of saturation", e)
+	if e.LoadVaried || e.Saturated || e.SaturationUnknown == "" || !math.IsNaN(e.Capacity) || e.LowerBound != 0 {
+		t.Errorf("steady load: %+v; want saturation and capacity unknown, no lower bound, for want of variation", e)
 	}
 }
 

@@ -206,7 +206,7 @@ func (w *window) figures(now time.Time, names []string) Figures {
 		switch {
 		case rf.Saturated && e.Saturated:
 			f.Estimate.Shared = append(f.Estimate.Shared, name)
-		case rf.Saturated:
+		case rf.Saturated && e.SaturationUnknown == "":
 			f.Estimate.RouteLocal = append(f.Estimate.RouteLocal, name)
 		}
 		f.Routes = append(f.Routes, rf)
@@ -470,13 +470,22 @@ func (w *window) historyPoints(now time.Time) (ps, calm []point) {
 		} else if p.mixed, cp.load = b.mixed, b.calmLoad; p.mixed {
 			for c, k := range b.calm {
 				us := func(v uint32) time.Duration { return time.Duration(v) * time.Microsecond }
-				cp.class[c] = classPoint{n: int64(k.n), unresolved: k.unresolved, mean: us(k.mean), p25: us(k.p25), p50: us(k.p50), p99: us(k.p99)}
+				cp.class[c] = classPoint{n: int64(k.n), unresolved: k.unresolved, mean: us(k.mean), p25: us(k.p25), p50: us(k.p50), p99: us(k.p99), x: float64(k.x)}
 			}
+		}
+		if b.probed {
+			// A probe's doing: its steps below stand for it.
+			continue
 		}
 		if p.mixed {
 			calm = append(calm, cp)
 		}
 		ps = append(ps, p)
+	}
+	for _, st := range w.steps {
+		if now.Sub(st.at) < History {
+			calm = append(calm, st.p)
+		}
 	}
 	return ps, calm
 }

@@ -56,6 +56,20 @@ type Prediction struct {
 	// loomgate_in_flight_bytes); UpstreamBytes what the upstream holds
 	// for its in-flight requests, 0 unless its memory per request is known.
 	InFlightBytes, UpstreamBytes float64
+	// Other is the other end of what the setting may do, when that
+	// depends on a capacity never seen: then the figures above are what
+	// it does if the upstream serves no more than was seen (Beyond), or
+	// if its service time stays what it is now, and Other what it does if
+	// it serves all it is given at the speed seen, or if the speed now is
+	// a queue inside that the setting would empty. Nil when the
+	// prediction is one figure.
+	Other *Outcome
+}
+
+// Outcome is one end of a predicted range.
+type Outcome struct {
+	Throughput float64
+	P50, P99   time.Duration
 }
 
 // Demand is the load a prediction is made for.
@@ -78,6 +92,10 @@ type Demand struct {
 	// serves no more than Seen at once: beyond it nothing was measured,
 	// and a throughput never seen is no prediction. 0: no such bound.
 	Seen float64
+	// Unjudged is set when whether the upstream queues inside is unknown:
+	// its service times now may be a queue inside it, which a limit below
+	// what it holds would empty. A setting below Seen then has a range.
+	Unjudged bool
 	// OverheadBytes is what loomgate reserves per request it holds, and
 	// BytesPerRequest the upstream's memory per request in flight (0 when
 	// unknown).
@@ -155,10 +173,9 @@ func Predict(s Setting, d Demand) Prediction {
 	if !d.Open && d.clients() <= 0 || d.Open && d.rate() <= 0 {
 		return p
 	}
-	sim := newSimulation(s, d)
-	sim.run()
-	p = sim.prediction()
-	if bound := d.seenBound(); bound > 0 {
+	p = simulate(s, d)
+	bound := d.seenBound()
+	if bound > 0 {
 		most := d.clients()
 		if d.Open {
 			most = int(math.Ceil(p.InFlight))
@@ -168,7 +185,45 @@ func Predict(s Setting, d Demand) Prediction {
 		}
 		p.Beyond = most > bound
 	}
+	switch {
+	case p.Beyond:
+		// The other end: the upstream serves all it is given, as fast as
+		// it served what was seen.
+		open := d
+		open.Seen = 0
+		p.Other = outcomeOf(simulate(s, open))
+	case d.Unjudged && bound > 0 && s.Limit > 0 && s.Limit < bound:
+		// The other end: what the upstream held was a queue inside it,
+		// every request waiting as long for the same throughput, so a
+		// limit below it leaves the throughput and shortens the service
+		// time in proportion.
+		q := d
+		q.Seen = 0
+		q.Routes = slices.Clone(d.Routes)
+		scale := float64(s.Limit) / float64(bound)
+		for i := range q.Routes {
+			q.Routes[i].Service = slices.Clone(q.Routes[i].Service)
+			for j := range q.Routes[i].Service {
+				q.Routes[i].Service[j].d = time.Duration(scale * float64(q.Routes[i].Service[j].d))
+			}
+		}
+		p.Other = outcomeOf(simulate(s, q))
+	}
 	return p
+}
+
+func simulate(s Setting, d Demand) Prediction {
+	sim := newSimulation(s, d)
+	sim.run()
+	return sim.prediction()
+}
+
+// outcomeOf is p's end of a range, nil when it says nothing more.
+func outcomeOf(p Prediction) *Outcome {
+	if p.Throughput == 0 {
+		return nil
+	}
+	return &Outcome{Throughput: p.Throughput, P50: p.P50, P99: p.P99}
 }
 
 type request struct {

@@ -45,6 +45,8 @@ func (s Snapshot) Text() string {
 			verdict = "saturated"
 		case len(e.RouteLocal) > 0:
 			verdict = "saturated behind " + strings.Join(quoted(e.RouteLocal), ", ") + " only"
+		case e.SaturationUnknown != "":
+			verdict = "saturation " + e.SaturationUnknown
 		}
 		fmt.Fprintf(&b, " Upstream %s; capacity %s", verdict, capacityText(e))
 		if e.LowerBound > 0 {
@@ -96,8 +98,15 @@ func (s Snapshot) Text() string {
 			if p.FullAfter > 0 {
 				fmt.Fprintf(&b, "; full after %s, then rejecting", ms(p.FullAfter))
 			}
-			if p.Beyond {
+			switch {
+			case p.Beyond && p.Other != nil:
+				fmt.Fprintf(&b, "; if the upstream serves no more than the %.0f seen at once. If it serves all it is given at the speed seen: %.0f rps, p50 %s p99 %s. It lies between, unknown where",
+					f.Estimate.Seen, p.Other.Throughput, ms(p.Other.P50), ms(p.Other.P99))
+			case p.Beyond:
 				fmt.Fprintf(&b, " (if the upstream serves no more than the %.0f seen at once; beyond that it is unknown)", f.Estimate.Seen)
+			case p.Other != nil:
+				fmt.Fprintf(&b, "; if the upstream's service time stays what it is now. If that time is a queue inside it that this limit empties: %.0f rps, p50 %s p99 %s. It lies between, unknown where",
+					p.Other.Throughput, ms(p.Other.P50), ms(p.Other.P99))
 			}
 			b.WriteString("\n")
 		}

@@ -2,6 +2,7 @@ package advice
 
 import (
 	"math"
+	"slices"
 	"sync"
 	"time"
 
@@ -68,6 +69,10 @@ type bucket struct {
 	mixed    bool
 	calmLoad float64
 	calm     [classes]calmClass
+	// probed: a probe capped admission during the bucket. Its load and
+	// service times are the probe's doing, read from its steps instead,
+	// and the estimate leaves the bucket out.
+	probed bool
 }
 
 // calmClass is one class's answers in the calm seconds of a mixed bucket,
@@ -78,6 +83,7 @@ type calmClass struct {
 	// bucket's answers they were cannot be told.
 	unresolved          bool
 	mean, p25, p50, p99 uint32
+	x                   float32 // answers per second in the calm seconds
 }
 
 // second is one second of a live bucket: the sampler's readings and each
@@ -145,7 +151,33 @@ type window struct {
 	memoryRead                         bool
 	// bytesPerRequest is the slope of the last usable fit, 0 before one.
 	bytesPerRequest float64
+
+	// probing is set while a probe caps admission: the buckets it touches
+	// are marked probed. step, while a probe's step is measured, holds its
+	// answers; steps are the steps kept as baselines, oldest first, each
+	// for History.
+	probing bool
+	step    *stepAnswers
+	steps   []stepPoint
 }
+
+// stepAnswers are the answers of a probe's step, by class.
+type stepAnswers struct {
+	begin time.Time
+	class [classes]classTotals
+	hist  [classes][numBuckets]uint32
+}
+
+// stepPoint is a probe's step kept as a baseline: the upstream's speed
+// at a load below its knee.
+type stepPoint struct {
+	at time.Time
+	p  point
+}
+
+// maxSteps bounds the steps kept: a probe keeps one, and a probe comes
+// once in minutes at most.
+const maxSteps = 16
 
 func newWindow(epoch time.Time) *window {
 	w := &window{epoch: epoch, points: make([]memoryPoint, 0, maxMemoryPoints)}
@@ -218,7 +250,7 @@ func summarise(b *bucket, l *live) {
 	for c := range calm {
 		cp := calm[c]
 		b.calm[c] = calmClass{n: uint32(min(cp.n, math.MaxUint32)), unresolved: cp.unresolved,
-			mean: micros(cp.mean), p25: micros(cp.p25), p50: micros(cp.p50), p99: micros(cp.p99)}
+			mean: micros(cp.mean), p25: micros(cp.p25), p50: micros(cp.p50), p99: micros(cp.p99), x: float32(cp.x)}
 	}
 }
 
@@ -307,7 +339,7 @@ func calmPart(b *bucket, l *live, calm *[classes]classPoint) (mixed bool, load f
 		quickest := lowestMean(l.classHist[c][:], share)
 		whole := all.service.Seconds() / float64(all.n)
 		dq, dw := math.Abs(mean-quickest)/mean, math.Abs(mean-whole)/mean
-		cp := classPoint{n: t.n, mean: t.service / time.Duration(t.n)}
+		cp := classPoint{n: t.n, mean: t.service / time.Duration(t.n), x: float64(t.n) / float64(count)}
 		switch {
 		case min(dq, dw) > calmTolerance:
 			cp.unresolved = true
@@ -387,6 +419,14 @@ func (w *window) record(now time.Time, class int, s *outcome.Record) {
 	if b == nil {
 		return
 	}
+	if w.probing {
+		b.probed = true
+	}
+	if st := w.step; st != nil && s.Admitted && s.Answered() && class >= 0 && class < classes && now.After(st.begin) {
+		st.class[class].n++
+		st.class[class].service += s.Service
+		st.hist[class][si]++
+	}
 	b.arrivals++
 	b.queueSum += s.Queue
 	l.queueHist[qi]++
@@ -438,6 +478,9 @@ func (w *window) sample(now time.Time, inFlight, queued int64) {
 	if b == nil {
 		return
 	}
+	if w.probing {
+		b.probed = true
+	}
 	b.samples++
 	b.inFlightSum += inFlight
 	b.queuedSum += queued
@@ -445,6 +488,60 @@ func (w *window) sample(now time.Time, inFlight, queued int64) {
 	l.sec[sec].inFlightSum += inFlight
 	w.sinceReadingSum += inFlight
 	w.sinceReadingCount++
+}
+
+// setProbing marks the buckets from now, until it is unset, as a probe's.
+func (w *window) setProbing(now time.Time, on bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.probing = on
+	if b, _ := w.current(w.bucketNumber(now)); b != nil {
+		b.probed = true
+	}
+}
+
+// beginStep starts reading the answers of a probe's step apart, from now.
+func (w *window) beginStep(now time.Time) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.step == nil {
+		w.step = new(stepAnswers)
+	}
+	*w.step = stepAnswers{begin: now}
+}
+
+// endStep ends a step begun at beginStep. With keep, its answers become a
+// point the estimate takes for History: the upstream at load, below its
+// knee. Where no class answered often enough, nothing is kept.
+func (w *window) endStep(now time.Time, load float64, keep bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	st := w.step
+	w.step = nil
+	if st == nil || !keep || load <= 0 || !now.After(st.begin) {
+		return
+	}
+	d := now.Sub(st.begin)
+	p := point{load: load, span: d, probed: true}
+	enough := false
+	for c := range st.class {
+		t := st.class[c]
+		if t.n == 0 {
+			continue
+		}
+		enough = enough || t.n >= minClassRequests
+		p.class[c] = classPoint{n: t.n, mean: t.service / time.Duration(t.n), x: float64(t.n) / d.Seconds(),
+			p25: seconds(quantile(0.25, windowBounds[:], st.hist[c][:])),
+			p50: seconds(quantile(0.5, windowBounds[:], st.hist[c][:])),
+			p99: seconds(quantile(0.99, windowBounds[:], st.hist[c][:]))}
+	}
+	if !enough {
+		return
+	}
+	if len(w.steps) == maxSteps {
+		w.steps = slices.Delete(w.steps, 0, 1)
+	}
+	w.steps = append(w.steps, stepPoint{at: now, p: p})
 }
 
 // bucketIndex is the window histogram's bucket of d: the first whose upper

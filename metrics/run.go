@@ -32,8 +32,9 @@ type Advice struct {
 	// LowerBound what it was seen to serve without its service time
 	// growing.
 	Capacity, LowerBound float64
-	// Saturated is set when the upstream queues inside.
-	Saturated bool
+	// Saturated is whether the upstream queues inside, nil when that is
+	// unknown.
+	Saturated *bool
 	// Workers and Bulkhead are the recommended settings, 0 for none.
 	Workers, Bulkhead int
 	// UpstreamMemoryBytes and BytesPerRequest are the upstream's memory
@@ -86,7 +87,7 @@ func newAdviceCollector(advice func() Advice) *adviceCollector {
 		advice:          advice,
 		capacity:        d("loomgate_upstream_capacity_estimate", "Concurrency beyond which the upstream's throughput stops growing: what it served at once, in unloaded service times, while it queued inside, over the last 15 minutes. NaN when unknown.", nil, nil),
 		lowerBound:      d("loomgate_upstream_capacity_lower_bound", "Most requests the upstream was seen to hold without its service time growing, over the last 15 minutes.", nil, nil),
-		saturated:       d("loomgate_upstream_saturated", "1 when the upstream queues inside for every route: service times grew with the load it holds while throughput stopped.", nil, nil),
+		saturated:       d("loomgate_upstream_saturated", "1 when the upstream queues inside for every route: service times grew with the load it holds while throughput stopped; 0 when it does not; NaN when unknown, for want of a calmer load than now.", nil, nil),
 		workers:         d("loomgate_advice_workers", "Recommended LOOMGATE_WORKERS, 0 when the advice names none.", nil, nil),
 		bulkhead:        d("loomgate_advice_bulkhead", "Recommended LOOMGATE_BULKHEAD, 0 when the advice names none.", nil, nil),
 		memory:          d("loomgate_upstream_memory_bytes", "The upstream's memory at its last scrape (LOOMGATE_UPSTREAM_MEMORY_METRIC), 0 when not read.", nil, nil),
@@ -117,7 +118,11 @@ func (c *adviceCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	gauge(c.capacity, a.Capacity)
 	gauge(c.lowerBound, a.LowerBound)
-	gauge(c.saturated, boolValue(a.Saturated))
+	saturated := math.NaN()
+	if a.Saturated != nil {
+		saturated = boolValue(*a.Saturated)
+	}
+	gauge(c.saturated, saturated)
 	gauge(c.workers, float64(a.Workers))
 	gauge(c.bulkhead, float64(a.Bulkhead))
 	gauge(c.memory, a.UpstreamMemoryBytes)

@@ -20,7 +20,7 @@ func TestAdviceGauges(t *testing.T) {
 		Registerer: reg, Mode: "unbounded",
 		State: func() State { return State{} }, TakePeaks: func() (int64, int64, int64) { return 0, 0, 0 },
 		Advice: func() Advice {
-			return Advice{Capacity: 50, LowerBound: 10, Saturated: true, Workers: 50, Bulkhead: 50, ScrapeErrors: 3,
+			return Advice{Capacity: 50, LowerBound: 10, Saturated: new(true), Workers: 50, Bulkhead: 50, ScrapeErrors: 3,
 				Routes:      []RouteAdvice{{Name: "GET /wait", Saturated: true, Capacity: 50, Stretch: 4}},
 				Predictions: []PredictionAdvice{{Setting: "recommended", Throughput: 250, P50: 0.8, P99: 0.82, Queue: 0.6}}}
 		},

@@ -106,9 +106,15 @@ type FiguresDoc struct {
 	// SeenConcurrency is the most the upstream was seen serving at once
 	// while no route queued inside; beyond it, with the capacity unknown,
 	// nothing is known.
-	SeenConcurrency      float64  `json:"upstream_seen_concurrency"`
-	CapacityUnknown      string   `json:"upstream_capacity_unknown,omitempty"`
-	UpstreamSaturated    bool     `json:"upstream_saturated"`
+	SeenConcurrency float64 `json:"upstream_seen_concurrency"`
+	CapacityUnknown string  `json:"upstream_capacity_unknown,omitempty"`
+	// CapacityAtMost is, when the capacity is unknown but the upstream
+	// queues inside, the most it can be; null otherwise.
+	CapacityAtMost *float64 `json:"upstream_capacity_at_most"`
+	// UpstreamSaturated is null when it is unknown (the upstream was never
+	// seen at a calmer load than now); SaturatedUnknown then says why.
+	UpstreamSaturated    *bool    `json:"upstream_saturated"`
+	SaturatedUnknown     string   `json:"upstream_saturated_unknown,omitempty"`
 	SaturatedRoutesAlone []string `json:"saturated_routes_alone"`
 	// SharedRoutes are the routes whose service times stretch together
 	// when the upstream is saturated: they wait for one bottleneck.
@@ -158,10 +164,21 @@ type PredictionDoc struct {
 	// than it was seen serving at once: the figures assume it serves no
 	// more.
 	BeyondSeen bool `json:"beyond_seen"`
+	// Other is the other end of the setting's range, when what it does
+	// depends on a capacity never seen (see docs/advice.md); null when the
+	// prediction is one figure.
+	Other *OutcomeDoc `json:"other_end"`
 	// For open demand: how many more requests wait each second, and when
 	// the queue first rejected, 0 if not within the first minute.
 	QueueGrowth      float64 `json:"queue_growth_rps"`
 	FullAfterSeconds float64 `json:"queue_full_after_seconds"`
+}
+
+// OutcomeDoc is one end of a predicted range.
+type OutcomeDoc struct {
+	Throughput float64 `json:"throughput_rps"`
+	P50Seconds float64 `json:"latency_p50_seconds"`
+	P99Seconds float64 `json:"latency_p99_seconds"`
 }
 
 type RecommendationDoc struct {
@@ -238,7 +255,9 @@ func (s *Sidecar) advice(snap advice.Snapshot) AdviceDoc {
 			CapacityLowerBound:   e.LowerBound,
 			SeenConcurrency:      e.Seen,
 			CapacityUnknown:      e.Unknown,
-			UpstreamSaturated:    e.Saturated,
+			CapacityAtMost:       known(e.CapacityAtMost),
+			UpstreamSaturated:    saturated(e),
+			SaturatedUnknown:     e.SaturationUnknown,
 			SaturatedRoutesAlone: append([]string{}, e.RouteLocal...),
 			SharedRoutes:         append([]string{}, e.Shared...),
 			LoadVaried:           e.LoadVaried,
@@ -266,8 +285,13 @@ func (s *Sidecar) advice(snap advice.Snapshot) AdviceDoc {
 		if p.Fixed {
 			mode = "fixed"
 		}
+		var other *OutcomeDoc
+		if o := p.Other; o != nil {
+			other = &OutcomeDoc{Throughput: o.Throughput, P50Seconds: o.P50.Seconds(), P99Seconds: o.P99.Seconds()}
+		}
 		doc.Recommendation.Predictions = append(doc.Recommendation.Predictions, PredictionDoc{
-			Name: p.Name, Setting: p.Setting.Describe(), Mode: mode, Limit: p.Limit, QueueSize: p.QueueSize, WaitSeconds: p.Wait.Seconds(),
+			Other: other,
+			Name:  p.Name, Setting: p.Setting.Describe(), Mode: mode, Limit: p.Limit, QueueSize: p.QueueSize, WaitSeconds: p.Wait.Seconds(),
 			Throughput: p.Throughput, P50Seconds: p.P50.Seconds(), P99Seconds: p.P99.Seconds(), MeanQueueSeconds: p.MeanQueue.Seconds(),
 			Rejected: p.Rejected, InFlight: p.InFlight, Queued: p.Queued, InFlightBytes: p.InFlightBytes, UpstreamMemBytes: p.UpstreamBytes,
 			BeyondSeen: p.Beyond, QueueGrowth: p.QueueGrowth, FullAfterSeconds: p.FullAfter.Seconds(),
@@ -290,6 +314,14 @@ func (s *Sidecar) advice(snap advice.Snapshot) AdviceDoc {
 	return doc
 }
 
+// saturated is the estimate's verdict, nil when it is unknown.
+func saturated(e advice.Estimate) *bool {
+	if e.SaturationUnknown != "" {
+		return nil
+	}
+	return &e.Saturated
+}
+
 func demandModel(open bool) string {
 	if open {
 		return "open"
@@ -302,7 +334,7 @@ func (s *Sidecar) gauges() metrics.Advice {
 	snap := s.advisor.Snapshot()
 	f, r, e := snap.Figures, snap.Recommendation, snap.Figures.Estimate
 	a := metrics.Advice{
-		Capacity: e.Capacity, LowerBound: e.LowerBound, Saturated: e.Saturated,
+		Capacity: e.Capacity, LowerBound: e.LowerBound, Saturated: saturated(e),
 		Workers: r.Workers, Bulkhead: r.Bulkhead,
 		UpstreamMemoryBytes: f.UpstreamMemoryBytes, BytesPerRequest: f.BytesPerRequest,
 		ScrapeErrors: s.advisor.ScrapeErrors(),

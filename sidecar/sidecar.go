@@ -509,8 +509,13 @@ func (s *Sidecar) tellShadow(ctx context.Context) {
 		}
 		e := s.advisor.Snapshot().Figures.Estimate
 		c := 0.0
-		if !math.IsNaN(e.Capacity) {
+		switch {
+		case !math.IsNaN(e.Capacity):
 			c = max(e.Capacity, e.LowerBound)
+		case !math.IsNaN(e.CapacityAtMost):
+			// The calmest load seen may have been past the knee: the
+			// capacity is no more than this, and it is what is known.
+			c = max(e.CapacityAtMost, e.LowerBound)
 		}
 		s.shadow.SetCapacity(c)
 	}

@@ -163,7 +163,7 @@ func TestAdviceHiddenPool(t *testing.T) {
 	logAdvice(t, doc)
 
 	f, r := doc.Figures, doc.Recommendation
-	if !f.UpstreamSaturated || saturated != 1 {
+	if f.UpstreamSaturated == nil || !*f.UpstreamSaturated || saturated != 1 {
 		t.Errorf("upstream_saturated = %v, loomgate_upstream_saturated = %v; want true and 1", f.UpstreamSaturated, saturated)
 	}
 	if f.UpstreamCapacity == nil {
@@ -221,8 +221,10 @@ func TestAdviceOwnQueue(t *testing.T) {
 			t.Errorf("loomgate advise printed %q; want it to contain %q", text.String(), want)
 		}
 	}
-	if f.UpstreamSaturated {
-		t.Errorf("upstream_saturated = true; want false: the upstream serves in its unloaded time")
+	// Seen only at the 20 admitted, the upstream may be serving them in
+	// its unloaded time or queueing them inside: not saturated, or unknown.
+	if f.UpstreamSaturated != nil && *f.UpstreamSaturated {
+		t.Errorf("upstream_saturated = true; want false or null: nothing shows it queueing inside")
 	}
 	if f.QueueShare < 0.7 {
 		t.Errorf("queue_share = %.2f; want at least 0.7 (900 ms of queue for 100 ms of service)", f.QueueShare)
@@ -233,8 +235,8 @@ func TestAdviceOwnQueue(t *testing.T) {
 	if strings.Contains(r.Summary, "LOOMGATE_MODE=unbounded") {
 		t.Errorf("summary = %q; want no switch to admitting every request, beyond what the upstream was seen to serve", r.Summary)
 	}
-	if got := s.Value(t, "loomgate_upstream_saturated"); got != 0 {
-		t.Errorf("loomgate_upstream_saturated = %v; want 0", got)
+	if got := s.Value(t, "loomgate_upstream_saturated"); got == 1 {
+		t.Errorf("loomgate_upstream_saturated = %v; want 0 or NaN (unknown)", got)
 	}
 }
 
