@@ -175,6 +175,11 @@ type Config struct {
 	// requests together; a request whose bytes do not fit is rejected at
 	// once with ErrMemoryFull. If zero, bytes are counted but not capped.
 	MaxInFlightBytes int64
+
+	// Probe allows SetProbe, in every mode. If false, SetProbe panics, and
+	// Unbounded mode without a bulkhead admits without taking a lock that
+	// every request shares.
+	Probe bool
 }
 
 // Validate reports every problem of cfg as *field.Error values joined,
@@ -304,6 +309,11 @@ type Limiter struct {
 	// limit never changes from 0: nothing waits, used is not kept, and
 	// admission and release take no lock shared by every request.
 	passThrough bool
+	// probeable is Config.Probe; probe is the cap SetProbe set, 0 for
+	// none. probeNow mirrors it for Stats.
+	probeable bool
+	probe     int
+	probeNow  atomic.Int64
 
 	inFlight, queued, bytes             atomic.Int64
 	inFlightPeak, queuedPeak, bytesPeak atomic.Int64
@@ -357,7 +367,8 @@ func New(cfg Config) (*Limiter, error) {
 		l.codel, l.target, l.interval = true, cfg.QueueTarget, cfg.QueueInterval
 	}
 	l.limitNow.Store(int64(l.limit))
-	l.passThrough = cfg.Mode == Unbounded && l.limit == 0
+	l.probeable = cfg.Probe
+	l.passThrough = cfg.Mode == Unbounded && l.limit == 0 && !cfg.Probe
 	l.since = time.Now()
 	l.held = newIntegral(l.since)
 	return l, nil
@@ -407,12 +418,31 @@ func (l *Limiter) TryAcquireAt(now time.Time, bytes int64) error {
 // and otherwise whether a wait is out of the question: no waiting in this
 // mode, or the queue at its bound. The caller holds l.mu.
 func (l *Limiter) admitLocked(now time.Time) (admitted, full bool) {
-	if l.used < l.limit || l.limit == 0 {
+	if c := l.capLocked(); l.used < c || c == 0 {
 		l.held.add(now, 1)
 		l.used++
 		return true, false
 	}
+	if l.probe > 0 {
+		// Held back by a probe, a request waits as it would have without
+		// it, and one that would have been admitted waits whatever the
+		// mode's queue: the probe delays, it never rejects.
+		if l.limit == 0 || l.used+l.waiting < l.limit {
+			return false, false
+		}
+		over := l.used + l.waiting - l.limit // waiting, had there been no probe
+		return false, l.wait <= 0 || l.queue >= 0 && over >= l.queue
+	}
 	return false, l.wait <= 0 || l.queue >= 0 && l.waiting >= l.queue
+}
+
+// capLocked is the most permits held at once now: the mode's limit, or a
+// probe's cap below it; 0 for none. The caller holds l.mu.
+func (l *Limiter) capLocked() int {
+	if l.probe > 0 && (l.limit == 0 || l.probe < l.limit) {
+		return l.probe
+	}
+	return l.limit
 }
 
 // countAdmitted counts a request admitted at once.
@@ -562,11 +592,21 @@ func (l *Limiter) overloaded(now time.Time) bool {
 // timeout is the longest wait in force at now: QueueTarget while the
 // queue stands, the mode's wait otherwise. The caller holds l.mu.
 func (l *Limiter) timeout(now time.Time) time.Duration {
+	if l.probe > 0 {
+		// A probe's waiters wait until it ends, which its controller
+		// bounds well within probeWait; neither a fail-fast wait nor a
+		// standing queue under codel rejects them meanwhile.
+		return max(l.wait, probeWait)
+	}
 	if l.overloaded(now) {
 		return l.target
 	}
 	return l.wait
 }
+
+// probeWait is the longest a request waits while a probe caps admission,
+// a bound the probe never reaches: it lifts its cap within seconds.
+const probeWait = time.Minute
 
 // nextCheck is when the queue must next be looked at: the head's deadline,
 // or, with codel and no standing queue yet, the moment it would begin to
@@ -681,7 +721,7 @@ func (l *Limiter) ReleaseAt(now time.Time, bytes int64) {
 	l.mu.Lock()
 	// A permit goes on to a waiter only while the limit allows it: a
 	// lowered limit is reached by releases that hand nothing on.
-	if l.head != nil && (l.limit == 0 || l.used <= l.limit) {
+	if c := l.capLocked(); l.head != nil && (c == 0 || l.used <= c) {
 		// The permit changes hands at one instant: what is held does not
 		// change, what waits does.
 		l.advance(now)
@@ -716,11 +756,44 @@ func (l *Limiter) SetLimit(n int) {
 	l.advance(now)
 	l.limit = n
 	l.limitNow.Store(int64(n))
-	for l.head != nil && (n == 0 || l.used < n) {
+	for c := l.capLocked(); l.head != nil && (c == 0 || l.used < c); {
 		l.held.add(now, 1)
 		l.used++
 		peak(&l.inFlightPeak, l.inFlight.Add(1))
 		l.decide(l.next(), nil)
+	}
+}
+
+// SetProbe caps admission at n from now, below the mode's limit (or
+// beside none), or lifts the cap with 0: a probe of the upstream, which
+// admits fewer for a few seconds to read what it serves with fewer
+// inside. Requests the cap holds back wait in the queue as if they had
+// been admitted, never rejected for it: the queue's bound counts only
+// those that would have waited without it, and neither the mode's wait
+// nor codel's target applies while it lasts (at most probeWait). A lower
+// cap is reached as admitted requests finish, none is cut short; a lifted
+// cap admits the waiters the mode's limit allows at once. It panics
+// unless Config.Probe was set.
+func (l *Limiter) SetProbe(n int) {
+	if !l.probeable || n < 0 {
+		panic("limiter: SetProbe without Config.Probe or below 0")
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	now := time.Now()
+	l.advance(now)
+	l.probe = n
+	l.probeNow.Store(int64(n))
+	for c := l.capLocked(); l.head != nil && (c == 0 || l.used < c); {
+		l.held.add(now, 1)
+		l.used++
+		peak(&l.inFlightPeak, l.inFlight.Add(1))
+		l.decide(l.next(), nil)
+	}
+	// The wait in force changed with the probe: the head's deadline
+	// with it.
+	if l.head != nil {
+		l.arm(now, l.nextCheck(now))
 	}
 }
 
@@ -806,6 +879,8 @@ type Stats struct {
 	QueueLimit int
 	// MaxBytes is MaxInFlightBytes, 0 when bytes are not capped.
 	MaxBytes int64
+	// Probe is a probe's cap in force (SetProbe), 0 when there is none.
+	Probe int
 }
 
 // Stats returns the current state.
@@ -818,6 +893,7 @@ func (l *Limiter) Stats() Stats {
 		Limit:      int(l.limitNow.Load()),
 		QueueLimit: max(l.queue, 0),
 		MaxBytes:   l.memSize,
+		Probe:      int(l.probeNow.Load()),
 	}
 }
 
