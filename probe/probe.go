@@ -1,0 +1,418 @@
+package probe
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/loomgate/loomgate/field"
+)
+
+// State is admission's state: requests admitted and not finished (at the
+// upstream), and requests waiting.
+type State struct {
+	InFlight, Queued int64
+}
+
+// Result is what a probe found.
+type Result string
+
+// The results of a probe.
+const (
+	// Queueing: fewer admitted were served as many answers a second, so
+	// the upstream was queueing the rest inside; the step below its knee
+	// gives its capacity.
+	Queueing Result = "queueing"
+	// NotQueueing: fewer admitted were served fewer answers, in
+	// proportion: the upstream was serving all it held.
+	NotQueueing Result = "not_queueing"
+	// Inconclusive: the load the probe measured went away, or the
+	// upstream answered too little to tell; the probe stopped.
+	Inconclusive Result = "inconclusive"
+)
+
+// Results lists every Result, for metrics that create their series at once.
+func Results() []Result { return []Result{Queueing, NotQueueing, Inconclusive} }
+
+// Step is one cap of a probe, measured.
+type Step struct {
+	// Cap is the most admitted at once.
+	Cap int
+	// Load is the requests in flight, on average, while it was measured.
+	Load float64
+	// Throughput is answers a second, and Service their mean service time.
+	Throughput float64
+	Service    time.Duration
+	// Held is set when the answers a second held within HoldLoss of the
+	// throughput before the probe.
+	Held bool
+}
+
+// Report is one probe, from its start to its cap lifted.
+type Report struct {
+	Start, End time.Time
+	Result     Result
+	// Load, Throughput and Service are the upstream's before the probe:
+	// requests in flight on average, answers a second, mean service time.
+	Load       float64
+	Throughput float64
+	Service    time.Duration
+	Steps      []Step
+	// Capacity is what the upstream serves at once at its unloaded speed:
+	// the throughput before the probe times the service time of the step
+	// below its knee (Little's law). 0 when Inconclusive.
+	Capacity float64
+	// Detail says what was seen, in a sentence.
+	Detail string
+}
+
+// Config describes a Controller.
+type Config struct {
+	// Cap caps admission at n; 0 lifts the cap. Required.
+	Cap func(n int)
+	// State reads admission's state. Required.
+	State func() State
+	// Wanted reports whether the upstream needs a probe: whether it
+	// queues inside is unknown, for want of a calmer load than now.
+	// Required.
+	Wanted func() bool
+	// Probing is told when a probe starts (true) and ends: the estimate
+	// leaves that time out. Optional.
+	Probing func(on bool)
+	// Begin is told when a step's answers start to be measured, and End
+	// when they stop, with the requests in flight on average and whether
+	// the step was below the upstream's knee (then its answers are its
+	// unloaded speed). Optional.
+	Begin func()
+	End   func(load float64, below bool)
+	// Every is how often Wanted is asked. If zero, a second.
+	Every time.Duration
+	// Quiet is the least time from the end of a probe to the start of the
+	// next. If zero, 5 minutes: a probe's step below the knee is a
+	// baseline for the estimate's 15 minutes, and Wanted stays false
+	// while it lasts; one that found nothing is not repeated at once.
+	Quiet time.Duration
+	// Logger receives each probe's report. If nil, slog.Default().
+	Logger *slog.Logger
+	// OnReport is told of each report, for metrics. Optional.
+	OnReport func(Report)
+}
+
+// Validate reports every problem of cfg as *field.Error values joined,
+// or nil.
+func (cfg Config) Validate() error {
+	var problems []error
+	for _, f := range []struct {
+		name string
+		nil  bool
+	}{{"Cap", cfg.Cap == nil}, {"State", cfg.State == nil}, {"Wanted", cfg.Wanted == nil}} {
+		if f.nil {
+			problems = append(problems, &field.Error{Part: "probe", Field: f.name, Problem: "is required"})
+		}
+	}
+	if cfg.Every < 0 {
+		problems = append(problems, &field.Error{Part: "probe", Field: "Every", Problem: fmt.Sprintf("is %v; want 0 (the default) or more", cfg.Every)})
+	}
+	if cfg.Quiet < 0 {
+		problems = append(problems, &field.Error{Part: "probe", Field: "Quiet", Problem: fmt.Sprintf("is %v; want 0 (the default) or more", cfg.Quiet)})
+	}
+	return errors.Join(problems...)
+}
+
+// The probe's judgements and bounds.
+const (
+	// HoldLoss is the most throughput a step may lose and still count as
+	// having held it: above a second's noise in the answers of a few
+	// hundred, below what a step a tenth under the knee loses. A step
+	// that loses a little at the knee is taken as held, and the next,
+	// at half, is then well below it: the capacity comes from that one.
+	HoldLoss = 0.1
+	// MinLoad is the least in flight worth probing: below it, a cap at
+	// half admits nothing or one.
+	MinLoad = 2
+	// minAnswers is the fewest answers that make a measure: a count of 50
+	// is off by a few percent at most.
+	minAnswers = 50
+	// minMeasure and measureTurns: a measure lasts a second at least, and
+	// three service times, so that every permit turns over several times.
+	minMeasure   = time.Second
+	measureTurns = 3
+	// maxMeasure is the longest a measure waits for its answers, in
+	// service times, and at least maxMeasureFloor.
+	maxMeasure      = 10
+	maxMeasureFloor = 5 * time.Second
+	// maxProbe bounds a probe whatever the upstream does: well within the
+	// minute the limiter lets a probe's waiters wait.
+	maxProbe = 40 * time.Second
+	// sampleEvery is how often admission's state is read.
+	sampleEvery = 50 * time.Millisecond
+)
+
+// errGone ends a probe whose load went away or that ran out of time.
+var errGone = errors.New("probe: the load went away")
+
+// Controller probes the upstream when Wanted says so, a step at a time.
+// Record feeds it the answers.
+type Controller struct {
+	cfg    Config
+	n, ns  atomic.Int64 // answers, and their service time, since the last read
+	active atomic.Bool
+
+	mu      sync.Mutex
+	last    Report
+	reports int
+}
+
+// New validates cfg and returns a Controller; Run starts it.
+func New(cfg Config) (*Controller, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if cfg.Every == 0 {
+		cfg.Every = time.Second
+	}
+	if cfg.Quiet == 0 {
+		cfg.Quiet = 5 * time.Minute
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	return &Controller{cfg: cfg}, nil
+}
+
+// Record counts one answer of the upstream with its service time
+// (admission to last byte). It is safe for concurrent use and takes no
+// lock.
+func (c *Controller) Record(service time.Duration) {
+	c.n.Add(1)
+	c.ns.Add(int64(service))
+}
+
+// Active reports whether a probe caps admission now: another controller
+// of the limit must not read these seconds as the upstream's own.
+func (c *Controller) Active() bool { return c.active.Load() }
+
+// Last returns the last probe's report, and how many probes ran; a zero
+// Report before the first.
+func (c *Controller) Last() (Report, int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.last, c.reports
+}
+
+// Run probes when Wanted says so until ctx ends; a probe under way when it
+// ends lifts its cap.
+func (c *Controller) Run(ctx context.Context) {
+	t := time.NewTicker(c.cfg.Every)
+	defer t.Stop()
+	var next time.Time
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case now := <-t.C:
+			if now.Before(next) || c.cfg.State().InFlight < MinLoad || !c.cfg.Wanted() {
+				continue
+			}
+			r := c.probe(ctx)
+			next = r.End.Add(c.cfg.Quiet)
+			c.mu.Lock()
+			c.last = r
+			c.reports++
+			c.mu.Unlock()
+			if ctx.Err() != nil {
+				return
+			}
+			level := slog.LevelInfo
+			if r.Result == Inconclusive {
+				level = slog.LevelWarn
+			}
+			c.cfg.Logger.Log(context.Background(), level, "probe", "result", string(r.Result), "capacity", math.Round(r.Capacity*10)/10,
+				"steps", len(r.Steps), "seconds", math.Round(r.End.Sub(r.Start).Seconds()*10)/10, "detail", r.Detail)
+			if c.cfg.OnReport != nil {
+				c.cfg.OnReport(r)
+			}
+		}
+	}
+}
+
+// meter is what a measure saw: answers, their service time, and the
+// state's samples.
+type meter struct {
+	start             time.Time
+	elapsed           time.Duration
+	n, ns             int64
+	samples           int64
+	inFlight, waiting int64 // sums over the samples
+	last              State
+}
+
+func (m meter) throughput() float64 {
+	if m.elapsed <= 0 {
+		return 0
+	}
+	return float64(m.n) / m.elapsed.Seconds()
+}
+
+func (m meter) service() time.Duration {
+	if m.n == 0 {
+		return 0
+	}
+	return time.Duration(m.ns / m.n)
+}
+
+func (m meter) load() float64 {
+	if m.samples == 0 {
+		return 0
+	}
+	return float64(m.inFlight) / float64(m.samples)
+}
+
+// measure reads answers and state from now until done says it has enough,
+// or for at most limit; it fails when ctx ends or the probe runs past
+// deadline.
+func (c *Controller) measure(ctx context.Context, deadline time.Time, limit time.Duration, done func(*meter) bool) (meter, error) {
+	c.n.Swap(0)
+	c.ns.Swap(0)
+	t := time.NewTicker(sampleEvery)
+	defer t.Stop()
+	m := meter{start: time.Now()}
+	for {
+		select {
+		case <-ctx.Done():
+			return m, ctx.Err()
+		case now := <-t.C:
+			m.elapsed = now.Sub(m.start)
+			m.n += c.n.Swap(0)
+			m.ns += c.ns.Swap(0)
+			m.last = c.cfg.State()
+			m.samples++
+			m.inFlight += m.last.InFlight
+			m.waiting += m.last.Queued
+			if done(&m) {
+				return m, nil
+			}
+			if m.elapsed >= limit || now.After(deadline) {
+				return m, errGone
+			}
+		}
+	}
+}
+
+// probe runs one probe and returns its report; the cap is lifted however
+// it ends.
+func (c *Controller) probe(ctx context.Context) (r Report) {
+	r.Start = time.Now()
+	r.Result = Inconclusive
+	deadline := r.Start.Add(maxProbe)
+
+	// Before: what the upstream serves at the load it has.
+	before, err := c.measure(ctx, deadline, maxMeasureFloor*2, func(m *meter) bool {
+		return m.n >= minAnswers && m.elapsed >= max(minMeasure, 2*m.service())
+	})
+	r.End = time.Now()
+	if err != nil {
+		r.Detail = fmt.Sprintf("too few answers to measure: %d in %s", before.n, before.elapsed.Round(time.Millisecond))
+		return r
+	}
+	r.Load, r.Throughput, r.Service = before.load(), before.throughput(), before.service()
+	capAt := int(r.Load / 2)
+	if capAt < 1 {
+		r.Detail = fmt.Sprintf("%.1f in flight: too few to admit fewer", r.Load)
+		return r
+	}
+
+	c.active.Store(true)
+	if c.cfg.Probing != nil {
+		c.cfg.Probing(true)
+	}
+	defer func() {
+		c.cfg.Cap(0)
+		if c.cfg.Probing != nil {
+			c.cfg.Probing(false)
+		}
+		c.active.Store(false)
+		r.End = time.Now()
+	}()
+	for {
+		step, err := c.step(ctx, deadline, capAt, r.Service)
+		if err != nil {
+			r.Detail = fmt.Sprintf("stopped at a cap of %d: %v", capAt, err)
+			if errors.Is(err, errGone) {
+				r.Detail = fmt.Sprintf("stopped at a cap of %d: the load went away, or the upstream answered too little to measure", capAt)
+			}
+			return r
+		}
+		step.Held = step.Throughput >= (1-HoldLoss)*r.Throughput
+		r.Steps = append(r.Steps, step)
+		if step.Held && capAt > 1 {
+			// Served as many with fewer inside: the rest were queueing.
+			// Half again.
+			if c.cfg.End != nil {
+				c.cfg.End(step.Load, false)
+			}
+			capAt /= 2
+			continue
+		}
+		// Below the knee (or a cap of 1 that held: it serves one at once,
+		// at its unloaded speed): this step's speed is the unloaded one.
+		if c.cfg.End != nil {
+			c.cfg.End(step.Load, true)
+		}
+		r.Capacity = r.Throughput * step.Service.Seconds()
+		if step.Held {
+			r.Capacity = 1
+		}
+		r.Result = Queueing
+		r.Detail = fmt.Sprintf("it served %.0f/s with %.0f in flight, and %.0f/s with %d: it serves %.1f at once, in %s each, and queued the rest inside",
+			r.Throughput, r.Load, step.Throughput, step.Cap, r.Capacity, step.Service.Round(time.Millisecond))
+		if len(r.Steps) == 1 && r.Capacity >= r.Load/1.25 {
+			r.Result = NotQueueing
+			r.Detail = fmt.Sprintf("it served %.0f/s with %.0f in flight, and %.0f/s with %d, in %s each as before: it was serving all it held",
+				r.Throughput, r.Load, step.Throughput, step.Cap, step.Service.Round(time.Millisecond))
+		}
+		return r
+	}
+}
+
+// step caps admission at capAt, waits until every request inside was
+// admitted under the cap, and measures what the upstream serves then.
+// service is the mean service time before the probe, which bounds the
+// waits.
+func (c *Controller) step(ctx context.Context, deadline time.Time, capAt int, service time.Duration) (Step, error) {
+	c.cfg.Cap(capAt)
+	bound := max(maxMeasureFloor, maxMeasure*service)
+	// The requests above the cap finish...
+	if _, err := c.measure(ctx, deadline, bound, func(m *meter) bool { return m.last.InFlight <= int64(capAt) }); err != nil {
+		return Step{}, err
+	}
+	// ...then each permit turns over once: every request inside was
+	// admitted under the cap, and waited for none of those before it.
+	turned, err := c.measure(ctx, deadline, bound, func(m *meter) bool { return m.n >= int64(capAt) })
+	if err != nil {
+		return Step{}, err
+	}
+	if turned.waiting == 0 {
+		// Nothing waited for the cap: the load fell below it, and the
+		// step would measure the load, not the upstream.
+		return Step{}, errGone
+	}
+	if c.cfg.Begin != nil {
+		c.cfg.Begin()
+	}
+	m, err := c.measure(ctx, deadline, bound, func(m *meter) bool {
+		return m.n >= minAnswers && m.elapsed >= max(minMeasure, measureTurns*m.service())
+	})
+	if err != nil {
+		if c.cfg.End != nil {
+			c.cfg.End(0, false)
+		}
+		return Step{}, err
+	}
+	return Step{Cap: capAt, Load: m.load(), Throughput: m.throughput(), Service: m.service()}, nil
+}
