@@ -93,6 +93,10 @@ type Config struct {
 	Logger *slog.Logger
 	// OnChange is told of each change, for metrics. Optional.
 	OnChange func(Change)
+	// Paused reports whether another part holds admission back for a
+	// while (a probe): a tick during which it did is passed over, its
+	// figures that part's doing. Optional.
+	Paused func() bool
 }
 
 // Validate reports every problem of cfg as *field.Error values joined,
@@ -285,6 +289,7 @@ type Controller struct {
 
 	samples, busy int // this tick's State samples, and those with waiters
 	inFlightSum   int64
+	paused        bool // Config.Paused said so at a sample of this tick
 
 	// What decide chose, applied once c.mu is released: the limit to set
 	// (-1 for none) and the changes to report.
@@ -396,7 +401,9 @@ func (c *Controller) Run(ctx context.Context) {
 
 func (c *Controller) sample() {
 	st := c.cfg.State()
+	paused := c.cfg.Paused != nil && c.cfg.Paused()
 	c.mu.Lock()
+	c.paused = c.paused || paused
 	c.samples++
 	c.inFlightSum += st.InFlight
 	if st.Queued > 0 {
@@ -452,6 +459,14 @@ func (c *Controller) step1(now time.Time, d time.Duration) {
 		total += time.Duration(classes[i].ns)
 	}
 	c.mu.Lock()
+	if c.paused {
+		// Another part held admission back: the tick is its doing.
+		c.paused = false
+		c.samples, c.busy, c.inFlightSum = 0, 0, 0
+		c.hot, c.hotServed = 0, 0
+		c.mu.Unlock()
+		return
+	}
 	c.decide(now, d, n, total, median, &classes)
 	// The limiter, the log and the metrics hear of the decisions after
 	// the lock is released: no lock is held across another component.

@@ -39,6 +39,10 @@ const (
 	// as much as any load above it. Above a bucket's noise in
 	// throughput of a few percent.
 	Confirmed = 1.15
+	// servedNoLess is the least share of what the baseline served that a
+	// stretched bucket must serve to read as a queue inside: below it, the
+	// upstream got slower rather than fuller. Below a bucket's noise.
+	servedNoLess = 0.85
 )
 
 // point is one bucket of History, as the estimate reads it.
@@ -232,16 +236,22 @@ func estimate(points, calm []point, liveFrom int64) (Estimate, [classes]routeEst
 	for _, p := range slices.Concat(points, calm) {
 		mostWork = max(mostWork, work(p))
 	}
+	var baseWork [classes]float64
+	for c := range routes {
+		var ws []float64
+		for _, p := range bases[c] {
+			ws = append(ws, work(p))
+		}
+		if len(ws) > 0 {
+			baseWork[c] = medianFloat(ws)
+		}
+	}
 	for c := range routes {
 		r := &routes[c]
 		if r.baselineP25 == 0 || r.confirmed {
 			continue
 		}
-		var ws []float64
-		for _, p := range bases[c] {
-			ws = append(ws, work(p))
-		}
-		if w := medianFloat(ws); w > 0 && mostWork >= Confirmed*w {
+		if w := baseWork[c]; w > 0 && mostWork >= Confirmed*w {
 			r.confirmed = true
 			continue
 		}
@@ -263,11 +273,17 @@ func estimate(points, calm []point, liveFrom int64) (Estimate, [classes]routeEst
 	// scheduler runs a goroutine just woken ahead of those queued, and a
 	// CPU-bound upstream at 30 times its cores kept its first quartile
 	// within 16% of unloaded while its median grew elevenfold).
+	//
+	// And only while the upstream serves no less than at the baseline: one
+	// that queues inside past its knee serves as much as ever, and one that
+	// serves less with more inside got slower (a dependency), whatever the
+	// load.
 	stretched := func(p point, c int) bool {
 		r := &routes[c]
 		cp := p.class[c]
 		return cp.n >= minClassRequests && r.baselineP25 > 0 && p.load >= LoadRise*r.baseLoad &&
-			(float64(cp.p25) >= Stretched*float64(r.baselineP25) || float64(cp.p50) >= Stretched*float64(r.baselineP50))
+			(float64(cp.p25) >= Stretched*float64(r.baselineP25) || float64(cp.p50) >= Stretched*float64(r.baselineP50)) &&
+			work(p) >= servedNoLess*baseWork[c]
 	}
 	// A bottleneck that several routes share delays each by about the same
 	// wait, whatever its own load: a long service time stretches less for

@@ -159,6 +159,17 @@ func TestEstimateOnRealTraffic(t *testing.T) {
 			saturated: false, capacity: math.NaN(), unknown: true,
 		},
 		{
+			// A dependency slows threefold as the load doubles: more in
+			// flight, served less. Slower, not saturated: a queue inside
+			// serves as much as ever.
+			name: "slower dependency as the load rises",
+			stages: []stage{
+				{0, 60, []flow{{"/wait", 400, 49 * ms, 51 * ms}}},
+				{60, 120, []flow{{"/wait", 267, 149 * ms, 151 * ms}}},
+			},
+			saturated: false, capacity: math.NaN(),
+		},
+		{
 			// The expensive share grows within one class: the mean rises,
 			// the first quartile (the cheap requests) does not.
 			name: "expensive share grows within one route",

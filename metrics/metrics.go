@@ -32,6 +32,8 @@ type State struct {
 	// Limit is the concurrency limit in force, 0 when there is none: it
 	// moves in adaptive mode.
 	Limit int64
+	// Probe is a probe's cap in force, 0 when none is.
+	Probe int64
 }
 
 // Config describes the sidecar being measured.
@@ -48,6 +50,9 @@ type Config struct {
 	// reason label, created at once. If empty, the counter is not
 	// exported.
 	LimitChangeReasons []string
+	// ProbeResults are the values of loomgate_probes_total's result
+	// label, created at once. If empty, the counter is not exported.
+	ProbeResults []string
 	// MaxInFlightBytes is the memory bulkhead, 0 when there is none.
 	MaxInFlightBytes int64
 	// Version is the build's version, for loomgate_build_info.
@@ -122,6 +127,7 @@ type Metrics struct {
 	cfg          Config
 	peaks        *peaks
 	limitChanges map[string]prometheus.Counter
+	probes       map[string]prometheus.Counter
 	dryRun       map[string]prometheus.Counter
 	dryRunWait   prometheus.Histogram
 }
@@ -224,6 +230,7 @@ func New(cfg Config) (*Metrics, error) {
 		gauge("loomgate_queued", "Requests waiting for admission.", func(s State) int64 { return s.Queued }),
 		gauge("loomgate_in_flight_bytes", "Bytes reserved by admitted and waiting requests.", func(s State) int64 { return s.Bytes }),
 		gauge("loomgate_limit", "Enforced concurrency limit, 0 when there is none; in adaptive mode, the limit in force now.", func(s State) int64 { return s.Limit }),
+		gauge("loomgate_probe_limit", "A probe's cap on admission while it lasts (LOOMGATE_PROBE), 0 when none.", func(s State) int64 { return s.Probe }),
 		constant("loomgate_queue_limit", "Most requests allowed to wait, 0 when the queue is bounded by time alone or absent.", float64(cfg.QueueLimit), nil),
 		constant("loomgate_max_in_flight_bytes", "Memory bulkhead in bytes, 0 when there is none.", float64(cfg.MaxInFlightBytes), nil),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "loomgate_client_connections", Help: "Client connections open on the traffic listener."},
@@ -269,6 +276,17 @@ func New(cfg Config) (*Metrics, error) {
 		}
 		cs = append(cs, changes)
 	}
+	if len(cfg.ProbeResults) > 0 {
+		probes := prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "loomgate_probes_total",
+			Help: "Probes of the upstream (LOOMGATE_PROBE), by what they found: queueing (fewer admitted were served as much), not_queueing, inconclusive.",
+		}, []string{"result"})
+		m.probes = make(map[string]prometheus.Counter, len(cfg.ProbeResults))
+		for _, r := range cfg.ProbeResults {
+			m.probes[r] = probes.WithLabelValues(r)
+		}
+		cs = append(cs, probes)
+	}
 	for _, c := range cs {
 		if err := cfg.Registerer.Register(c); err != nil {
 			return nil, fmt.Errorf("metrics: %w", err)
@@ -290,6 +308,14 @@ func (m *Metrics) DryRunDecision(would string, wait time.Duration) {
 // Config.LimitChangeReasons are not counted.
 func (m *Metrics) LimitChanged(reason string) {
 	if c, ok := m.limitChanges[reason]; ok {
+		c.Inc()
+	}
+}
+
+// Probed counts one probe by its result; results outside
+// Config.ProbeResults are not counted.
+func (m *Metrics) Probed(result string) {
+	if c, ok := m.probes[result]; ok {
 		c.Inc()
 	}
 }

@@ -27,6 +27,45 @@ type AdviceDoc struct {
 	// Adaptive is the adaptive limit and its last changes; absent in the
 	// other modes.
 	Adaptive *AdaptiveDoc `json:"adaptive,omitempty"`
+	// Probe is the probe of the upstream (LOOMGATE_PROBE) and its last
+	// report; absent when it is off.
+	Probe *ProbeDoc `json:"probe,omitempty"`
+}
+
+// ProbeDoc is the probe and what it last found.
+type ProbeDoc struct {
+	// Probes counts the probes run; Active is set while one caps
+	// admission.
+	Probes int  `json:"probes"`
+	Active bool `json:"active"`
+	// Last is the last probe's report, null before the first.
+	Last *ProbeReportDoc `json:"last"`
+}
+
+// ProbeReportDoc is one probe: the upstream before it, each cap it
+// tried, and what it found.
+type ProbeReportDoc struct {
+	Start  time.Time `json:"start"`
+	End    time.Time `json:"end"`
+	Result string    `json:"result"`
+	// Before the probe: requests in flight, answers a second, mean service.
+	InFlight       float64 `json:"in_flight"`
+	Throughput     float64 `json:"throughput_rps"`
+	ServiceSeconds float64 `json:"mean_service_seconds"`
+	// Capacity is what the upstream serves at once at its unloaded speed,
+	// 0 when the probe was inconclusive.
+	Capacity float64        `json:"capacity"`
+	Steps    []ProbeStepDoc `json:"steps"`
+	Detail   string         `json:"detail"`
+}
+
+// ProbeStepDoc is one cap of a probe, measured.
+type ProbeStepDoc struct {
+	Cap            int     `json:"cap"`
+	InFlight       float64 `json:"in_flight"`
+	Throughput     float64 `json:"throughput_rps"`
+	ServiceSeconds float64 `json:"mean_service_seconds"`
+	Held           bool    `json:"held"`
 }
 
 // AdaptiveDoc is the adaptive mode's limit and why it moved.
@@ -304,6 +343,9 @@ func (s *Sidecar) advice(snap advice.Snapshot) AdviceDoc {
 			InFlight: b.InFlight, Queued: b.Queued,
 		})
 	}
+	if s.probe != nil {
+		doc.Probe = s.probeDoc()
+	}
 	if s.adaptive != nil {
 		a := &AdaptiveDoc{Limit: s.adaptive.Limit(), Changes: []ChangeDoc{}}
 		for _, ch := range s.adaptive.Changes() {
@@ -379,6 +421,9 @@ func (s *Sidecar) serveAdvice(w http.ResponseWriter, r *http.Request) {
 		if s.adaptive != nil {
 			w.Write([]byte(s.adaptiveText()))
 		}
+		if s.probe != nil {
+			w.Write([]byte(s.probeText()))
+		}
 		return
 	}
 	w.Header().Set("Content-Type", "application/json")
@@ -400,6 +445,36 @@ func (s *Sidecar) adaptiveText() string {
 		fmt.Fprintf(&b, "  %s  %d → %d  %s: %s\n", ch.At.Format(time.TimeOnly), ch.From, ch.To, strings.ReplaceAll(string(ch.Reason), "_", " "), ch.Detail)
 	}
 	return b.String()
+}
+
+// probeDoc is the probe's part of /advice.
+func (s *Sidecar) probeDoc() *ProbeDoc {
+	last, n := s.probe.Last()
+	doc := &ProbeDoc{Probes: n, Active: s.probe.Active()}
+	if n == 0 {
+		return doc
+	}
+	r := &ProbeReportDoc{Start: last.Start, End: last.End, Result: string(last.Result), InFlight: last.Load,
+		Throughput: last.Throughput, ServiceSeconds: last.Service.Seconds(), Capacity: last.Capacity,
+		Steps: []ProbeStepDoc{}, Detail: last.Detail}
+	for _, st := range last.Steps {
+		r.Steps = append(r.Steps, ProbeStepDoc{Cap: st.Cap, InFlight: st.Load, Throughput: st.Throughput, ServiceSeconds: st.Service.Seconds(), Held: st.Held})
+	}
+	doc.Last = r
+	return doc
+}
+
+// probeText is the probe in sentences, for /advice?format=text.
+func (s *Sidecar) probeText() string {
+	last, n := s.probe.Last()
+	switch {
+	case s.probe.Active():
+		return "\nProbe: under way, admitting fewer for a few seconds.\n"
+	case n == 0:
+		return "\nProbe: none yet; one runs when the upstream was never seen at a calmer load than now.\n"
+	}
+	return fmt.Sprintf("\nProbe: %d so far; the last, at %s for %.1f s: %s: %s.\n", n, last.Start.Format(time.TimeOnly),
+		last.End.Sub(last.Start).Seconds(), strings.ReplaceAll(string(last.Result), "_", " "), last.Detail)
 }
 
 // retryAfter is the proxy's RetryAfter: the expected wait of a rejected

@@ -37,6 +37,7 @@ type Config struct {
 	QueueInterval        time.Duration       `mode:"fixed,adaptive" env:"QUEUE_INTERVAL" envDefault:"100ms" help:"codel: how long the queue must stay non-empty to count as overload rather than a burst" accepts:"a duration with a unit, e.g. 100ms, above 0"`
 	AdaptiveMin          int                 `mode:"adaptive" env:"ADAPTIVE_MIN" envDefault:"1" help:"adaptive: the limit never goes below this (nor below the most the upstream served unstretched)" accepts:"a whole number from 1 to 1000000"`
 	AdaptiveMax          int                 `mode:"adaptive" env:"ADAPTIVE_MAX" envDefault:"0" help:"adaptive: the limit never goes above this, nor admission before the first limit; 0 = no bound" accepts:"a whole number from 0 to 1000000, 0 or at least LOOMGATE_ADAPTIVE_MIN"`
+	Probe                Switch              `env:"PROBE" envDefault:"auto" help:"when the upstream was never seen at a calmer load than now, admit fewer for a few seconds (never rejecting) to find whether it queues inside and its capacity; auto = on in adaptive mode, off in the others and in a dry run" accepts:"auto, on or off; not on with LOOMGATE_DRY_RUN=true"`
 	Bulkhead             int                 `mode:"unbounded" env:"BULKHEAD" envDefault:"0" help:"unbounded: max concurrent requests, 0 = off" accepts:"a whole number from 0 to 1000000"`
 	BulkheadWait         time.Duration       `mode:"unbounded" env:"BULKHEAD_WAIT" envDefault:"0s" help:"unbounded: how long a request may wait for the bulkhead, 0 = fail fast" accepts:"a duration with a unit, e.g. 0s or 100ms, not negative, 0 unless LOOMGATE_BULKHEAD is above 0"`
 	RejectStatus         int                 `env:"REJECT_STATUS" envDefault:"503" help:"status of admission's rejections (queue full or timed out, bulkhead, memory), with Retry-After" accepts:"503 or 429"`
@@ -70,7 +71,20 @@ func (c Config) Limiter() limiter.Config {
 		Bulkhead: c.Bulkhead, BulkheadWait: c.BulkheadWait,
 		Ceiling:          c.AdaptiveMax,
 		MaxInFlightBytes: c.inflightBytes(),
+		Probe:            c.ProbeOn(),
 	}
+}
+
+// ProbeOn reports whether the probe runs: LOOMGATE_PROBE=on, or auto in
+// adaptive mode. Never in a dry run, which changes nothing.
+func (c Config) ProbeOn() bool {
+	switch {
+	case c.DryRun || c.Probe == SwitchOff:
+		return false
+	case c.Probe == SwitchOn:
+		return true
+	}
+	return c.Mode == limiter.Adaptive
 }
 
 // inflightBytes is MaxInFlightBytes for the limiter: auto is resolved by
@@ -181,6 +195,12 @@ func (c Config) Validate() error {
 	}
 	if c.AdaptiveMax < 0 || c.AdaptiveMax > most || c.AdaptiveMax > 0 && c.AdaptiveMax < c.AdaptiveMin {
 		bad("AdaptiveMax", "is %d; want 0 (no bound), or AdaptiveMin (%d) to %d", c.AdaptiveMax, c.AdaptiveMin, most)
+	}
+	switch {
+	case c.Probe != SwitchAuto && c.Probe != SwitchOn && c.Probe != SwitchOff:
+		bad("Probe", "is %q; want auto, on or off", string(c.Probe))
+	case c.Probe == SwitchOn && c.DryRun:
+		bad("Probe", "is on; want off or auto with DryRun: a probe holds requests back for a few seconds, and a dry run changes nothing")
 	}
 	if c.DrainTimeout < 0 {
 		bad("DrainTimeout", "is %v; want 0 or more", c.DrainTimeout)
@@ -380,6 +400,29 @@ func (l LogLevel) MarshalText() ([]byte, error) { return slog.Level(l).MarshalTe
 
 // Level is the slog.Level, which makes a LogLevel a slog.Leveler.
 func (l LogLevel) Level() slog.Level { return slog.Level(l) }
+
+// Switch is a variable that is on, off, or auto: as the mode has it.
+type Switch string
+
+// The values of a Switch.
+const (
+	SwitchAuto Switch = "auto"
+	SwitchOn   Switch = "on"
+	SwitchOff  Switch = "off"
+)
+
+// UnmarshalText reads auto, on or off, in any case.
+func (s *Switch) UnmarshalText(text []byte) error {
+	switch v := Switch(strings.ToLower(string(text))); v {
+	case SwitchAuto, SwitchOn, SwitchOff:
+		*s = v
+		return nil
+	}
+	return errors.New("want auto, on or off")
+}
+
+// MarshalText writes the switch as it is set.
+func (s Switch) MarshalText() ([]byte, error) { return []byte(s), nil }
 
 // InactiveVariables names the variables that mode does not use: the other
 // mode's, checked but not in force.

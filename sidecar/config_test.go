@@ -44,3 +44,31 @@ func FuzzSize(f *testing.F) {
 		}
 	})
 }
+
+func TestProbeOn(t *testing.T) {
+	tests := []struct {
+		env  []string
+		want bool
+	}{
+		{nil, false},
+		{[]string{"LOOMGATE_MODE=fixed"}, false},
+		{[]string{"LOOMGATE_MODE=adaptive"}, true},
+		{[]string{"LOOMGATE_MODE=adaptive", "LOOMGATE_PROBE=off"}, false},
+		{[]string{"LOOMGATE_MODE=unbounded", "LOOMGATE_PROBE=on"}, true},
+		{[]string{"LOOMGATE_MODE=fixed", "LOOMGATE_PROBE=on"}, true},
+		// A dry run changes nothing: auto is off there.
+		{[]string{"LOOMGATE_MODE=adaptive", "LOOMGATE_DRY_RUN=true"}, false},
+	}
+	for _, tt := range tests {
+		cfg, err := ParseEnv(tt.env)
+		if err != nil {
+			t.Fatalf("ParseEnv(%q) = %v", tt.env, err)
+		}
+		if got := cfg.ProbeOn(); got != tt.want {
+			t.Errorf("ProbeOn() with %q = %v; want %v", tt.env, got, tt.want)
+		}
+		if got := cfg.Limiter().Probe; got != tt.want {
+			t.Errorf("Limiter().Probe with %q = %v; want %v", tt.env, got, tt.want)
+		}
+	}
+}

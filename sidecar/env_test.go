@@ -23,7 +23,7 @@ func TestDefaults(t *testing.T) {
 		QueuePolicy: limiter.FIFO, QueueTarget: 5 * time.Millisecond, QueueInterval: 100 * time.Millisecond, AdaptiveMin: 1, UpstreamTimeout: 60 * time.Second,
 		HeaderTimeout: 10 * time.Second, BodyTimeout: 10 * time.Second,
 		MaxBodyBytes: 16 << 20, RejectStatus: 503, DrainTimeout: 30 * time.Second, ServerTiming: true, AccessLog: "off",
-		MaxInFlightBytes: SizeAuto, MaxConns: CountAuto,
+		MaxInFlightBytes: SizeAuto, MaxConns: CountAuto, Probe: SwitchAuto,
 		LogLevel: LogLevel(slog.LevelInfo), UpstreamMemoryMetric: series.MustParse("process_resident_memory_bytes"),
 	}
 	if !reflect.DeepEqual(cfg, want) {
@@ -47,6 +47,9 @@ func TestParseEnvProblems(t *testing.T) {
 		{[]string{"LOOMGATE_QUEUE_SIZE=5", "LOOMGATE_WORKERS=20"}, nil},
 		{[]string{"LOOMGATE_MODE=fixed", "LOOMGATE_BULKHEAD_WAIT=1s"}, []string{`LOOMGATE_BULKHEAD_WAIT="1s": has no effect unless LOOMGATE_BULKHEAD is above 0`}},
 		{[]string{"LOOMGATE_WORKERS=0"}, []string{`LOOMGATE_WORKERS="0": want at least 1`}},
+		{[]string{"LOOMGATE_PROBE=maybe"}, []string{`LOOMGATE_PROBE="maybe"`}},
+		{[]string{"LOOMGATE_PROBE=on", "LOOMGATE_DRY_RUN=true"}, []string{`LOOMGATE_PROBE="on": want off or auto with LOOMGATE_DRY_RUN`}},
+		{[]string{"LOOMGATE_PROBE=OFF", "LOOMGATE_DRY_RUN=true", "LOOMGATE_MODE=adaptive"}, nil},
 		{[]string{"LOOMGATE_LOG_LEVEL=loud", "LOOMGATE_PPROF=maybe"}, []string{`LOOMGATE_LOG_LEVEL="loud"`, `LOOMGATE_PPROF="maybe"`}},
 		{[]string{"LOOMGATE_MAX_BODY_BYTES=0"}, []string{`LOOMGATE_MAX_BODY_BYTES="0": want above 0`}},
 		// The documented most, 2GiB, is accepted, and no byte more.

@@ -20,6 +20,7 @@ import (
 	"github.com/loomgate/loomgate/internal/listen"
 	"github.com/loomgate/loomgate/limiter"
 	"github.com/loomgate/loomgate/metrics"
+	"github.com/loomgate/loomgate/probe"
 	"github.com/loomgate/loomgate/proxy"
 	"github.com/loomgate/loomgate/route"
 )
@@ -67,6 +68,9 @@ type Sidecar struct {
 	// when plugged moves it instead (Options.Controller).
 	adaptive *adaptive.Controller
 	plugged  Controller
+	// probe finds out what an upstream seen only at its present load
+	// does with fewer admitted; nil when LOOMGATE_PROBE is off.
+	probe *probe.Controller
 	// shadow runs the configured policy in a dry run; nil without one.
 	// limiter then admits everyone.
 	shadow *limiter.Shadow
@@ -156,6 +160,7 @@ func build(cfg Config, opts Options) (*Sidecar, error) {
 		MaxInFlightBytes:  int64(cfg.MaxInFlightBytes),
 		MemoryBudgetBytes: int64(cfg.MemoryBudgetBytes),
 		OverheadBytes:     proxy.RequestOverheadBytes,
+		Probe:             cfg.ProbeOn(),
 	}
 	var limitNow func() int
 	if cfg.DryRun {
@@ -193,12 +198,13 @@ func build(cfg Config, opts Options) (*Sidecar, error) {
 				// A dry run's limit is the policy's, which it shadows.
 				limit = s.shadow.Limiter().Stats().Limit
 			}
-			return metrics.State{InFlight: st.InFlight, Queued: st.Queued, Bytes: st.Bytes, Limit: int64(limit)}
+			return metrics.State{InFlight: st.InFlight, Queued: st.Queued, Bytes: st.Bytes, Limit: int64(limit), Probe: int64(st.Probe)}
 		},
 		TakePeaks:          lim.TakePeaks,
 		RequestSeconds:     lim.RequestSeconds,
 		Advice:             s.gauges,
 		LimitChangeReasons: limitChangeReasons(),
+		ProbeResults:       probeResults(cfg),
 		SampleInterval:     opts.SampleInterval,
 		MaxClientConns:     int(cfg.MaxConns),
 		Connections: func() metrics.Connections {
@@ -228,12 +234,18 @@ func build(cfg Config, opts Options) (*Sidecar, error) {
 			Min: cfg.AdaptiveMin, Max: cfg.AdaptiveMax,
 			Logger:   s.log,
 			OnChange: func(ch adaptive.Change) { s.metrics.LimitChanged(string(ch.Reason)) },
+			Paused:   func() bool { return s.probe != nil && s.probe.Active() },
 		})
 		if err != nil {
 			return nil, err
 		}
 	}
-	obs := &observer{metrics: s.metrics, advisor: s.advisor, adaptive: s.adaptive}
+	if cfg.ProbeOn() {
+		if s.probe, err = s.newProbe(lim); err != nil {
+			return nil, err
+		}
+	}
+	obs := &observer{metrics: s.metrics, advisor: s.advisor, adaptive: s.adaptive, probe: s.probe}
 	if cfg.AccessLog == "json" {
 		obs.access = slog.New(slog.NewJSONHandler(opts.AccessLog, nil))
 	}
@@ -341,6 +353,12 @@ func (s *Sidecar) Run(ctx context.Context, ln, adminLn net.Listener) error {
 			return nil
 		})
 	}
+	if s.probe != nil {
+		g.Go(func() error {
+			s.probe.Run(runCtx)
+			return nil
+		})
+	}
 	if s.shadow != nil {
 		g.Go(func() error {
 			s.tellShadow(runCtx)
@@ -416,14 +434,20 @@ type observer struct {
 	metrics  *metrics.Metrics
 	advisor  *advice.Advisor
 	adaptive *adaptive.Controller // nil outside adaptive mode
+	probe    *probe.Controller    // nil when LOOMGATE_PROBE is off
 	access   *slog.Logger         // nil when the access log is off
 }
 
 func (o *observer) Observe(out *proxy.Outcome) {
 	o.metrics.Record(out)
 	class := o.advisor.Record(out)
-	if o.adaptive != nil && out.Admitted && out.Answered() {
-		o.adaptive.Record(class, out.Service)
+	if out.Admitted && out.Answered() {
+		if o.adaptive != nil {
+			o.adaptive.Record(class, out.Service)
+		}
+		if o.probe != nil {
+			o.probe.Record(out.Service)
+		}
 	}
 	if o.access != nil {
 		o.log(out)
@@ -455,6 +479,50 @@ func (o *observer) log(out *proxy.Outcome) {
 
 func millis(d time.Duration) float64 {
 	return float64(d.Microseconds()) / 1000
+}
+
+// newProbe builds the probe over lim, the limiter whose admission it caps
+// for a few seconds: wanted while whether the upstream queues inside is
+// unknown for want of a calmer load, and, in adaptive mode, only while
+// admission is open (a limit in force learns by its own trials).
+func (s *Sidecar) newProbe(lim *limiter.Limiter) (*probe.Controller, error) {
+	return probe.New(probe.Config{
+		Cap: lim.SetProbe,
+		State: func() probe.State {
+			st := lim.Stats()
+			return probe.State{InFlight: st.InFlight, Queued: st.Queued}
+		},
+		Wanted: func() bool {
+			if s.adaptive != nil && s.adaptive.Limit() > 0 || s.plugged != nil {
+				return false
+			}
+			// Ten seconds of traffic first: a calm start gives way to the
+			// load within seconds, and the estimate then compares them.
+			f := s.advisor.Snapshot().Figures
+			return f.Span >= probeAfter && f.Requests >= advice.MinRequests && f.Estimate.NeverCalm
+		},
+		Probing:  s.advisor.Probing,
+		Begin:    s.advisor.BeginStep,
+		End:      s.advisor.EndStep,
+		Logger:   s.log,
+		OnReport: func(r probe.Report) { s.metrics.Probed(string(r.Result)) },
+	})
+}
+
+// probeAfter is how long traffic runs before the probe may decide the
+// upstream was never seen calm: two of the estimate's buckets.
+const probeAfter = 2 * advice.BucketWidth
+
+// probeResults are loomgate_probes_total's results, none without a probe.
+func probeResults(cfg Config) []string {
+	if !cfg.ProbeOn() {
+		return nil
+	}
+	var rs []string
+	for _, r := range probe.Results() {
+		rs = append(rs, string(r))
+	}
+	return rs
 }
 
 // controlled returns the limiter an adaptive controller moves and what it

@@ -1,0 +1,122 @@
+package sidecar
+
+import (
+	"io"
+	"math"
+	"net/http"
+	"sync"
+	"testing"
+	"time"
+)
+
+// A service first seen at its peak, as users add loomgate: a pool of 20
+// at 50 ms behind 150 clients from the first second, so that nothing
+// calmer is ever seen. Without a probe, whether it queues inside is
+// unknown, and said so; with one, its capacity is found within seconds,
+// and in adaptive mode (where the probe is on by default) the limit is
+// set there.
+func TestFirstSeenAtItsPeak(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs load for about two minutes")
+	}
+	const pool, clients = 20, 150
+	tests := []struct {
+		name string
+		env  []string
+		// probe: a probe finds the capacity; otherwise it stays unknown.
+		probe    bool
+		adaptive bool
+	}{
+		{"unbounded, no probe", []string{"LOOMGATE_MODE=unbounded"}, false, false},
+		{"unbounded, LOOMGATE_PROBE=on", []string{"LOOMGATE_MODE=unbounded", "LOOMGATE_PROBE=on"}, true, false},
+		{"adaptive", []string{"LOOMGATE_MODE=adaptive", "LOOMGATE_QUEUE_TIMEOUT=30s"}, true, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			up := hiddenPool(t, pool, 50*time.Millisecond)
+			s := start(t, testConfig(t, append(tt.env, "LOOMGATE_UPSTREAM="+up)...))
+			var wg sync.WaitGroup
+			stop := make(chan struct{})
+			defer func() { close(stop); wg.Wait() }()
+			begun := time.Now()
+			closedLoop(s.URL+"/r", clients, stop, &wg)
+
+			// Within 30 s of the first request: found, or said unknown.
+			var doc AdviceDoc
+			for {
+				time.Sleep(time.Second)
+				doc = adviceDoc(t, s)
+				f := doc.Figures
+				found := f.UpstreamSaturated != nil && *f.UpstreamSaturated && f.UpstreamCapacity != nil
+				if tt.adaptive {
+					found = found && s.Stats().Limit > 0
+				}
+				if found && tt.probe || time.Since(begun) > 30*time.Second {
+					break
+				}
+			}
+			took := time.Since(begun)
+			f := doc.Figures
+			logAdviceText(t, s)
+			if f.UpstreamSaturated != nil && !*f.UpstreamSaturated {
+				t.Errorf("upstream_saturated = false; a pool of %d holds %d", pool, clients)
+			}
+			if f.CapacityLowerBound > pool*1.15 {
+				t.Errorf("upstream_capacity_lower_bound = %.0f; above the pool of %d", f.CapacityLowerBound, pool)
+			}
+			if !tt.probe {
+				if f.UpstreamSaturated != nil || f.SaturatedUnknown == "" {
+					t.Errorf("upstream_saturated = %v (%q); want null, with why", f.UpstreamSaturated, f.SaturatedUnknown)
+				}
+				if f.UpstreamCapacity != nil {
+					t.Errorf("upstream_capacity = %.1f; want unknown", *f.UpstreamCapacity)
+				}
+				if got := gathered(t, s.Sidecar, "loomgate_upstream_saturated", ""); !math.IsNaN(got) {
+					t.Errorf("loomgate_upstream_saturated = %v; want NaN, unknown", got)
+				}
+				return
+			}
+			if f.UpstreamSaturated == nil || !*f.UpstreamSaturated || f.UpstreamCapacity == nil {
+				t.Fatalf("after %s: upstream_saturated %v, capacity %v (%s); want saturated, and the capacity found",
+					took.Round(time.Second), f.UpstreamSaturated, f.UpstreamCapacity, f.CapacityUnknown)
+			}
+			t.Logf("found in %s: capacity %.1f", took.Round(100*time.Millisecond), *f.UpstreamCapacity)
+			if c := *f.UpstreamCapacity; math.Abs(c-pool) > 0.15*pool {
+				t.Errorf("upstream_capacity = %.1f; want %d within 15%%", c, pool)
+			}
+			if probes := gathered(t, s.Sidecar, "loomgate_probes_total", "queueing"); probes != 1 {
+				t.Errorf("loomgate_probes_total{result=queueing} = %v; want 1", probes)
+			}
+			if p := doc.Probe; p == nil || p.Probes != 1 || p.Last == nil || p.Last.Result != "queueing" || len(p.Last.Steps) < 2 {
+				t.Errorf("/advice probe = %+v; want the one probe, queueing, with its steps", p)
+			}
+			if !tt.adaptive {
+				return
+			}
+			// Held: the limit stays near the pool.
+			time.Sleep(10 * time.Second)
+			if l := s.Stats().Limit; math.Abs(float64(l-pool)) > 0.15*pool {
+				t.Errorf("adaptive limit = %d, 10 s after it was set; want %d within 15%%", l, pool)
+				for _, ch := range adviceDoc(t, s).Adaptive.Changes {
+					t.Logf("%s %d → %d %s: %s", ch.Time.Format(time.TimeOnly), ch.From, ch.To, ch.Reason, ch.Detail)
+				}
+			}
+			for _, kind := range []string{"rejected_queue_full", "rejected_queue_timeout"} {
+				if n := gathered(t, s.Sidecar, "loomgate_requests_total", kind); n > 0 {
+					t.Errorf("loomgate_requests_total{outcome=%s} = %v; want none", kind, n)
+				}
+			}
+		})
+	}
+}
+
+func logAdviceText(t *testing.T, s *running) {
+	t.Helper()
+	resp, err := http.Get(s.AdminURL + "/advice?format=text")
+	if err != nil {
+		return
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	t.Logf("advice:\n%s", b)
+}
