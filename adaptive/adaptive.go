@@ -468,8 +468,29 @@ func (c *Controller) step1(now time.Time, d time.Duration) {
 		return
 	}
 	c.decide(now, d, n, total, median, &classes)
-	// The limiter, the log and the metrics hear of the decisions after
-	// the lock is released: no lock is held across another component.
+	c.flush()
+}
+
+// Found sets a first limit at capacity, which another part found (a
+// probe: an upstream seen only at its peak, whose unloaded speed no tick
+// of admission open shows), never below lowerBound. It does nothing once
+// a limit is in force: the trials follow the upstream from there.
+func (c *Controller) Found(capacity, lowerBound float64, detail string) {
+	c.mu.Lock()
+	if c.phase != open || !(capacity > 0) {
+		c.mu.Unlock()
+		return
+	}
+	now := time.Now()
+	c.set(now, c.firstLimit(max(capacity, lowerBound), lowerBound), CapacityFound, detail)
+	c.limited(now, tick{})
+	c.flush()
+}
+
+// flush applies what decide chose: the limiter, the log and the metrics
+// hear of it after the lock is released, as no lock is held across
+// another component. The caller holds c.mu, which flush releases.
+func (c *Controller) flush() {
 	limit, changes := c.apply, c.pending
 	c.apply, c.pending = -1, nil
 	c.mu.Unlock()

@@ -990,3 +990,35 @@ func TestTriesASmallPoolSparingly(t *testing.T) {
 		}
 	})
 }
+
+// TestFoundSetsTheFirstLimit: 300 clients on a pool of 37 from the first
+// second, an estimate that never says saturated (it saw nothing calmer):
+// admission stays open until a probe tells the controller the capacity,
+// which then becomes its first limit, held, and a capacity told once a
+// limit is in force changes nothing.
+func TestFoundSetsTheFirstLimit(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r := newRig(t, &pool{size: 37, service: around(80 * time.Millisecond)}, Estimate{}, Config{})
+		defer r.close()
+		r.setClients(300)
+		time.Sleep(15 * time.Second)
+		if l := r.ctrl.Limit(); l != 0 {
+			t.Fatalf("limit %d with nothing found; want admission open", l)
+		}
+		r.ctrl.Found(36.4, 18, "a probe found it")
+		if l := r.ctrl.Limit(); l != 36 || r.lim.Stats().Limit != 36 {
+			t.Fatalf("limit %d, limiter's %d after Found(36.4); want 36", l, r.lim.Stats().Limit)
+		}
+		if ch := r.ctrl.Changes(); len(ch) != 1 || ch[0].Reason != CapacityFound {
+			t.Errorf("changes %+v; want one, capacity_found", ch)
+		}
+		if m := lastMedian(r.limits(40 * time.Second)); !within(m, 37, 0.15) {
+			t.Errorf("limit stands at %d; want 37 within 15%%", m)
+		}
+		before := r.ctrl.Limit()
+		r.ctrl.Found(5, 1, "a stale finding")
+		if l := r.ctrl.Limit(); l != before {
+			t.Errorf("Found with a limit in force moved it from %d to %d", before, l)
+		}
+	})
+}

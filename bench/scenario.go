@@ -86,6 +86,9 @@ type Sidecar struct {
 	Bulkhead int
 	// Routes is LOOMGATE_ROUTES. If empty, the automatic route classes.
 	Routes string
+	// Probe is LOOMGATE_PROBE: on, off or auto. If empty, the sidecar's
+	// default (auto: on in adaptive mode only).
+	Probe string
 	// Controller, in adaptive mode, names a controller of the lab's to
 	// move the limit in place of loomgate's (LOOMLAB_CONTROLLER, which
 	// `loomlab proxy` reads; see package adaptivematrix). If empty,
@@ -116,6 +119,9 @@ func (s Sidecar) Environ() []string {
 	}
 	if s.Routes != "" {
 		env = append(env, "LOOMGATE_ROUTES="+s.Routes)
+	}
+	if s.Probe != "" {
+		env = append(env, "LOOMGATE_PROBE="+s.Probe)
 	}
 	if s.Controller != "" {
 		env = append(env, "LOOMLAB_CONTROLLER="+s.Controller)

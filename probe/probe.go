@@ -84,6 +84,11 @@ type Config struct {
 	// Probing is told when a probe starts (true) and ends: the estimate
 	// leaves that time out. Optional.
 	Probing func(on bool)
+	// Found is told of a probe that found the upstream queueing inside,
+	// before its cap is lifted: a controller of the limit sets its own
+	// first, so that the requests the probe held back do not all reach
+	// the upstream's queue again. Optional.
+	Found func(Report)
 	// Begin is told when a step's answers start to be measured, and End
 	// when they stop, with the requests in flight on average and whether
 	// the step was below the upstream's knee (then its answers are its
@@ -142,6 +147,12 @@ const (
 	// three service times, so that every permit turns over several times.
 	minMeasure   = time.Second
 	measureTurns = 3
+	// Fell is how much throughput a step must lose to be cut short,
+	// after minFell and minAnswers: plainly below the knee (where a step
+	// of half loses from a tenth to a half), so that its cost, half the
+	// answers, lasts no longer than needed to read its service time.
+	Fell    = 0.25
+	minFell = 200 * time.Millisecond
 	// maxMeasure is the longest a measure waits for its answers, in
 	// service times, and at least maxMeasureFloor.
 	maxMeasure      = 10
@@ -252,7 +263,14 @@ type meter struct {
 	last              State
 }
 
+// throughput is answers a second by Little's law, the requests held on
+// average over their mean service time: counting answers over the measure
+// instead is off by a whole batch where a pool answers in step (200 every
+// 200 ms), and a measure of a few service times holds only a few batches.
 func (m meter) throughput() float64 {
+	if s := m.service(); s > 0 && m.samples > 0 {
+		return m.load() / s.Seconds()
+	}
 	if m.elapsed <= 0 {
 		return 0
 	}
@@ -340,7 +358,7 @@ func (c *Controller) probe(ctx context.Context) (r Report) {
 		r.End = time.Now()
 	}()
 	for {
-		step, err := c.step(ctx, deadline, capAt, r.Service)
+		step, err := c.step(ctx, deadline, capAt, r.Service, r.Throughput)
 		if err != nil {
 			r.Detail = fmt.Sprintf("stopped at a cap of %d: %v", capAt, err)
 			if errors.Is(err, errGone) {
@@ -376,15 +394,19 @@ func (c *Controller) probe(ctx context.Context) (r Report) {
 			r.Detail = fmt.Sprintf("it served %.0f/s with %.0f in flight, and %.0f/s with %d, in %s each as before: it was serving all it held",
 				r.Throughput, r.Load, step.Throughput, step.Cap, step.Service.Round(time.Millisecond))
 		}
+		if r.Result == Queueing && c.cfg.Found != nil {
+			c.cfg.Found(r)
+		}
 		return r
 	}
 }
 
 // step caps admission at capAt, waits until every request inside was
 // admitted under the cap, and measures what the upstream serves then.
-// service is the mean service time before the probe, which bounds the
-// waits.
-func (c *Controller) step(ctx context.Context, deadline time.Time, capAt int, service time.Duration) (Step, error) {
+// service and before are the mean service time and the throughput before
+// the probe: the first bounds the waits, and a step that serves plainly
+// less than the second is cut short.
+func (c *Controller) step(ctx context.Context, deadline time.Time, capAt int, service time.Duration, before float64) (Step, error) {
 	c.cfg.Cap(capAt)
 	bound := max(maxMeasureFloor, maxMeasure*service)
 	// The requests above the cap finish...
@@ -405,8 +427,15 @@ func (c *Controller) step(ctx context.Context, deadline time.Time, capAt int, se
 	if c.cfg.Begin != nil {
 		c.cfg.Begin()
 	}
+	// Measured long enough to tell a step that held from one that lost a
+	// tenth; but one that plainly fell is below the knee, and every
+	// moment more of it delays half the requests: it stops at once.
 	m, err := c.measure(ctx, deadline, bound, func(m *meter) bool {
-		return m.n >= minAnswers && m.elapsed >= max(minMeasure, measureTurns*m.service())
+		if m.n < minAnswers {
+			return false
+		}
+		return m.elapsed >= max(minMeasure, measureTurns*m.service()) ||
+			m.elapsed >= minFell && m.throughput() < (1-Fell)*before
 	})
 	if err != nil {
 		if c.cfg.End != nil {

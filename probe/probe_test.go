@@ -39,6 +39,7 @@ type rig struct {
 	steps    []float64 // loads of the steps kept as baselines
 	mu       sync.Mutex
 	reports  []Report
+	began    time.Time
 }
 
 // newRig starts clients that each send their next request as soon as the
@@ -53,17 +54,19 @@ func newRig(t *testing.T, ctx, clientsCtx context.Context, u *upstream, clients 
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := &rig{lim: lim}
+	r := &rig{lim: lim, began: time.Now()}
 	r.ctrl, err = New(Config{
 		Cap: lim.SetProbe,
 		State: func() State {
 			st := lim.Stats()
 			return State{InFlight: st.InFlight, Queued: st.Queued}
 		},
+		// Wanted after 10 s of traffic, as the sidecar has it: the
+		// clients' queue inside the upstream has built by then.
 		Wanted: func() bool {
 			r.mu.Lock()
 			defer r.mu.Unlock()
-			return len(r.reports) == 0
+			return len(r.reports) == 0 && time.Since(r.began) >= 10*time.Second
 		},
 		End: func(load float64, below bool) {
 			if below {
@@ -201,9 +204,8 @@ func TestProbeStopsWhenTheLoadGoes(t *testing.T) {
 		clients, stopClients := context.WithCancel(ctx)
 		up := upstream{size: 37, service: around(80 * time.Millisecond)}
 		r := newRig(t, ctx, clients, &up, 300, limiter.Config{Mode: limiter.Unbounded})
-		// The probe starts within the second; the clients leave in its
-		// first step.
-		time.Sleep(2500 * time.Millisecond)
+		// The probe starts 10 s in; the clients leave in its first step.
+		time.Sleep(11500 * time.Millisecond)
 		stopClients()
 		time.Sleep(time.Minute)
 		rep, ok := r.report()

@@ -501,7 +501,16 @@ func (s *Sidecar) newProbe(lim *limiter.Limiter) (*probe.Controller, error) {
 			f := s.advisor.Snapshot().Figures
 			return f.Span >= probeAfter && f.Requests >= advice.MinRequests && f.Estimate.NeverCalm
 		},
-		Probing:  s.advisor.Probing,
+		Probing: s.advisor.Probing,
+		Found: func(r probe.Report) {
+			// In adaptive mode the limit takes over from the probe's cap
+			// before it is lifted: otherwise every request it held back
+			// would reach the upstream's queue again until the next tick.
+			if s.adaptive != nil {
+				below := r.Steps[len(r.Steps)-1].Load
+				s.adaptive.Found(r.Capacity, below, "a probe found the upstream queueing inside: "+r.Detail)
+			}
+		},
 		Begin:    s.advisor.BeginStep,
 		End:      s.advisor.EndStep,
 		Logger:   s.log,

@@ -23,6 +23,22 @@ type Case struct {
 	// stub's pool as it changes.
 	Oracle     int
 	FollowPool bool
+	// Within, if set, is how soon every phase's limit must stand right,
+	// in place of ConvergeWithin; P99Margin, how far above the oracle's
+	// adaptive's p99 may be, in place of P99Noise: a case that starts at
+	// its peak pays for finding the knee in its slowest answers.
+	Within    time.Duration
+	P99Margin float64
+}
+
+// caseNamed is the matrix's case of that name.
+func caseNamed(name string) (Case, bool) {
+	for _, c := range Cases() {
+		if c.Name == name {
+			return c, true
+		}
+	}
+	return Case{}, false
 }
 
 // Phase is a time of steady load and of one truth.
@@ -80,11 +96,12 @@ func healthy(demand float64) Truth { return Truth{Demand: demand} }
 // otherwise: the stub's pool of 50 then serves 500 requests a second,
 // which the rig, the sidecar and the stub sustain on two shared cores.
 //
-// Each case whose upstream saturates begins with LeadIn of light load, as
+// Most cases whose upstream saturates begin with LeadIn of light load, as
 // a new replica's traffic ramps up behind its readiness probe and a load
-// balancer's slow start: an upstream seen only at full load gives no
-// evidence that its service time grew with the load, and adaptive mode
-// then stays pass-through (measured, and reported beside the matrix).
+// balancer's slow start. The peak cases begin at full load, as a sidecar
+// added beside a service already slow does: there only the probe shows
+// that the service time is a queue inside, and the limit must stand
+// right within 30 s of the first request.
 func Cases() []Case {
 	s := time.Second
 	wait := "/wait?ms=100"
@@ -143,6 +160,19 @@ func Cases() []Case {
 			// Its light load is one client: two would already fill the two
 			// cores that the rig and the sidecar share.
 			Phases: []Phase{lead("/cpu?iters=300000", 1), {Duration: 15 * s, Flows: []bench.Flow{{Path: "/cpu?iters=300000", Clients: 32}}, Truth: Truth{Capacity: 2, Lo: 1, Hi: 4}}},
+		},
+		{
+			Name: "peak", Description: "a hidden pool of 37 at 80 ms behind 300 clients from the first second",
+			Pool: 37, Oracle: 37, Within: 30 * s, P99Margin: 0.5,
+			Phases: []Phase{{Duration: 45 * s, Flows: []bench.Flow{{Path: "/wait?ms=80", Clients: 300}}, Truth: pool(37)}},
+		},
+		{
+			// A minute: the probe's one step, half the answers for two
+			// service times, is a few hundred requests, which over 30 s
+			// are the p99 (1.9 times unbounded's), and over a minute not.
+			Name: "peak-healthy", Description: "nothing limits the upstream, 650 ms, 300 clients from the first second",
+			Within: 30 * s,
+			Phases: []Phase{{Duration: 60 * s, Flows: []bench.Flow{{Path: "/wait?ms=650", Clients: 300}}, Truth: healthy(300)}},
 		},
 		{
 			Name: "open", Description: "open arrivals at 1.5× capacity: 200 a second, then 750, at a hidden pool of 50 at 100 ms (500 a second); queue waits bounded at 1 s",

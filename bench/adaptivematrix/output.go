@@ -2,6 +2,7 @@ package adaptivematrix
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"html/template"
@@ -84,15 +85,19 @@ func Judge(results []Result) []Verdict {
 			continue
 		}
 		v := Verdict{Case: name, Against: map[string]string{}}
+		within, p99Margin := ConvergeWithin, P99Noise
+		if c, ok := caseNamed(name); ok {
+			within, p99Margin = cmp.Or(c.Within, within), cmp.Or(c.P99Margin, p99Margin)
+		}
 		v.Goodput = a.Goodput / o.Goodput
 		v.P99 = float64(a.P99) / float64(o.P99)
 		v.GoodputOK = v.Goodput >= 1-GoodputMargin
-		v.P99OK = v.P99 <= 1+P99Noise
+		v.P99OK = v.P99 <= 1+p99Margin
 		v.ConvergedOK = true
 		for i, c := range a.Converged {
 			switch {
-			case c >= 0 && c <= ConvergeWithin:
-			case c < 0 && i < len(a.PhaseLengths) && a.PhaseLengths[i] < ConvergeWithin:
+			case c >= 0 && c <= within:
+			case c < 0 && i < len(a.PhaseLengths) && a.PhaseLengths[i] < within:
 				v.Untested = true
 			default:
 				v.ConvergedOK = false
@@ -169,8 +174,18 @@ func WriteMarkdown(w io.Writer, cases []Case, results []Result) error {
 		b.WriteString("\n| case | goodput vs oracle (≥ 90%) | p99 vs oracle (≤ 110%) | right within 60 s | never below half the truth | vs Envoy | vs Gradient2 | all goals |\n")
 		b.WriteString("| --- | --: | --: | --- | --- | --- | --- | --- |\n")
 		for _, v := range verdicts {
-			fmt.Fprintf(&b, "| %s | %.0f%% %s | %.0f%% %s | %s | %s | %s | %s | %s |\n", v.Case,
-				100*v.Goodput, mark(v.GoodputOK), 100*v.P99, mark(v.P99OK), convergedMark(v), mark(v.FloorOK),
+			// A case with bounds of its own says them in its cells.
+			p99, within := "", ""
+			if c, ok := caseNamed(v.Case); ok {
+				if c.P99Margin > 0 {
+					p99 = fmt.Sprintf(" (≤ %.0f%%)", 100*(1+c.P99Margin))
+				}
+				if c.Within > 0 {
+					within = fmt.Sprintf(" (within %.0f s)", c.Within.Seconds())
+				}
+			}
+			fmt.Fprintf(&b, "| %s | %.0f%% %s | %.0f%% %s%s | %s%s | %s | %s | %s | %s |\n", v.Case,
+				100*v.Goodput, mark(v.GoodputOK), 100*v.P99, mark(v.P99OK), p99, convergedMark(v), within, mark(v.FloorOK),
 				orDash(v.Against[Envoy]), orDash(v.Against[Gradient2]), metMark(v))
 		}
 	}

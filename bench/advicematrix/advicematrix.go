@@ -89,6 +89,11 @@ type Truth struct {
 	// Shared, if set, are the routes that must be named as sharing the
 	// bottleneck: one cap in front of them all, not one per route.
 	Shared []string
+	// Unknown: the upstream is only ever seen at one load and the probe is
+	// off, so whether it is saturated cannot be told, and the advice must
+	// say so: neither saturated nor not, no lower bound above Capacity
+	// (when set), no limit recommended.
+	Unknown bool
 }
 
 // Result is one case's outcome.
@@ -96,16 +101,22 @@ type Result struct {
 	Case  Case
 	Truth Truth
 
-	// What the sidecar said.
-	Saturated  bool
-	RouteLocal []string
-	Shared     []string
-	Capacity   *float64
-	Unknown    string
-	LowerBound float64
+	// What the sidecar said. SaturationUnknown is why it could not tell
+	// whether the upstream is saturated, empty when it could.
+	Saturated         bool
+	SaturationUnknown string
+	RouteLocal        []string
+	Shared            []string
+	Capacity          *float64
+	Unknown           string
+	LowerBound        float64
 	// InFlight is the requests the upstream held on average over the
 	// window: the demand of open arrivals, which have no client count.
-	InFlight    float64
+	InFlight float64
+	// Probes is how many probes the sidecar ran (LOOMGATE_PROBE), and
+	// ProbeResult what the last found with its capacity, in words.
+	Probes      int
+	ProbeResult string
 	Summary     string
 	Recommended string // the setting applied, as the variables write it
 	Workers     int
@@ -156,17 +167,46 @@ func Cases() []Case {
 		return Truth{Saturated: true, Capacity: n, CapacityLo: n * (1 - CapacityMargin), CapacityHi: n * (1 + CapacityMargin)}
 	}
 	return []Case{
+		// One load from the first second: nothing calmer is seen, and the
+		// probe (on in these cases, after 10 s of traffic) tells a
+		// healthy upstream from one queueing inside. 25 s leaves it time.
 		{
 			Name: "steady", Description: "one route, 100 ms, 50 clients, nothing limits it",
-			Phases: []Phase{{Duration: 20 * s, Flows: []bench.Flow{{Path: "/wait?ms=100", Clients: 50}}}},
+			Phases: []Phase{{Duration: 25 * s, Flows: []bench.Flow{{Path: "/wait?ms=100", Clients: 50}}}},
 		},
 		{
 			Name: "spread", Description: "one route, service times spread 20-400 ms, 40 clients, nothing limits it",
-			Phases: []Phase{{Duration: 20 * s, Flows: []bench.Flow{{Path: "/wait?ms=20&to=400", Clients: 40}}}},
+			Phases: []Phase{{Duration: 25 * s, Flows: []bench.Flow{{Path: "/wait?ms=20&to=400", Clients: 40}}}},
 		},
 		{
 			Name: "cheap+expensive", Description: "2 ms requests from 2 clients beside 200 ms ones from 20, on one route, nothing limits them",
-			Phases: []Phase{{Duration: 20 * s, Flows: []bench.Flow{{Path: "/wait?ms=2", Clients: 2}, {Path: "/wait?ms=200", Clients: 20}}}},
+			Phases: []Phase{{Duration: 25 * s, Flows: []bench.Flow{{Path: "/wait?ms=2", Clients: 2}, {Path: "/wait?ms=200", Clients: 20}}}},
+		},
+		// Where users start: a service already at its peak when loomgate
+		// is put beside it. Without the probe the advice cannot tell and
+		// says so; with it, it finds the pool.
+		{
+			Name: "peak", Description: "a hidden pool of 37 at 80 ms behind 300 clients from the first second; the probe off",
+			Stub: stub.Config{Pool: 37}, Sidecar: bench.Sidecar{Probe: "off"},
+			Phases: []Phase{{Duration: 30 * s, Flows: []bench.Flow{{Path: "/wait?ms=80", Clients: 300}}}},
+			Truth:  Truth{Unknown: true, Capacity: 37},
+		},
+		{
+			Name: "peak-probed", Description: "a hidden pool of 37 at 80 ms behind 300 clients from the first second; the probe on",
+			Stub:   stub.Config{Pool: 37},
+			Phases: []Phase{{Duration: 30 * s, Flows: []bench.Flow{{Path: "/wait?ms=80", Clients: 300}}}},
+			Truth:  pool(37),
+		},
+		{
+			Name: "peak-healthy", Description: "nothing limits it, 650 ms, 300 clients from the first second; the probe on",
+			Phases: []Phase{{Duration: 30 * s, Flows: []bench.Flow{{Path: "/wait?ms=650", Clients: 300}}}},
+		},
+		{
+			Name: "peak-open", Description: "open arrivals at a hidden pool of 20, 100 ms (200 a second served): 240 a second from the first second; the probe on",
+			Stub:           stub.Config{Pool: 20},
+			Phases:         []Phase{{Duration: 40 * s, Rates: []Rate{{Path: "/wait?ms=100", PerSecond: 240}}}},
+			Truth:          pool(20),
+			ApplyFromEmpty: 55 * time.Second,
 		},
 		{
 			Name: "rising", Description: "a hidden pool of 50, 100 ms: 10 clients, then 200 within the window",
@@ -247,8 +287,9 @@ func Cases() []Case {
 			ApplyFromEmpty: 55 * time.Second,
 		},
 		{
+			// 20 s before the slowdown: the probe, 10 s in, is done by then.
 			Name: "slower-dependency", Description: "nothing limits it, but its dependency slows from 50 ms to 150 ms under the same 40 clients",
-			Phases: []Phase{{Duration: 10 * s, Flows: []bench.Flow{{Path: "/wait?ms=50", Clients: 40}}}, {Duration: 12 * s, Flows: []bench.Flow{{Path: "/wait?ms=150", Clients: 40}}}},
+			Phases: []Phase{{Duration: 20 * s, Flows: []bench.Flow{{Path: "/wait?ms=50", Clients: 40}}}, {Duration: 12 * s, Flows: []bench.Flow{{Path: "/wait?ms=150", Clients: 40}}}},
 		},
 		{
 			Name: "tomcat-50", Description: "Apache Tomcat, maxThreads 50, a JSP that sleeps 100 ms: 20 clients, then 100",
@@ -261,6 +302,19 @@ func Cases() []Case {
 			Phases:   []Phase{{Duration: 8 * s, Flows: []bench.Flow{{Path: "/call.jsp?ms=400", Clients: 50}}}, {Duration: 14 * s, Flows: []bench.Flow{{Path: "/call.jsp?ms=400", Clients: 400}}}},
 			Truth:    pool(200),
 			Upstream: tomcatUpstream(200), Needs: tomcat.Available,
+		},
+		{
+			Name: "peak-tomcat-40", Description: "Apache Tomcat, maxThreads 40, a JSP that sleeps 100 ms, 300 clients from the first second; the probe off",
+			Sidecar:  bench.Sidecar{Probe: "off"},
+			Phases:   []Phase{{Duration: 30 * s, Flows: []bench.Flow{{Path: "/sleep.jsp?ms=100", Clients: 300}}}},
+			Truth:    Truth{Unknown: true, Capacity: 40},
+			Upstream: tomcatUpstream(40), Needs: tomcat.Available,
+		},
+		{
+			Name: "peak-tomcat-40-probed", Description: "Apache Tomcat, maxThreads 40, a JSP that sleeps 100 ms, 300 clients from the first second; the probe on",
+			Phases:   []Phase{{Duration: 30 * s, Flows: []bench.Flow{{Path: "/sleep.jsp?ms=100", Clients: 300}}}},
+			Truth:    pool(40),
+			Upstream: tomcatUpstream(40), Needs: tomcat.Available,
 		},
 		{
 			Name: "tomcat-shared", Description: "one Tomcat pool of 50 behind two routes, a 100 ms JSP and a trivial one: 10+5 clients, then 100+10",
@@ -364,7 +418,8 @@ type adviceDoc struct {
 		Unknown    string   `json:"upstream_capacity_unknown"`
 		LowerBound float64  `json:"upstream_capacity_lower_bound"`
 		InFlight   float64  `json:"in_flight"`
-		Saturated  bool     `json:"upstream_saturated"`
+		Saturated  *bool    `json:"upstream_saturated"`
+		Undecided  string   `json:"upstream_saturated_unknown"`
 		RouteLocal []string `json:"saturated_routes_alone"`
 		Shared     []string `json:"shared_routes"`
 	} `json:"figures"`
@@ -376,6 +431,13 @@ type adviceDoc struct {
 		Summary     string          `json:"summary"`
 		Predictions []predictionDoc `json:"predictions"`
 	} `json:"recommendation"`
+	Probe *struct {
+		Probes int `json:"probes"`
+		Last   *struct {
+			Result   string  `json:"result"`
+			Capacity float64 `json:"capacity"`
+		} `json:"last"`
+	} `json:"probe"`
 }
 
 // predictionDoc is one of /advice's predictions.
@@ -392,7 +454,15 @@ type predictionDoc struct {
 
 func runCase(ctx context.Context, c Case, l bench.Launcher, opts Options) (Result, error) {
 	r := Result{Case: c, Truth: c.Truth}
-	t, stop, err := l.Launch(ctx, bench.Arm{Label: c.Name, Sidecar: c.Sidecar, Stub: c.Stub, Upstream: c.Upstream})
+	sc := c.Sidecar
+	if sc.Probe == "" {
+		// The sidecar is judged with its probe on: where a calmer load was
+		// seen it never runs (and a run there is a problem); where none
+		// was, it finds what passive reading cannot. The peak cases say
+		// off, to judge what is said without it.
+		sc.Probe = "on"
+	}
+	t, stop, err := l.Launch(ctx, bench.Arm{Label: c.Name, Sidecar: sc, Stub: c.Stub, Upstream: c.Upstream})
 	if err != nil {
 		return r, fmt.Errorf("launch: %w", err)
 	}
@@ -411,9 +481,24 @@ func runCase(ctx context.Context, c Case, l bench.Launcher, opts Options) (Resul
 	}
 	stop()
 	f, rec := doc.Figures, doc.Recommendation
-	r.Saturated, r.RouteLocal, r.Capacity, r.Unknown, r.LowerBound, r.InFlight = f.Saturated, f.RouteLocal, f.Capacity, f.Unknown, f.LowerBound, f.InFlight
+	r.RouteLocal, r.Capacity, r.Unknown, r.LowerBound, r.InFlight = f.RouteLocal, f.Capacity, f.Unknown, f.LowerBound, f.InFlight
+	switch {
+	case f.Saturated != nil:
+		r.Saturated = *f.Saturated
+	default:
+		r.SaturationUnknown = cmp.Or(f.Undecided, "unknown")
+	}
+	if p := doc.Probe; p != nil {
+		r.Probes = p.Probes
+		if p.Last != nil {
+			r.ProbeResult = strings.ReplaceAll(p.Last.Result, "_", " ")
+			if p.Last.Capacity > 0 {
+				r.ProbeResult += fmt.Sprintf(", %.1f", p.Last.Capacity)
+			}
+		}
+	}
 	r.Summary, r.Workers, r.Bulkhead = rec.Summary, rec.Workers, rec.Bulkhead
-	r.judge(c.Phases[len(c.Phases)-1])
+	r.judge(c.Phases)
 	r.Shared = f.Shared
 	if len(c.Truth.Shared) > 0 && !slices.Equal(sorted(f.Shared), sorted(c.Truth.Shared)) {
 		r.Problems = append(r.Problems, fmt.Sprintf("routes sharing the bottleneck %q; the truth is %q", f.Shared, c.Truth.Shared))
@@ -526,9 +611,28 @@ func sorted(s []string) []string {
 }
 
 // judge compares what the sidecar said with the truth.
-func (r *Result) judge(last Phase) {
+func (r *Result) judge(phases []Phase) {
 	tr := r.Truth
-	if r.Saturated != tr.Saturated {
+	last := phases[len(phases)-1]
+	if r.Probes > 0 && startsCalm(phases) {
+		r.Problems = append(r.Problems, fmt.Sprintf("probed %d times, though a calmer load was seen", r.Probes))
+	}
+	if tr.Unknown {
+		if r.SaturationUnknown == "" {
+			r.Problems = append(r.Problems, fmt.Sprintf("saturated %v; the truth is that one load cannot tell", r.Saturated))
+		}
+		if tr.Capacity > 0 && r.LowerBound > tr.Capacity*(1+CapacityMargin) {
+			r.Problems = append(r.Problems, fmt.Sprintf("at least %.0f; above the capacity %.0f", r.LowerBound, tr.Capacity))
+		}
+		if r.Workers > 0 || r.Bulkhead > 0 {
+			r.Problems = append(r.Problems, fmt.Sprintf("recommends WORKERS=%d, BULKHEAD=%d on nothing known", r.Workers, r.Bulkhead))
+		}
+		return
+	}
+	switch {
+	case r.SaturationUnknown != "":
+		r.Problems = append(r.Problems, fmt.Sprintf("saturation %s; the truth is %v", r.SaturationUnknown, tr.Saturated))
+	case r.Saturated != tr.Saturated:
 		r.Problems = append(r.Problems, fmt.Sprintf("saturated %v; the truth is %v", r.Saturated, tr.Saturated))
 	}
 	if got := strings.Join(r.RouteLocal, ","); got != tr.RouteLocal {
@@ -559,6 +663,22 @@ func (r *Result) judge(last Phase) {
 	if limit := max(r.Workers, r.Bulkhead); limit > 0 && float64(limit) < math.Floor(r.LowerBound) {
 		r.Problems = append(r.Problems, fmt.Sprintf("recommends %d, below the %.0f served without slowing", limit, r.LowerBound))
 	}
+}
+
+// startsCalm reports whether the first phase is calmer than the last:
+// fewer clients or fewer arrivals a second. There the probe must never run.
+func startsCalm(phases []Phase) bool {
+	load := func(p Phase) float64 {
+		n := 0.0
+		for _, f := range p.Flows {
+			n += float64(f.Clients)
+		}
+		for _, r := range p.Rates {
+			n += r.PerSecond
+		}
+		return n
+	}
+	return load(phases[0]) < load(phases[len(phases)-1])
 }
 
 func readAdvice(ctx context.Context, admin string) (adviceDoc, error) {
@@ -676,11 +796,11 @@ func driveAndRead(ctx context.Context, t bench.Target, p Phase, warmup, window t
 // verdict, the estimate, the advice, predicted against measured, and pass
 // or fail.
 func WriteMarkdown(w io.Writer, results []Result) error {
-	fmt.Fprintln(w, "| case | truth | verdict | capacity (estimate) | advice | applied | predicted rps / p50 | measured rps / p50 | once applied | result |")
-	fmt.Fprintln(w, "| --- | --- | --- | --- | --- | --- | --: | --: | --- | --- |")
+	fmt.Fprintln(w, "| case | truth | verdict | capacity (estimate) | probe | advice | applied | predicted rps / p50 | measured rps / p50 | once applied | result |")
+	fmt.Fprintln(w, "| --- | --- | --- | --- | --- | --- | --- | --: | --: | --- | --- |")
 	for _, r := range results {
 		if r.Skipped != "" {
-			if _, err := fmt.Fprintf(w, "| %s | | | | | | | | | skipped: %s |\n", r.Case.Name, r.Skipped); err != nil {
+			if _, err := fmt.Fprintf(w, "| %s | | | | | | | | | | skipped: %s |\n", r.Case.Name, r.Skipped); err != nil {
 				return err
 			}
 			continue
@@ -699,8 +819,16 @@ func WriteMarkdown(w io.Writer, results []Result) error {
 		case r.Truth.CapacityKnown:
 			truth = fmt.Sprintf("not saturated now, %.0f before", r.Truth.Capacity)
 		}
+		if r.Truth.Unknown {
+			truth = "cannot be told at one load"
+			if r.Truth.Capacity > 0 {
+				truth += fmt.Sprintf(" (a pool of %.0f)", r.Truth.Capacity)
+			}
+		}
 		verdict := "not saturated"
 		switch {
+		case r.SaturationUnknown != "":
+			verdict = "unknown"
 		case r.Saturated && len(r.Shared) > 1:
 			verdict = "saturated, shared by " + strings.Join(r.Shared, " and ")
 		case r.Saturated:
@@ -734,7 +862,16 @@ func WriteMarkdown(w io.Writer, results []Result) error {
 			}
 			return fmt.Sprintf("%.0f / %s", m.Throughput, m.P50.Round(time.Millisecond))
 		}
-		if _, err := fmt.Fprintf(w, "| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", r.Case.Name, truth, verdict, capacity, advice,
+		probe := "none"
+		switch {
+		case r.Case.Sidecar.Probe == "off":
+			probe = "off"
+		case r.Probes > 1:
+			probe = fmt.Sprintf("%d, the last %s", r.Probes, r.ProbeResult)
+		case r.Probes == 1:
+			probe = r.ProbeResult
+		}
+		if _, err := fmt.Fprintf(w, "| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", r.Case.Name, truth, verdict, capacity, probe, advice,
 			r.Recommended, pm(r.Predicted), pm(r.Measured), r.Once, result); err != nil {
 			return err
 		}

@@ -64,7 +64,39 @@ func TestJudgeHealthyDemand(t *testing.T) {
 	}
 	for _, tt := range tests {
 		r := Result{Workers: tt.workers, InFlight: tt.held}
-		r.judge(tt.last)
+		r.judge([]Phase{tt.last})
+		if got := len(r.Problems) > 0; got != tt.problem {
+			t.Errorf("%s: problems %q; want a problem: %v", tt.name, r.Problems, tt.problem)
+		}
+	}
+}
+
+// TestJudgeUnknownAndProbes: where one load cannot tell, the verdict must
+// be unknown, with no lower bound above the truth and no limit; elsewhere
+// unknown is a problem; and a probe where a calmer load was seen is one.
+func TestJudgeUnknownAndProbes(t *testing.T) {
+	peak := []Phase{{Flows: []bench.Flow{{Path: "/wait", Clients: 300}}}}
+	rising := []Phase{{Flows: []bench.Flow{{Path: "/wait", Clients: 10}}}, {Flows: []bench.Flow{{Path: "/wait", Clients: 200}}}}
+	unknown := Truth{Unknown: true, Capacity: 37}
+	tests := []struct {
+		name    string
+		truth   Truth
+		phases  []Phase
+		r       Result
+		problem bool
+	}{
+		{"unknown, said so", unknown, peak, Result{SaturationUnknown: "unknown: never seen at a calmer load"}, false},
+		{"unknown, said not saturated", unknown, peak, Result{}, true},
+		{"unknown, a lower bound above the pool", unknown, peak, Result{SaturationUnknown: "unknown", LowerBound: 300}, true},
+		{"unknown, a limit", unknown, peak, Result{SaturationUnknown: "unknown", Workers: 37}, true},
+		{"saturated, said unknown", Truth{Saturated: true}, peak, Result{SaturationUnknown: "unknown", Probes: 1}, true},
+		{"saturated, found by a probe", Truth{Saturated: true}, peak, Result{Saturated: true, Probes: 1, Workers: 37}, false},
+		{"a probe though a calmer load was seen", Truth{Saturated: true}, rising, Result{Saturated: true, Probes: 1, Workers: 50}, true},
+	}
+	for _, tt := range tests {
+		r := tt.r
+		r.Truth = tt.truth
+		r.judge(tt.phases)
 		if got := len(r.Problems) > 0; got != tt.problem {
 			t.Errorf("%s: problems %q; want a problem: %v", tt.name, r.Problems, tt.problem)
 		}
