@@ -3,6 +3,7 @@ package proxy
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -10,6 +11,7 @@ import (
 	"regexp"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -164,12 +166,22 @@ func TestNoRetry(t *testing.T) {
 	if n := up.requests.Load(); n != 1 {
 		t.Errorf("upstream saw %d requests; want 1 (no retry)", n)
 	}
-	if o := tp.rec.wait(t, 1)[0]; o.Kind != UpstreamError || !o.Admitted {
+	o := tp.rec.wait(t, 1)[0]
+	if o.Kind != UpstreamError || !o.Admitted {
 		t.Errorf("outcome = %v admitted=%v; want upstream_error, admitted", o.Kind, o.Admitted)
+	}
+	// Reached, then dropped: an error, and no connect failure.
+	var ce *ConnectError
+	if o.UpstreamErr == nil || errors.As(o.UpstreamErr, &ce) {
+		t.Errorf("outcome's UpstreamErr = %#v; want the reset, not a *ConnectError", o.UpstreamErr)
 	}
 	tp.waitIdle(t)
 }
 
+// TestUpstreamDown: nothing listens at the upstream's address. The
+// client gets 502 and nothing of the error; the observer gets the error,
+// a *ConnectError, which tells an upstream that is down from one that
+// failed a request.
 func TestUpstreamDown(t *testing.T) {
 	ln, _ := net.Listen("tcp", "127.0.0.1:0")
 	addr := ln.Addr().String()
@@ -181,6 +193,11 @@ func TestUpstreamDown(t *testing.T) {
 	}
 	if strings.Contains(body, "127.0.0.1") || strings.Contains(body, "refused") {
 		t.Errorf("body %q carries internal error text", body)
+	}
+	o := tp.rec.wait(t, 1)[0]
+	var ce *ConnectError
+	if o.Kind != UpstreamError || !errors.As(o.UpstreamErr, &ce) || !errors.Is(o.UpstreamErr, syscall.ECONNREFUSED) {
+		t.Errorf("outcome = %v, UpstreamErr %v; want upstream_error, a *ConnectError of ECONNREFUSED", o.Kind, o.UpstreamErr)
 	}
 	tp.waitIdle(t)
 }

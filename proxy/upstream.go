@@ -102,6 +102,18 @@ type upstreamConn struct {
 	reusable bool
 }
 
+// ConnectError is a failure to open a connection to the upstream: nothing
+// listens at its address, or nothing answered the connect in time. The
+// other failures (a connection reset, a malformed answer) come from an
+// upstream that was reached.
+type ConnectError struct {
+	Err error
+}
+
+func (e *ConnectError) Error() string { return e.Err.Error() }
+
+func (e *ConnectError) Unwrap() error { return e.Err }
+
 // roundTrip writes req upstream and reads the response's header into
 // e.resp, leaving the body on the connection, which e holds until
 // releaseUpstream.
