@@ -15,6 +15,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/valyala/fasthttp"
+
 	"github.com/loomgate/loomgate/limiter"
 )
 
@@ -666,5 +668,29 @@ func TestShutdownWithNothingInFlightIsComplete(t *testing.T) {
 	tp.rec.mu.Unlock()
 	if n != 0 {
 		t.Errorf("%d outcomes; want none: no request was made", n)
+	}
+}
+
+// timeoutErr is a network error that timed out.
+type timeoutErr struct{}
+
+func (timeoutErr) Error() string   { return "i/o timeout" }
+func (timeoutErr) Timeout() bool   { return true }
+func (timeoutErr) Temporary() bool { return true }
+
+func TestConnectErrorTimedOut(t *testing.T) {
+	for _, tt := range []struct {
+		err  error
+		want bool
+	}{
+		{syscall.ECONNREFUSED, false},
+		{&net.OpError{Op: "dial", Net: "tcp", Err: syscall.ECONNREFUSED}, false},
+		{&net.OpError{Op: "dial", Net: "tcp", Err: syscall.EHOSTUNREACH}, false},
+		{fmt.Errorf("error when dialing 10.0.0.1:80: %w", fasthttp.ErrDialTimeout), true},
+		{&net.OpError{Op: "dial", Net: "tcp", Err: timeoutErr{}}, true},
+	} {
+		if got := (&ConnectError{Err: tt.err}).TimedOut(); got != tt.want {
+			t.Errorf("ConnectError{%v}.TimedOut() = %v; want %v", tt.err, got, tt.want)
+		}
 	}
 }

@@ -25,7 +25,7 @@ func TestDefaults(t *testing.T) {
 		QueuePolicy: limiter.FIFO, QueueTarget: 5 * time.Millisecond, QueueInterval: 100 * time.Millisecond, AdaptiveMin: 1, UpstreamTimeout: 60 * time.Second,
 		HeaderTimeout: 10 * time.Second, BodyTimeout: 10 * time.Second,
 		MaxBodyBytes: 16 << 20, RejectStatus: 503, DrainTimeout: 30 * time.Second, ServerTiming: true, AccessLog: "off",
-		MaxInFlightBytes: SizeAuto, MaxConns: CountAuto,
+		MaxInFlightBytes: SizeAuto, MaxConns: CountAuto, ReadyFollowsUpstream: 10 * time.Second,
 		LogLevel: LogLevel(slog.LevelInfo), UpstreamMemoryMetric: series.MustParse("process_resident_memory_bytes"),
 	}
 	if !reflect.DeepEqual(cfg, want) {

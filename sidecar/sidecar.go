@@ -72,6 +72,9 @@ type Sidecar struct {
 	shadow *limiter.Shadow
 	admin  *http.Server
 	ready  atomic.Bool
+	// health follows whether the upstream answers: the log, the status
+	// page and /readyz read it.
+	health *upstreamHealth
 }
 
 // New validates cfg and builds the parts; nothing listens yet.
@@ -129,6 +132,7 @@ func build(cfg Config, opts Options) (*Sidecar, error) {
 			"LOOMGATE_MAX_CONNS", int(cfg.MaxConns), "open_file_limit", files)
 	}
 	s := &Sidecar{cfg: cfg, version: opts.Version, log: opts.Logger, registry: prometheus.NewRegistry()}
+	s.health = newUpstreamHealth(s.log, cfg.Upstream, cfg.ReadyFollowsUpstream)
 	lim, err := limiter.New(cfg.Limiter())
 	if err != nil {
 		return nil, err
@@ -233,7 +237,7 @@ func build(cfg Config, opts Options) (*Sidecar, error) {
 			return nil, err
 		}
 	}
-	obs := &observer{metrics: s.metrics, advisor: s.advisor, adaptive: s.adaptive}
+	obs := &observer{metrics: s.metrics, advisor: s.advisor, adaptive: s.adaptive, health: s.health}
 	if cfg.AccessLog == "json" {
 		obs.access = slog.New(slog.NewJSONHandler(opts.AccessLog, nil))
 	}
@@ -417,10 +421,12 @@ type observer struct {
 	advisor  *advice.Advisor
 	adaptive *adaptive.Controller // nil outside adaptive mode
 	access   *slog.Logger         // nil when the access log is off
+	health   *upstreamHealth
 }
 
 func (o *observer) Observe(out *proxy.Outcome) {
 	o.metrics.Record(out)
+	o.health.observe(out)
 	class := o.advisor.Record(out)
 	if o.adaptive != nil && out.Admitted && out.Answered() {
 		o.adaptive.Record(class, out.Service)
