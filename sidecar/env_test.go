@@ -72,6 +72,9 @@ func TestParseEnvProblems(t *testing.T) {
 		{[]string{"LOOMGATE_SERVER_TIMING=yes"}, []string{`LOOMGATE_SERVER_TIMING="yes": not true or false`}},
 		{[]string{"LOOMGATE_DRAIN_TIMEOUT=abc"}, []string{`LOOMGATE_DRAIN_TIMEOUT="abc": not a duration;`}},
 		{[]string{"LOOMGATE_QUEUE_TIMEOUT=-1s"}, []string{`LOOMGATE_QUEUE_TIMEOUT="-1s": want above 0;`}},
+		{[]string{"LOOMGATE_READY_FOLLOWS_UPSTREAM=0s"}, nil},
+		{[]string{"LOOMGATE_READY_FOLLOWS_UPSTREAM=-1s"}, []string{`LOOMGATE_READY_FOLLOWS_UPSTREAM="-1s": want 0 (never) or more;`}},
+		{[]string{"LOOMGATE_READY_FOLLOWS_UPSTREAM=true"}, []string{`LOOMGATE_READY_FOLLOWS_UPSTREAM="true": not a duration;`}},
 		{[]string{"LOOMGATE_MAX_INFLIGHT_BYTES=1.5MiB"}, nil},
 		// Less than a request without a body reserves refuses every one.
 		{[]string{"LOOMGATE_MAX_INFLIGHT_BYTES=95KiB"}, []string{`LOOMGATE_MAX_INFLIGHT_BYTES="95KiB": want 0 (off), or at least 96KiB, what a request without a body reserves`}},
