@@ -3,6 +3,7 @@ package checks
 import (
 	"context"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"strconv"
@@ -136,5 +137,88 @@ func TestStatusPageInBrowser(t *testing.T) {
 		if err := os.WriteFile(fromRepoRoot(screenshotPath), shot, 0o644); err != nil {
 			t.Fatal(err)
 		}
+	}
+}
+
+// TestStatusPageShowsUpstreamDown loads the status page in headless
+// Chromium while nothing listens at the upstream's address, then starts
+// an upstream there: the page says the upstream is not answering, since
+// when, how many requests failed and why, and what /readyz makes of it;
+// then that it answers again.
+func TestStatusPageShowsUpstreamDown(t *testing.T) {
+	if testing.Short() {
+		t.Skip("drives a browser")
+	}
+	chromium := sidecartest.RequireTool(t, "chromium", "chromium")
+	addr := freePort(t)
+	s := startSidecar(t, map[string]string{"LOOMGATE_UPSTREAM": "http://" + addr})
+	const n = 3
+	for range n {
+		resp, err := http.Get(s.URL + "/")
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != 502 {
+			t.Fatalf("GET / with nothing at the upstream = %d; want 502", resp.StatusCode)
+		}
+	}
+
+	ctx := headlessChromium(t, chromium)
+	if err := chromedp.Do(ctx, chromedp.Navigate(s.AdminURL+"/")); err != nil {
+		t.Fatal(err)
+	}
+	state := func() (text, class string) {
+		t.Helper()
+		v, err := chromedp.Run(ctx, chromedp.Evaluate[[]string](`[document.getElementById("upstreamstate").textContent, document.getElementById("upstreamstate").className]`))
+		if err != nil || len(v) != 2 {
+			t.Fatalf("reading the page: %v", err)
+		}
+		return v[0], v[1]
+	}
+	poll := func(what, cond string) {
+		t.Helper()
+		pctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		defer cancel()
+		if _, err := chromedp.Run(pctx, chromedp.Poll[chromedp.Void](cond, chromedp.WithPollingTimeout(25*time.Second))); err != nil {
+			text, _ := state()
+			t.Fatalf("page never showed %s: %v\nupstream line: %q", what, err, text)
+		}
+	}
+	poll("the upstream down", `document.getElementById("upstreamstate").textContent.includes("3 requests failed")`)
+	text, class := state()
+	t.Logf("upstream down: %q", text)
+	for _, want := range []string{"not answering since ", "3 requests failed", "connection refused", "/readyz 503: upstream not reached yet"} {
+		if !strings.Contains(text, want) {
+			t.Errorf("upstream line = %q; want %q in it", text, want)
+		}
+	}
+	if class != "down" {
+		t.Errorf("upstream line's class = %q; want down (red)", class)
+	}
+
+	ln, err := net.Listen("tcp", addr)
+	for i := 0; err != nil && i < 50; i++ {
+		// Another program may hold the port an instant.
+		time.Sleep(100 * time.Millisecond)
+		ln, err = net.Listen("tcp", addr)
+	}
+	if err != nil {
+		t.Fatalf("listen on the upstream's address: %v", err)
+	}
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") })}
+	go srv.Serve(ln)
+	t.Cleanup(func() { srv.Close() })
+	resp, err := http.Get(s.URL + "/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 200 {
+		t.Fatalf("GET / with the upstream up = %d; want 200", resp.StatusCode)
+	}
+	poll("the upstream back", `document.getElementById("upstreamstate").textContent === "answering"`)
+	if _, class := state(); class != "" {
+		t.Errorf("upstream line's class once back = %q; want none", class)
 	}
 }

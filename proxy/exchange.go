@@ -331,6 +331,7 @@ func (e *exchange) upstreamFailed(ctx *fasthttp.RequestCtx, err error) {
 			e.respond(ctx, fasthttp.StatusBadRequest, BadRequest, msgMalformed)
 		}
 	case isTimeout(err):
+		e.outcome.UpstreamErr = err
 		e.respond(ctx, fasthttp.StatusGatewayTimeout, UpstreamTimeout, msgUpstreamTimeout)
 	case errors.Is(err, syscall.EMFILE), errors.Is(err, syscall.ENFILE):
 		// The dial failed for want of a descriptor of the proxy's own
@@ -340,6 +341,7 @@ func (e *exchange) upstreamFailed(ctx *fasthttp.RequestCtx, err error) {
 		e.respond(ctx, fasthttp.StatusServiceUnavailable, InternalError, msgNoFiles)
 	default:
 		e.p.log.Debug("upstream failed", "err", err)
+		e.outcome.UpstreamErr = err
 		e.respond(ctx, fasthttp.StatusBadGateway, UpstreamError, msgUpstreamError)
 	}
 }
@@ -503,9 +505,9 @@ func (e *exchange) CloseWithError(writeErr error) error {
 	o := &e.outcome
 	switch {
 	case e.readErr != nil && isTimeout(e.readErr):
-		o.Kind = UpstreamTimeout
+		o.Kind, o.UpstreamErr = UpstreamTimeout, e.readErr
 	case e.readErr != nil:
-		o.Kind = UpstreamError
+		o.Kind, o.UpstreamErr = UpstreamError, e.readErr
 	case writeErr != nil && o.Kind == OK && isTimeout(writeErr):
 		// Cut by the write timeout: the client stalled reading its
 		// response; it did not leave.

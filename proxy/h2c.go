@@ -121,7 +121,7 @@ func newH2(p *Proxy, upstream string) *h2 {
 		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
 			c, err := dialer.DialContext(ctx, network, addr)
 			if err != nil {
-				return nil, err
+				return nil, &ConnectError{Err: err}
 			}
 			return rawio.WrapIn(c, &p.upstreams), nil
 		},
@@ -560,6 +560,7 @@ func (h *h2) failed(w http.ResponseWriter, r *http.Request, err error) {
 		st.outcome.Kind, st.outcome.Status = ClientClosed, StatusClientClosed
 	default:
 		h.p.log.Debug("upstream failed", "err", err, "protocol", "h2c")
+		st.outcome.UpstreamErr = err
 		h.answer(w, st, UpstreamError, http.StatusBadGateway, msgUpstreamError)
 	}
 }

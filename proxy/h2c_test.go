@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"context"
+	"errors"
 	"io"
 	"net"
 	"net/http"
@@ -294,8 +295,9 @@ func TestGRPCUpstreamDown(t *testing.T) {
 	if status.Code(err) != codes.Unavailable {
 		t.Errorf("call = %v; want UNAVAILABLE", err)
 	}
-	if o := tp.rec.wait(t, 1)[0]; o.Kind != UpstreamError {
-		t.Errorf("outcome = %+v", o)
+	var ce *ConnectError
+	if o := tp.rec.wait(t, 1)[0]; o.Kind != UpstreamError || !errors.As(o.UpstreamErr, &ce) {
+		t.Errorf("outcome = %+v; want upstream_error, its UpstreamErr a *ConnectError", o)
 	}
 }
 

@@ -1052,7 +1052,7 @@ func dialAside(addr string, timeout time.Duration, g *rawio.Group) (net.Conn, er
 	}()
 	d := <-ch
 	if d.err != nil {
-		return nil, d.err
+		return nil, &ConnectError{Err: d.err}
 	}
 	// Its reads and writes do not wake the runtime's monitor thread (see
 	// rawListener).

@@ -3,6 +3,7 @@ package proxy
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -10,8 +11,11 @@ import (
 	"regexp"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
+
+	"github.com/valyala/fasthttp"
 
 	"github.com/loomgate/loomgate/limiter"
 )
@@ -164,12 +168,22 @@ func TestNoRetry(t *testing.T) {
 	if n := up.requests.Load(); n != 1 {
 		t.Errorf("upstream saw %d requests; want 1 (no retry)", n)
 	}
-	if o := tp.rec.wait(t, 1)[0]; o.Kind != UpstreamError || !o.Admitted {
+	o := tp.rec.wait(t, 1)[0]
+	if o.Kind != UpstreamError || !o.Admitted {
 		t.Errorf("outcome = %v admitted=%v; want upstream_error, admitted", o.Kind, o.Admitted)
+	}
+	// Reached, then dropped: an error, and no connect failure.
+	var ce *ConnectError
+	if o.UpstreamErr == nil || errors.As(o.UpstreamErr, &ce) {
+		t.Errorf("outcome's UpstreamErr = %#v; want the reset, not a *ConnectError", o.UpstreamErr)
 	}
 	tp.waitIdle(t)
 }
 
+// TestUpstreamDown: nothing listens at the upstream's address. The
+// client gets 502 and nothing of the error; the observer gets the error,
+// a *ConnectError, which tells an upstream that is down from one that
+// failed a request.
 func TestUpstreamDown(t *testing.T) {
 	ln, _ := net.Listen("tcp", "127.0.0.1:0")
 	addr := ln.Addr().String()
@@ -181,6 +195,11 @@ func TestUpstreamDown(t *testing.T) {
 	}
 	if strings.Contains(body, "127.0.0.1") || strings.Contains(body, "refused") {
 		t.Errorf("body %q carries internal error text", body)
+	}
+	o := tp.rec.wait(t, 1)[0]
+	var ce *ConnectError
+	if o.Kind != UpstreamError || !errors.As(o.UpstreamErr, &ce) || !errors.Is(o.UpstreamErr, syscall.ECONNREFUSED) {
+		t.Errorf("outcome = %v, UpstreamErr %v; want upstream_error, a *ConnectError of ECONNREFUSED", o.Kind, o.UpstreamErr)
 	}
 	tp.waitIdle(t)
 }
@@ -649,5 +668,29 @@ func TestShutdownWithNothingInFlightIsComplete(t *testing.T) {
 	tp.rec.mu.Unlock()
 	if n != 0 {
 		t.Errorf("%d outcomes; want none: no request was made", n)
+	}
+}
+
+// timeoutErr is a network error that timed out.
+type timeoutErr struct{}
+
+func (timeoutErr) Error() string   { return "i/o timeout" }
+func (timeoutErr) Timeout() bool   { return true }
+func (timeoutErr) Temporary() bool { return true }
+
+func TestConnectErrorTimedOut(t *testing.T) {
+	for _, tt := range []struct {
+		err  error
+		want bool
+	}{
+		{syscall.ECONNREFUSED, false},
+		{&net.OpError{Op: "dial", Net: "tcp", Err: syscall.ECONNREFUSED}, false},
+		{&net.OpError{Op: "dial", Net: "tcp", Err: syscall.EHOSTUNREACH}, false},
+		{fmt.Errorf("error when dialing 10.0.0.1:80: %w", fasthttp.ErrDialTimeout), true},
+		{&net.OpError{Op: "dial", Net: "tcp", Err: timeoutErr{}}, true},
+	} {
+		if got := (&ConnectError{Err: tt.err}).TimedOut(); got != tt.want {
+			t.Errorf("ConnectError{%v}.TimedOut() = %v; want %v", tt.err, got, tt.want)
+		}
 	}
 }

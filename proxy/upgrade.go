@@ -165,7 +165,7 @@ func (e *exchange) upgrade(ctx *fasthttp.RequestCtx) {
 	conn, err := (&net.Dialer{Deadline: deadline}).Dial("tcp", p.client.Addr)
 	if err != nil {
 		e.releaseUpgradePlace()
-		e.upstreamFailed(ctx, err)
+		e.upstreamFailed(ctx, &ConnectError{Err: err})
 		return
 	}
 	_ = conn.SetDeadline(deadline)

@@ -314,6 +314,10 @@ func TestUpgradeUpstreamDown(t *testing.T) {
 	if st := tp.proxy.UpgradedStats(); st.Open != 0 {
 		t.Errorf("open = %d; want 0", st.Open)
 	}
+	var ce *ConnectError
+	if o := tp.rec.wait(t, 2)[0]; !errors.As(o.UpstreamErr, &ce) {
+		t.Errorf("outcome's UpstreamErr = %v; want a *ConnectError", o.UpstreamErr)
+	}
 	tp.waitIdle(t)
 }
 

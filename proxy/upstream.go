@@ -102,6 +102,26 @@ type upstreamConn struct {
 	reusable bool
 }
 
+// ConnectError is a failure to open a connection to the upstream: nothing
+// listens at its address, or nothing answered the connect in time. The
+// other failures (a connection reset, a malformed answer) come from an
+// upstream that was reached.
+type ConnectError struct {
+	Err error
+}
+
+func (e *ConnectError) Error() string { return e.Err.Error() }
+
+func (e *ConnectError) Unwrap() error { return e.Err }
+
+// TimedOut reports whether the connect timed out, rather than failed at
+// once (refused: nothing listens there; or no route to it): an upstream
+// too busy to accept, or a host that drops packets.
+func (e *ConnectError) TimedOut() bool {
+	var ne net.Error
+	return errors.Is(e.Err, fasthttp.ErrDialTimeout) || errors.As(e.Err, &ne) && ne.Timeout()
+}
+
 // roundTrip writes req upstream and reads the response's header into
 // e.resp, leaving the body on the connection, which e holds until
 // releaseUpstream.

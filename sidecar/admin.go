@@ -30,6 +30,11 @@ func (s *Sidecar) adminHandler() http.Handler {
 			w.Write([]byte("draining\n"))
 			return
 		}
+		if ok, why := s.health.ready(r.Context()); !ok {
+			w.WriteHeader(http.StatusServiceUnavailable)
+			w.Write([]byte(why + "\n"))
+			return
+		}
 		w.Write([]byte("ready\n"))
 	})
 	mux.HandleFunc("GET /advice", s.serveAdvice)

@@ -30,6 +30,30 @@ type AdviceDoc struct {
 	// Probe is the probe of the upstream (LOOMGATE_PROBE) and its last
 	// report; absent when it is off.
 	Probe *ProbeDoc `json:"probe,omitempty"`
+	// Upstream is whether the upstream answers, now.
+	Upstream UpstreamDoc `json:"upstream"`
+}
+
+// UpstreamDoc is whether the upstream answers. A failure spell runs from a
+// request the upstream failed (upstream_error, or a connect that failed)
+// to the next one it answers, or, when it failed only connects, to the
+// next connect /readyz makes that succeeds.
+type UpstreamDoc struct {
+	URL string `json:"url"`
+	// Failing is set during a failure spell; FailingSince is its first
+	// failure (null outside one), Failed its requests, and Error the
+	// last one's error ("" outside one).
+	Failing      bool       `json:"failing"`
+	FailingSince *time.Time `json:"failing_since"`
+	Failed       int64      `json:"failed"`
+	Error        string     `json:"error"`
+	// NotReady is why /readyz fails on the upstream's account, from the
+	// last connects and requests; "" when it passes, or before anything
+	// was tried.
+	NotReady string `json:"not_ready"`
+	// ReadyFollowsSeconds is LOOMGATE_READY_FOLLOWS_UPSTREAM in seconds, 0
+	// when /readyz does not follow the upstream.
+	ReadyFollowsSeconds float64 `json:"ready_follows_upstream_seconds"`
 }
 
 // ProbeDoc is the probe and what it last found.
@@ -352,6 +376,14 @@ func (s *Sidecar) advice(snap advice.Snapshot) AdviceDoc {
 			a.Changes = append(a.Changes, ChangeDoc{Time: ch.At, From: ch.From, To: ch.To, Reason: string(ch.Reason), Detail: ch.Detail})
 		}
 		doc.Adaptive = a
+	}
+	up := s.health.state()
+	doc.Upstream = UpstreamDoc{
+		URL: s.cfg.Upstream, Failing: !up.FailingSince.IsZero(), Failed: up.Failed, Error: up.Err,
+		NotReady: up.NotReady, ReadyFollowsSeconds: s.cfg.ReadyFollowsUpstream.Seconds(),
+	}
+	if doc.Upstream.Failing {
+		doc.Upstream.FailingSince = &up.FailingSince
 	}
 	return doc
 }

@@ -49,6 +49,7 @@ type Config struct {
 	MaxBodyBytes         Size                `env:"MAX_BODY_BYTES" envDefault:"16MiB" help:"request body limit (413 beyond)" accepts:"a size in bytes above 0, at most 2GiB, e.g. 16MiB or 1048576"`
 	MaxConns             AutoCount           `env:"MAX_CONNS" envDefault:"auto" help:"client connections open at once (an upgraded one counts twice, for its own upstream connection); beyond, new ones wait in the listen backlog until one closes. auto = what the open-file limit leaves after the upstream pool and 64 spare descriptors; 0 = unbounded" accepts:"auto, or a whole number from 0 to 10000000"`
 	DrainTimeout         time.Duration       `env:"DRAIN_TIMEOUT" envDefault:"30s" help:"on SIGTERM: how long queued and in-flight requests and open HTTP/2 streams may finish; upgraded connections (WebSocket) are closed at its end, with a close frame" accepts:"a duration with a unit, e.g. 30s, not negative"`
+	ReadyFollowsUpstream time.Duration       `env:"READY_FOLLOWS_UPSTREAM" envDefault:"10s" help:"/readyz fails once connects to the upstream have been refused this long with none accepted since, and before the first is accepted; 0 = /readyz does not follow the upstream (set it for an upstream many pods share)" accepts:"a duration with a unit, e.g. 10s, not negative; 0s = off"`
 	MaxUpgraded          int                 `env:"MAX_UPGRADED" envDefault:"0" help:"upgraded connections (WebSocket) open at once; a handshake beyond is rejected like a full queue (rejected_upgraded); 0 = unbounded" accepts:"a whole number from 0 to 10000000"`
 	UpgradedIdleTimeout  time.Duration       `env:"UPGRADED_IDLE_TIMEOUT" envDefault:"0s" help:"close an upgraded connection that carried nothing either way for this long (a WebSocket gets a close frame, 1001); 0 = never" accepts:"a duration with a unit, e.g. 0s or 10m, not negative"`
 	ServerTiming         bool                `env:"SERVER_TIMING" envDefault:"true" help:"add the Server-Timing response header" accepts:"true or false"`
@@ -204,6 +205,9 @@ func (c Config) Validate() error {
 	}
 	if c.DrainTimeout < 0 {
 		bad("DrainTimeout", "is %v; want 0 or more", c.DrainTimeout)
+	}
+	if c.ReadyFollowsUpstream < 0 {
+		bad("ReadyFollowsUpstream", "is %v; want 0 (never) or more", c.ReadyFollowsUpstream)
 	}
 	if c.MaxUpgraded < 0 || c.MaxUpgraded > 10_000_000 {
 		bad("MaxUpgraded", "is %d; want 0 (unbounded) to 10000000", c.MaxUpgraded)

@@ -158,6 +158,44 @@ func ParseEnv(environ []string) (Config, error) {
 	return cfg, nil
 }
 
+// unprefixed names, in the order of `loomgate -h`, the variables of
+// environ that are loomgate's without the prefix (MODE, WORKERS …) while
+// the prefixed one is unset: loomgate reads only LOOMGATE_ ones, and
+// `MODE=fixed WORKERS=5 loomgate` started pass-through without a word.
+// Some of these names (LISTEN, MODE, LOG_LEVEL) may be another program's
+// in a shared environment (a ConfigMap in envFrom); each is still named:
+// the cost of a false alarm is one line of the log, that of silence a
+// mode that is not the one meant.
+func unprefixed(environ []string) []string {
+	envMap := env.ToMap(environ)
+	var names []string
+	for _, v := range Variables() {
+		short := strings.TrimPrefix(v.Name, EnvPrefix)
+		if _, set := envMap[short]; !set {
+			continue
+		}
+		if _, set := envMap[v.Name]; !set {
+			names = append(names, short)
+		}
+	}
+	return names
+}
+
+// warnUnprefixed logs, in one line, the variables unprefixed finds in
+// environ, each with the name loomgate reads.
+func warnUnprefixed(log *slog.Logger, environ []string) {
+	names := unprefixed(environ)
+	if len(names) == 0 {
+		return
+	}
+	prefixed := make([]string, len(names))
+	for i, n := range names {
+		prefixed[i] = EnvPrefix + n
+	}
+	log.Warn("ignored: loomgate reads only LOOMGATE_ variables; if these are meant for it, set the prefixed names",
+		"unprefixed", strings.Join(names, ","), "set_instead", strings.Join(prefixed, ","))
+}
+
 // LogConfig writes the configuration in force, defaults included and
 // auto resolved, so that an operator reading the log knows what runs
 // without reading the deployment; the other mode's settings follow on a

@@ -1,7 +1,9 @@
 package sidecar
 
 import (
+	"context"
 	"errors"
+	"io"
 	"log/slog"
 	"reflect"
 	"strings"
@@ -23,7 +25,7 @@ func TestDefaults(t *testing.T) {
 		QueuePolicy: limiter.FIFO, QueueTarget: 5 * time.Millisecond, QueueInterval: 100 * time.Millisecond, AdaptiveMin: 1, UpstreamTimeout: 60 * time.Second,
 		HeaderTimeout: 10 * time.Second, BodyTimeout: 10 * time.Second,
 		MaxBodyBytes: 16 << 20, RejectStatus: 503, DrainTimeout: 30 * time.Second, ServerTiming: true, AccessLog: "off",
-		MaxInFlightBytes: SizeAuto, MaxConns: CountAuto, Probe: SwitchAuto,
+		MaxInFlightBytes: SizeAuto, MaxConns: CountAuto, Probe: SwitchAuto, ReadyFollowsUpstream: 10 * time.Second,
 		LogLevel: LogLevel(slog.LevelInfo), UpstreamMemoryMetric: series.MustParse("process_resident_memory_bytes"),
 	}
 	if !reflect.DeepEqual(cfg, want) {
@@ -73,6 +75,9 @@ func TestParseEnvProblems(t *testing.T) {
 		{[]string{"LOOMGATE_SERVER_TIMING=yes"}, []string{`LOOMGATE_SERVER_TIMING="yes": not true or false`}},
 		{[]string{"LOOMGATE_DRAIN_TIMEOUT=abc"}, []string{`LOOMGATE_DRAIN_TIMEOUT="abc": not a duration;`}},
 		{[]string{"LOOMGATE_QUEUE_TIMEOUT=-1s"}, []string{`LOOMGATE_QUEUE_TIMEOUT="-1s": want above 0;`}},
+		{[]string{"LOOMGATE_READY_FOLLOWS_UPSTREAM=0s"}, nil},
+		{[]string{"LOOMGATE_READY_FOLLOWS_UPSTREAM=-1s"}, []string{`LOOMGATE_READY_FOLLOWS_UPSTREAM="-1s": want 0 (never) or more;`}},
+		{[]string{"LOOMGATE_READY_FOLLOWS_UPSTREAM=true"}, []string{`LOOMGATE_READY_FOLLOWS_UPSTREAM="true": not a duration;`}},
 		{[]string{"LOOMGATE_MAX_INFLIGHT_BYTES=1.5MiB"}, nil},
 		// Less than a request without a body reserves refuses every one.
 		{[]string{"LOOMGATE_MAX_INFLIGHT_BYTES=95KiB"}, []string{`LOOMGATE_MAX_INFLIGHT_BYTES="95KiB": want 0 (off), or at least 96KiB, what a request without a body reserves`}},
@@ -197,5 +202,44 @@ func TestListenClashNamesBothVariables(t *testing.T) {
 		if _, err := ParseEnv(env); err != nil {
 			t.Errorf("ParseEnv(%q) = %v; want nil", env, err)
 		}
+	}
+}
+
+// TestMainWarnsOfUnprefixedVariables: `MODE=fixed WORKERS=5 loomgate`
+// started pass-through without a word. Main, run as the binary runs it,
+// now names in one WARN line each loomgate variable found without its
+// prefix while the prefixed one is unset, with the name it reads.
+func TestMainWarnsOfUnprefixedVariables(t *testing.T) {
+	// Ended already: the sidecar starts, logs, and drains at once.
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	run := func(environ ...string) string {
+		t.Helper()
+		var stderr strings.Builder
+		environ = append(environ, "LOOMGATE_LISTEN=127.0.0.1:0", "LOOMGATE_ADMIN_LISTEN=127.0.0.1:0", "PATH=/usr/bin", "HOME=/root")
+		if code := Main(ctx, environ, io.Discard, &stderr, "test"); code != 0 {
+			t.Fatalf("Main(%q) = %d; want 0\n%s", environ, code, stderr.String())
+		}
+		return stderr.String()
+	}
+	// QUEUE_SIZE is set both ways: the prefixed one is read, and the
+	// other is nobody's business.
+	log := run("MODE=fixed", "WORKERS=5", "BULKHEAD=3", "QUEUE_SIZE=7", "LOOMGATE_QUEUE_SIZE=5")
+	const want = `level=WARN msg="ignored: loomgate reads only LOOMGATE_ variables; if these are meant for it, set the prefixed names" unprefixed=MODE,WORKERS,BULKHEAD set_instead=LOOMGATE_MODE,LOOMGATE_WORKERS,LOOMGATE_BULKHEAD`
+	var lines []string
+	for _, l := range strings.Split(log, "\n") {
+		if strings.Contains(l, "unprefixed=") {
+			lines = append(lines, l)
+		}
+	}
+	if len(lines) != 1 || !strings.HasSuffix(lines[0], want) {
+		t.Errorf("log's lines naming unprefixed variables = %q; want one, ending %s\nwhole log:\n%s", lines, want, log)
+	}
+	// What it warns of is what happened: the mode in force is unbounded.
+	if !strings.Contains(log, "LOOMGATE_MODE=unbounded") {
+		t.Errorf("log lacks LOOMGATE_MODE=unbounded, the mode in force:\n%s", log)
+	}
+	if log := run("LOOMGATE_MODE=fixed", "MODE=prod"); strings.Contains(log, "unprefixed=") {
+		t.Errorf("MODE beside LOOMGATE_MODE is warned of; want silence:\n%s", log)
 	}
 }

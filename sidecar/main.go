@@ -65,6 +65,7 @@ func MainWithController(ctx context.Context, environ []string, stdout, stderr io
 		return 2
 	}
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: cfg.LogLevel}))
+	warnUnprefixed(log, environ)
 	cpuLimit := ReadCPULimit()
 	if one := UnderCPULimit(procs, cpuLimit); one != procs {
 		procs = one

@@ -76,6 +76,9 @@ type Sidecar struct {
 	shadow *limiter.Shadow
 	admin  *http.Server
 	ready  atomic.Bool
+	// health follows whether the upstream answers: the log, the status
+	// page and /readyz read it.
+	health *upstreamHealth
 }
 
 // New validates cfg and builds the parts; nothing listens yet.
@@ -133,6 +136,7 @@ func build(cfg Config, opts Options) (*Sidecar, error) {
 			"LOOMGATE_MAX_CONNS", int(cfg.MaxConns), "open_file_limit", files)
 	}
 	s := &Sidecar{cfg: cfg, version: opts.Version, log: opts.Logger, registry: prometheus.NewRegistry()}
+	s.health = newUpstreamHealth(s.log, cfg.Upstream, cfg.ReadyFollowsUpstream)
 	lim, err := limiter.New(cfg.Limiter())
 	if err != nil {
 		return nil, err
@@ -245,7 +249,7 @@ func build(cfg Config, opts Options) (*Sidecar, error) {
 			return nil, err
 		}
 	}
-	obs := &observer{metrics: s.metrics, advisor: s.advisor, adaptive: s.adaptive, probe: s.probe}
+	obs := &observer{metrics: s.metrics, advisor: s.advisor, adaptive: s.adaptive, probe: s.probe, health: s.health}
 	if cfg.AccessLog == "json" {
 		obs.access = slog.New(slog.NewJSONHandler(opts.AccessLog, nil))
 	}
@@ -436,10 +440,12 @@ type observer struct {
 	adaptive *adaptive.Controller // nil outside adaptive mode
 	probe    *probe.Controller    // nil when LOOMGATE_PROBE is off
 	access   *slog.Logger         // nil when the access log is off
+	health   *upstreamHealth
 }
 
 func (o *observer) Observe(out *proxy.Outcome) {
 	o.metrics.Record(out)
+	o.health.observe(out)
 	class := o.advisor.Record(out)
 	if out.Admitted && out.Answered() {
 		if o.adaptive != nil {

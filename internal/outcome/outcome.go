@@ -98,6 +98,10 @@ type Record struct {
 	// Remote the client's address; valid only during the call.
 	Method, Target []byte
 	Remote         net.Addr
+	// UpstreamErr is why the upstream did not deliver the response, for
+	// an UpstreamError or an UpstreamTimeout; nil otherwise. An observer
+	// may keep it: the error is the request's, not reused.
+	UpstreamErr error
 }
 
 // Answered reports whether the upstream answered the request in full,
