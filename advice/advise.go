@@ -371,9 +371,13 @@ func stretchReason(f Figures) string {
 	return "Service time by route: " + strings.Join(parts, "; ") + "."
 }
 
-// notSaturated says why the upstream is not saturated, with the figures.
+// notSaturated says why the upstream is not saturated, with the figures,
+// or that it cannot be told.
 func notSaturated(f Figures) string {
 	e := f.Estimate
+	if e.SaturationUnknown != "" {
+		return fmt.Sprintf("Whether the upstream is saturated is unknown: it was never seen at a calmer load than now, so its service time now (%s) may be what it takes unloaded, or a queue inside it.", ms(f.MeanService))
+	}
 	b := fmt.Sprintf("The upstream is not saturated: its service times are what they are unloaded (%s)", routeStretches(f))
 	switch {
 	case isKnown(e.Capacity):

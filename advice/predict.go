@@ -1,6 +1,7 @@
 package advice
 
 import (
+	"cmp"
 	"math"
 	"math/rand/v2"
 	"slices"
@@ -47,6 +48,10 @@ type Prediction struct {
 	Span        time.Duration
 	QueueGrowth float64
 	FullAfter   time.Duration
+	// Course is how an open overload unfolds under the setting, nil when
+	// the arrivals do not exceed what it serves: a wait that keeps growing
+	// has no steady p50, only one for each moment of the overload.
+	Course *Course
 	// Beyond is set when the setting would put more requests at the
 	// upstream than it was seen to serve at once (Demand.Seen), the
 	// capacity being unknown: the figures assume it serves no more, a
@@ -65,6 +70,86 @@ type Prediction struct {
 	// prediction is one figure.
 	Other *Outcome
 }
+
+// Course is an open overload under one setting, from an empty queue:
+// the arrivals above what it serves wait, more each second, until the
+// queue's timeout or bound turns the excess away.
+type Course struct {
+	// Excess is how much the arrivals exceed what the setting serves, a
+	// share of it (0.2: a fifth more), and Growth how many more requests
+	// wait each second.
+	Excess, Growth float64
+	// Points are the waits of the requests that arrive around given times
+	// into the overload.
+	Points []CoursePoint
+	// FullAfter is when waits reach the queue's timeout or it reaches its
+	// bound, and Rejected the share of arrivals turned away from then on;
+	// 0 and 0 when neither bounds it (the wait grows until
+	// UPSTREAM_TIMEOUT), and FullAfter 0 with Rejected above 0 when the
+	// excess is turned away at once (a bulkhead that fails fast).
+	FullAfter time.Duration
+	Rejected  float64
+	// Bounded is set when the queue's bound, not its timeout, is reached
+	// first.
+	Bounded bool
+}
+
+// CoursePoint is the requests that arrive in the CourseWindow before At:
+// their median wait for admission (loomgate's queue, or the upstream's
+// own where nothing limits it) and their median latency, and the share
+// of them rejected.
+type CoursePoint struct {
+	At            time.Duration
+	Wait, Latency time.Duration
+	Rejected      float64
+}
+
+// CourseAt are the moments a course is told at, and CourseWindow the
+// arrivals each one is of: 20 s and a minute into an overload, as an
+// alert's for and a person's patience measure it.
+var CourseAt = []time.Duration{20 * time.Second, time.Minute}
+
+const CourseWindow = 5 * time.Second
+
+// course is the course of open arrivals at rate under s, which serves
+// served a second, with a median service time of service, when they
+// exceed it. The backlog grows at their difference, and a request waits
+// for the backlog ahead of it to be served, FIFO: what the simulation
+// shows for the first minute, told for any moment.
+func course(s Setting, rate, served float64, service time.Duration) *Course {
+	if !(served > 0) || rate <= served*(1+courseNoise) {
+		return nil
+	}
+	g := rate - served
+	c := &Course{Excess: rate/served - 1, Growth: g}
+	full := math.Inf(1)
+	switch {
+	case s.Limit > 0 && s.Wait <= 0:
+		// The excess is turned away at once: nothing waits.
+		c.Rejected, full = g/rate, 0
+	case s.Limit > 0:
+		full = s.Wait.Seconds() * served / g
+		if s.Fixed && s.QueueSize > 0 && float64(s.QueueSize)/g < full {
+			full, c.Bounded = float64(s.QueueSize)/g, true
+		}
+		c.Rejected = g / rate
+		c.FullAfter = secs(full)
+	}
+	for _, at := range CourseAt {
+		t := (at - CourseWindow/2).Seconds()
+		wait := g * min(t, full) / served
+		pt := CoursePoint{At: at, Wait: secs(wait), Latency: secs(wait) + service}
+		if t >= full {
+			pt.Rejected = c.Rejected
+		}
+		c.Points = append(c.Points, pt)
+	}
+	return c
+}
+
+// courseNoise is how far the arrivals must exceed what is served for an
+// overload: within it, the simulation's own figures differ as much.
+const courseNoise = 0.02
 
 // Outcome is one end of a predicted range.
 type Outcome struct {
@@ -148,6 +233,33 @@ func openHorizon(rate float64) float64 {
 	return min(Window.Seconds(), 3*predictCompletions/rate)
 }
 
+// medianService is the median of the routes' service times, weighed by
+// their rates: a request's own time, once its wait is over.
+func (d Demand) medianService() time.Duration {
+	var all []weighted
+	total := 0.0
+	for _, r := range d.Routes {
+		w := 0.0
+		for _, x := range r.Service {
+			w += x.w
+		}
+		for _, x := range r.Service {
+			if w > 0 {
+				all = append(all, weighted{d: x.d, w: x.w / w * r.Rate})
+				total += x.w / w * r.Rate
+			}
+		}
+	}
+	slices.SortFunc(all, func(a, b weighted) int { return cmp.Compare(a.d, b.d) })
+	acc := 0.0
+	for _, x := range all {
+		if acc += x.w; acc >= total/2 {
+			return x.d
+		}
+	}
+	return 0
+}
+
 // clients is the demand's total.
 func (d Demand) clients() int {
 	n := 0
@@ -174,6 +286,9 @@ func Predict(s Setting, d Demand) Prediction {
 		return p
 	}
 	p = simulate(s, d)
+	if d.Open {
+		p.Course = course(s, d.rate(), p.Throughput, d.medianService())
+	}
 	bound := d.seenBound()
 	if bound > 0 {
 		most := d.clients()

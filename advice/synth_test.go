@@ -43,6 +43,9 @@ type synth struct {
 	// waiting in its queue.
 	settings Settings
 	phases   []synthPhase
+	// answered, if set, is told of each answer: when its request arrived,
+	// since the start, and how long it took, queue and service.
+	answered func(arrived, latency time.Duration)
 }
 
 type synthReq struct {
@@ -191,6 +194,9 @@ func (s synth) run(a *Advisor, inFlight, queued *atomic.Int64) {
 			smp := &samples[q.route]
 			smp.Queue, smp.Service = q.admitted-q.arrived, now-q.admitted
 			a.Record(smp)
+			if s.answered != nil {
+				s.answered(q.arrived, now-q.arrived)
+			}
 			if len(admitQ) > 0 && admitted < s.settings.Workers {
 				next := admitQ[0]
 				admitQ = admitQ[1:]

@@ -92,11 +92,15 @@ func (s Snapshot) Text() string {
 		for _, p := range r.Predictions {
 			fmt.Fprintf(&b, "- %s (%s): %.0f rps, latency p50 %s p99 %s, queue wait %s, %.0f rejected/s, %.0f in flight",
 				p.Name, p.Setting.Describe(), p.Throughput, ms(p.P50), ms(p.P99), ms(p.MeanQueue), p.Rejected, p.InFlight)
-			if p.Open && p.QueueGrowth >= 1 {
-				fmt.Fprintf(&b, "; its queue grows by %.0f a second", p.QueueGrowth)
-			}
-			if p.FullAfter > 0 {
-				fmt.Fprintf(&b, "; full after %s, then rejecting", ms(p.FullAfter))
+			if c := p.Course; c != nil {
+				b.WriteString(courseText(c))
+			} else {
+				if p.Open && p.QueueGrowth >= 1 {
+					fmt.Fprintf(&b, "; its queue grows by %.0f a second", p.QueueGrowth)
+				}
+				if p.FullAfter > 0 {
+					fmt.Fprintf(&b, "; full after %s, then rejecting", ms(p.FullAfter))
+				}
 			}
 			switch {
 			case p.Beyond && p.Other != nil:
@@ -110,6 +114,34 @@ func (s Snapshot) Text() string {
 			}
 			b.WriteString("\n")
 		}
+	}
+	return b.String()
+}
+
+// courseText tells an open overload's course under one setting: no
+// steady wait exists, only one for each moment of it.
+func courseText(c *Course) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, ". Arrivals exceed what it serves by %.0f%%", 100*c.Excess)
+	if c.FullAfter == 0 && c.Rejected > 0 {
+		fmt.Fprintf(&b, ": %.0f%% are rejected at once, and nothing waits", 100*c.Rejected)
+		return b.String()
+	}
+	fmt.Fprintf(&b, ": its queue grows by %.0f a second", c.Growth)
+	var at []string
+	for _, pt := range c.Points {
+		at = append(at, fmt.Sprintf("at %s wait %s (latency %s)", roundSpan(pt.At), ms(pt.Wait), ms(pt.Latency)))
+	}
+	if len(at) > 0 {
+		fmt.Fprintf(&b, "; requests arriving %s", strings.Join(at, ", "))
+	}
+	switch {
+	case c.FullAfter > 0 && c.Bounded:
+		fmt.Fprintf(&b, "; the queue reaches its bound after %s, and from then on %.0f%% are rejected", roundSpan(c.FullAfter), 100*c.Rejected)
+	case c.FullAfter > 0:
+		fmt.Fprintf(&b, "; waits reach the queue's timeout after %s, and from then on %.0f%% are rejected", roundSpan(c.FullAfter), 100*c.Rejected)
+	default:
+		b.WriteString("; nothing bounds the wait but LOOMGATE_UPSTREAM_TIMEOUT")
 	}
 	return b.String()
 }

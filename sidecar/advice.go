@@ -231,10 +231,41 @@ type PredictionDoc struct {
 	// depends on a capacity never seen (see docs/advice.md); null when the
 	// prediction is one figure.
 	Other *OutcomeDoc `json:"other_end"`
+	// Course is how an open overload unfolds under the setting; null when
+	// the demand is closed or the arrivals do not exceed what it serves.
+	Course *CourseDoc `json:"course"`
 	// For open demand: how many more requests wait each second, and when
 	// the queue first rejected, 0 if not within the first minute.
 	QueueGrowth      float64 `json:"queue_growth_rps"`
 	FullAfterSeconds float64 `json:"queue_full_after_seconds"`
+}
+
+// CourseDoc is an open overload under one setting, from an empty queue.
+type CourseDoc struct {
+	// Excess is how much the arrivals exceed what the setting serves, as
+	// a share of it; QueueGrowth how many more wait each second.
+	Excess      float64 `json:"excess"`
+	QueueGrowth float64 `json:"queue_growth_rps"`
+	// Points are the requests arriving in the 5 s before each moment: their
+	// median wait and latency, and the share rejected.
+	Points []CoursePointDoc `json:"points"`
+	// FullAfterSeconds is when waits reach the queue's timeout or it its
+	// bound, and RejectedShare the share rejected from then on; 0 and 0
+	// when nothing bounds the wait, 0 and above 0 when the excess is
+	// rejected at once.
+	FullAfterSeconds float64 `json:"full_after_seconds"`
+	RejectedShare    float64 `json:"rejected_share"`
+	// FullBy is what turns the excess away: "queue_timeout", "queue_size",
+	// or "" when nothing does.
+	FullBy string `json:"full_by"`
+}
+
+// CoursePointDoc is one moment of a course.
+type CoursePointDoc struct {
+	AtSeconds      float64 `json:"at_seconds"`
+	WaitSeconds    float64 `json:"wait_seconds"`
+	LatencySeconds float64 `json:"latency_seconds"`
+	RejectedShare  float64 `json:"rejected_share"`
 }
 
 // OutcomeDoc is one end of a predicted range.
@@ -352,9 +383,23 @@ func (s *Sidecar) advice(snap advice.Snapshot) AdviceDoc {
 		if o := p.Other; o != nil {
 			other = &OutcomeDoc{Throughput: o.Throughput, P50Seconds: o.P50.Seconds(), P99Seconds: o.P99.Seconds()}
 		}
+		var course *CourseDoc
+		if c := p.Course; c != nil {
+			course = &CourseDoc{Excess: c.Excess, QueueGrowth: c.Growth, FullAfterSeconds: c.FullAfter.Seconds(), RejectedShare: c.Rejected, Points: []CoursePointDoc{}}
+			switch {
+			case c.FullAfter > 0 && c.Bounded:
+				course.FullBy = "queue_size"
+			case c.FullAfter > 0:
+				course.FullBy = "queue_timeout"
+			}
+			for _, pt := range c.Points {
+				course.Points = append(course.Points, CoursePointDoc{AtSeconds: pt.At.Seconds(), WaitSeconds: pt.Wait.Seconds(),
+					LatencySeconds: pt.Latency.Seconds(), RejectedShare: pt.Rejected})
+			}
+		}
 		doc.Recommendation.Predictions = append(doc.Recommendation.Predictions, PredictionDoc{
-			Other: other,
-			Name:  p.Name, Setting: p.Setting.Describe(), Mode: mode, Limit: p.Limit, QueueSize: p.QueueSize, WaitSeconds: p.Wait.Seconds(),
+			Other: other, Course: course,
+			Name: p.Name, Setting: p.Setting.Describe(), Mode: mode, Limit: p.Limit, QueueSize: p.QueueSize, WaitSeconds: p.Wait.Seconds(),
 			Throughput: p.Throughput, P50Seconds: p.P50.Seconds(), P99Seconds: p.P99.Seconds(), MeanQueueSeconds: p.MeanQueue.Seconds(),
 			Rejected: p.Rejected, InFlight: p.InFlight, Queued: p.Queued, InFlightBytes: p.InFlightBytes, UpstreamMemBytes: p.UpstreamBytes,
 			BeyondSeen: p.Beyond, QueueGrowth: p.QueueGrowth, FullAfterSeconds: p.FullAfter.Seconds(),
