@@ -33,6 +33,13 @@ type Settings struct {
 	Probe bool
 	// OverheadBytes is what loomgate reserves per request it holds.
 	OverheadBytes int64
+	// AdaptiveMin and AdaptiveMax bound adaptive mode's limit; Max 0 for
+	// none.
+	AdaptiveMin, AdaptiveMax int
+	// DryRun is set when Mode only counts what it would do: every request
+	// is admitted (in force is pass-through), and the advice says what the
+	// mode would have done and whether to enforce it.
+	DryRun bool
 }
 
 // mode is the mode in force; a Settings that names none is unbounded,
@@ -46,33 +53,58 @@ func (s Settings) mode() limiter.Mode {
 }
 
 // queued reports whether the setting in force limits admission and queues
-// the rest: fixed mode, or adaptive mode with a limit set.
+// the rest: fixed mode, or adaptive mode with a limit set. Never in a dry
+// run, which admits every request.
 func (s Settings) queued() bool {
-	return s.Mode == limiter.Fixed || s.Mode == limiter.Adaptive && s.Workers > 0
+	return !s.DryRun && (s.Mode == limiter.Fixed || s.Mode == limiter.Adaptive && s.Workers > 0)
 }
 
 // Limit is the limit in force: WORKERS (or adaptive's limit), or BULKHEAD
-// (0 for none).
+// (0 for none); 0 in a dry run.
 func (s Settings) Limit() int {
-	if s.queued() {
+	switch {
+	case s.queued():
 		return s.Workers
-	}
-	if s.Mode == limiter.Adaptive {
+	case s.Mode == limiter.Adaptive || s.DryRun:
 		return 0
 	}
 	return s.Bulkhead
 }
 
+// adaptive reports whether adaptive mode moves the limit in force.
+func (s Settings) adaptive() bool { return s.Mode == limiter.Adaptive && !s.DryRun }
+
 func (s Settings) inForce() Setting {
-	if s.queued() {
-		return Setting{Name: "in force", Fixed: true, Limit: s.Workers, QueueSize: s.QueueSize, Wait: s.QueueTimeout}
+	switch {
+	case s.DryRun:
+		return Setting{Name: "in force"}
+	case s.queued():
+		return Setting{Name: "in force", Fixed: true, Adaptive: s.Mode == limiter.Adaptive, Limit: s.Workers, QueueSize: s.QueueSize, Wait: s.QueueTimeout}
+	case s.Mode == limiter.Adaptive:
+		return Setting{Name: "in force", Adaptive: true}
 	}
 	return Setting{Name: "in force", Limit: s.Bulkhead, Wait: s.BulkheadWait}
 }
 
-// otherMode is the other mode as its (inactive) variables configure it.
+// shadowed is, in a dry run, the mode it counts for, as configured; for
+// adaptive mode, at its limit now (none while admission is open).
+func (s Settings) shadowed() Setting {
+	switch s.Mode {
+	case limiter.Fixed:
+		return Setting{Name: "dry run", Fixed: true, Limit: s.Workers, QueueSize: s.QueueSize, Wait: s.QueueTimeout}
+	case limiter.Adaptive:
+		return Setting{Name: "dry run", Fixed: s.Workers > 0, Adaptive: true, Limit: s.Workers, QueueSize: s.QueueSize, Wait: s.QueueTimeout}
+	}
+	return Setting{Name: "dry run", Limit: s.Bulkhead, Wait: s.BulkheadWait}
+}
+
+// otherMode is the other mode as its (inactive) variables configure it;
+// in a dry run, the mode it counts for.
 func (s Settings) otherMode() Setting {
-	if s.queued() {
+	switch {
+	case s.DryRun:
+		return s.shadowed()
+	case s.queued() || s.Mode == limiter.Adaptive:
 		return Setting{Name: "unbounded", Limit: s.Bulkhead, Wait: s.BulkheadWait}
 	}
 	return Setting{Name: "fixed", Fixed: true, Limit: s.Workers, QueueSize: s.QueueSize, Wait: s.QueueTimeout}
@@ -86,7 +118,9 @@ type Recommendation struct {
 	// Workers is the LOOMGATE_WORKERS to set in fixed mode; 0 when the
 	// advice names none.
 	Workers int
-	// QueueSize is the LOOMGATE_QUEUE_SIZE to set; 0 to keep the current one.
+	// QueueSize is the LOOMGATE_QUEUE_SIZE of a recommended fixed setting
+	// (the one in force, kept); 0 when the recommendation is not of fixed
+	// mode.
 	QueueSize int
 	// Bulkhead is the LOOMGATE_BULKHEAD to set in unbounded mode, the
 	// fail-fast alternative; 0 when the advice names none.
@@ -95,6 +129,10 @@ type Recommendation struct {
 	// when the limit holds clients back and the upstream was never seen
 	// serving more: its behaviour beyond is unknown. 0 when there is none.
 	Probe int
+	// Limit is, in adaptive mode (whose limit no variable sets), where
+	// its limit should stand: the upstream's capacity when it is
+	// saturated; 0 when none should.
+	Limit int
 	// Reasons are the measured facts behind it, one sentence each.
 	Reasons []string
 	// Summary says what to do in one or two sentences.
@@ -103,7 +141,26 @@ type Recommendation struct {
 	// other mode and a memory-budget bulkhead would each do to the
 	// measured demand; empty without enough traffic.
 	Predictions []Prediction
+
+	// verdict is which case of Advise's the figures fell in, for the words
+	// of the mode in force.
+	verdict verdict
 }
+
+// verdict is a case of Advise's reasoning.
+type verdict int
+
+const (
+	tooLittle verdict = iota
+	failing
+	saturated
+	saturatedAtMost
+	routeLocal
+	heldBack
+	unknownSaturation
+	queueDominates
+	belowSaturation
+)
 
 // The advice's judgements.
 const (
@@ -150,6 +207,7 @@ const (
 func Advise(s Settings, f Figures) Recommendation {
 	r := Recommendation{Mode: s.mode()}
 	if f.Requests < MinRequests {
+		r.verdict = tooLittle
 		r.Summary = fmt.Sprintf("Not enough traffic to advise yet: %d %s finished in the last %s; the advice needs %d.",
 			f.Requests, plural(int(f.Requests), "request", "requests"), roundSpan(f.Span), MinRequests)
 		return r
@@ -158,7 +216,8 @@ func Advise(s Settings, f Figures) Recommendation {
 		r.Reasons = append(r.Reasons, fmt.Sprintf("%.0f%% of the %d requests admitted in the last %s failed at the upstream (no answer, past LOOMGATE_UPSTREAM_TIMEOUT, or a 5xx of its own): the service times and throughput measured are those of its failures, not of its work.",
 			100*share, f.Requests, roundSpan(f.Span)))
 		r.Summary = fmt.Sprintf("The upstream is failing %.0f%% of the admitted requests: no sizing advice until it answers again. Keep the settings in force; a limit sized now would be sized on failures.", 100*share)
-		return r
+		r.verdict = failing
+		return speakMode(s, f, r)
 	}
 	e := f.Estimate
 	memCap := memoryBulkhead(s, f)
@@ -181,7 +240,7 @@ func Advise(s Settings, f Figures) Recommendation {
 		if memCap > 0 && memCap < advise {
 			advise = memCap
 		}
-		r.Mode, r.Workers, r.Bulkhead = limiter.Fixed, advise, advise
+		r.Mode, r.Workers, r.Bulkhead, r.verdict = limiter.Fixed, advise, advise, saturated
 		r.Summary = fmt.Sprintf("The upstream is saturated; more admission will not help. Cap admission at %d: LOOMGATE_MODE=fixed with LOOMGATE_WORKERS=%d if clients can wait in loomgate's queue, or LOOMGATE_MODE=unbounded with LOOMGATE_BULKHEAD=%d to fail fast.",
 			advise, advise, advise)
 		recommended = &Setting{Name: "recommended", Fixed: true, Limit: advise, QueueSize: max(s.QueueSize, 1), Wait: max(s.QueueTimeout, time.Second)}
@@ -198,7 +257,7 @@ func Advise(s Settings, f Figures) Recommendation {
 			fmt.Sprintf("The upstream holds %.0f requests on average and serves no more than it did at its calmest load: it queues the rest inside (a hidden pool, a lock or the CPU).", f.InFlight),
 			stretchReason(f),
 			fmt.Sprintf("Its capacity is at most %.0f: what it served at once, counted at the speed of its calmest load, which may itself have been past the knee. A cap at %d loses no throughput; the capacity itself may be lower.", e.CapacityAtMost, advise))
-		r.Mode, r.Workers, r.Bulkhead = limiter.Fixed, advise, advise
+		r.Mode, r.Workers, r.Bulkhead, r.verdict = limiter.Fixed, advise, advise, saturatedAtMost
 		r.Summary = fmt.Sprintf("The upstream is saturated, at a capacity of at most %d. Cap admission at %d (LOOMGATE_MODE=fixed with LOOMGATE_WORKERS=%d, or LOOMGATE_MODE=unbounded with LOOMGATE_BULKHEAD=%d to fail fast); %s",
 			advise, advise, advise, advise, findOut(s))
 		recommended = &Setting{Name: "recommended", Fixed: true, Limit: advise, QueueSize: max(s.QueueSize, 1), Wait: max(s.QueueTimeout, time.Second)}
@@ -207,6 +266,7 @@ func Advise(s Settings, f Figures) Recommendation {
 			fmt.Sprintf("Only %s queue inside the upstream; the other routes are served in their unloaded time.", strings.Join(quoted(e.RouteLocal), ", ")),
 			stretchReason(f),
 			"A limit in loomgate applies to every route: it would hold back the healthy ones to protect a bottleneck they do not use.")
+		r.verdict = routeLocal
 		r.Summary = fmt.Sprintf("A bottleneck behind %s only: set no global cap; give %s its own limit in the service (its pool, or a bulkhead in front of its dependency).",
 			strings.Join(quoted(e.RouteLocal), ", "), plural(len(e.RouteLocal), "that route", "those routes"))
 	case s.Limit() > 0 && f.Demand >= float64(s.Limit())+1 && f.Demand*Headroom > e.Seen &&
@@ -232,6 +292,7 @@ func Advise(s Settings, f Figures) Recommendation {
 		} else {
 			variable, r.Bulkhead = "LOOMGATE_BULKHEAD", s.Bulkhead
 		}
+		r.verdict = heldBack
 		r.Summary = fmt.Sprintf("Keep %s=%d, or find out whether the upstream serves more: raise it to %d and watch this advice. If its service time stays as it is unloaded, step again; if it stretches, its capacity is found and the advice caps there.",
 			variable, s.Limit(), probe)
 		recommended = new(s.inForce())
@@ -243,9 +304,11 @@ func Advise(s Settings, f Figures) Recommendation {
 		r.Reasons = append(r.Reasons,
 			fmt.Sprintf("Whether the upstream is saturated is unknown: it was never seen at a calmer load than now (%.0f in flight), so its service time now (%s) may be what it takes unloaded, or mostly a queue inside it.", f.InFlight, ms(f.MeanService)),
 			"A calmer load, or a probe that briefly admits fewer, shows which: if it serves as much with fewer inside, the rest were queueing there.")
+		r.verdict = unknownSaturation
 		r.Summary = "Not known yet whether the upstream is saturated: it has only been seen at this load. Keep the settings in force; " + findOut(s)
 		recommended = nil
 	case f.QueueShare >= QueueDominates && s.Limit() > 0:
+		r.verdict = queueDominates
 		demand := f.Demand
 		advise := max(readableUp(demand*Headroom), s.Limit()+1)
 		// No further than the upstream was seen to serve: the branch
@@ -281,8 +344,12 @@ func Advise(s Settings, f Figures) Recommendation {
 		r.Reasons = append(r.Reasons,
 			fmt.Sprintf("Requests spend %.0f%% of their time in loomgate's queue.", 100*f.QueueShare),
 			notSaturated(f))
+		r.verdict = belowSaturation
 		r.Summary = "Below saturation the modes are equivalent: keep the simpler one, LOOMGATE_MODE=unbounded, which has no limit to size."
-		if s.queued() {
+		switch {
+		case s.adaptive() && s.queued():
+			r.Reasons = append(r.Reasons, fmt.Sprintf("Adaptive mode's limit of %d does not hold requests back at this load (%.0f in flight on average).", s.Workers, f.InFlight))
+		case s.queued():
 			r.Reasons = append(r.Reasons, fmt.Sprintf("LOOMGATE_WORKERS=%d does not hold requests back at this load (%.0f in flight on average).", s.Workers, f.InFlight))
 		}
 		if !e.LoadVaried {
@@ -325,6 +392,9 @@ func Advise(s Settings, f Figures) Recommendation {
 	alternatives := []Setting{s.inForce()}
 	if recommended != nil {
 		alternatives = append(alternatives, *recommended)
+		if recommended.Fixed && r.Mode == limiter.Fixed {
+			r.QueueSize = recommended.QueueSize
+		}
 	}
 	alternatives = append(alternatives, s.otherMode())
 	if memCap > 0 {
@@ -333,6 +403,92 @@ func Advise(s Settings, f Figures) Recommendation {
 	for _, a := range alternatives {
 		r.Predictions = append(r.Predictions, Predict(a, d))
 	}
+	return speakMode(s, f, r)
+}
+
+// speakMode puts r in the words of the mode in force. Adaptive mode, whose
+// limit no variable sets, is told what its limit does and where it should
+// stand, never a LOOMGATE_WORKERS to edit; a dry run is told that it is
+// one, what its mode would have done, and the setting to enforce.
+func speakMode(s Settings, f Figures, r Recommendation) Recommendation {
+	switch {
+	case r.verdict == tooLittle:
+	case s.DryRun:
+		r = speakDryRun(s, r)
+	case s.adaptive():
+		r = speakAdaptive(s, f, r)
+	}
+	return r
+}
+
+// speakAdaptive is r for adaptive mode.
+func speakAdaptive(s Settings, f Figures, r Recommendation) Recommendation {
+	limit := s.Workers // the limit now, 0 while admission is open
+	bounds := fmt.Sprintf("between LOOMGATE_ADAPTIVE_MIN=%d and ", max(s.AdaptiveMin, 1))
+	if s.AdaptiveMax > 0 {
+		bounds += fmt.Sprintf("LOOMGATE_ADAPTIVE_MAX=%d", s.AdaptiveMax)
+	} else {
+		bounds += "no bound (LOOMGATE_ADAPTIVE_MAX=0)"
+	}
+	switch r.verdict {
+	case saturated, saturatedAtMost:
+		k := r.Workers
+		r.Limit = k
+		capacity := fmt.Sprintf("about %d", k)
+		if r.verdict == saturatedAtMost {
+			capacity = fmt.Sprintf("at most %d", k)
+		}
+		var now string
+		switch {
+		case limit == 0:
+			now = fmt.Sprintf("Adaptive mode has admission open now, and sets its limit near %d once the upstream is asked for more than that.", k)
+		case math.Abs(float64(limit-k)) <= 0.15*float64(k):
+			now = fmt.Sprintf("Adaptive mode holds its limit at %d, at that capacity: keep it.", limit)
+		default:
+			now = fmt.Sprintf("Adaptive mode's limit is %d now; its trials move it towards what the upstream serves.", limit)
+		}
+		r.Summary = fmt.Sprintf("The upstream is saturated, at a capacity of %s. %s Nothing to set: the mode sizes its limit itself, %s. LOOMGATE_MODE=fixed with LOOMGATE_WORKERS=%d would hold it there without trials.",
+			capacity, now, bounds, k)
+	case heldBack, queueDominates:
+		r.Summary = fmt.Sprintf("Requests wait for adaptive mode's limit of %d (%.0f outstanding): its trials raise it while throughput follows, and keep it where the upstream serves no more. Nothing to set; it moves %s.",
+			limit, f.Demand, bounds)
+	case belowSaturation:
+		r.Summary = "Below saturation adaptive mode keeps admission open, and lifts a limit nothing waits for: nothing to set."
+	case routeLocal:
+		r.Summary += " Adaptive mode sets no limit for it: one in front of every route would hold back the healthy ones."
+	}
+	r.Mode, r.Workers, r.Bulkhead, r.Probe = limiter.Adaptive, 0, 0, 0
+	for i, p := range r.Predictions {
+		if p.Name == "recommended" {
+			// What adaptive mode does with its limit where it should stand.
+			r.Predictions[i].Adaptive = true
+		}
+	}
+	return r
+}
+
+// speakDryRun is r for a dry run: the advice is of what is in force,
+// every request admitted, and says what the mode it counts for would have
+// done, and what to enforce.
+func speakDryRun(s Settings, r Recommendation) Recommendation {
+	sh := s.shadowed()
+	lead := fmt.Sprintf("A dry run of %s: every request is admitted, and what that mode would have done with each is counted (loomgate_dry_run_requests_total).", sh.Describe())
+	for _, p := range r.Predictions {
+		if p.Name == "dry run" && p.Throughput > 0 {
+			r.Reasons = append(r.Reasons, fmt.Sprintf("Enforced, %s would serve %.0f rps, latency p50 %s p99 %s, waiting %s in loomgate's queue, rejecting %.0f a second.",
+				sh.Describe(), p.Throughput, ms(p.P50), ms(p.P99), ms(p.MeanQueue), p.Rejected))
+		}
+	}
+	enforce := "To enforce it, set LOOMGATE_DRY_RUN=false."
+	switch {
+	case r.verdict == failing || r.verdict == unknownSaturation:
+		enforce = "Enforce nothing until this is known."
+	case r.Workers > 0 && sh.Fixed && !sh.Adaptive && math.Abs(float64(sh.Limit-r.Workers)) > 0.15*float64(r.Workers):
+		enforce = fmt.Sprintf("Before enforcing it, set LOOMGATE_WORKERS=%d: %d is not what the upstream serves.", r.Workers, sh.Limit)
+	case r.Workers == 0 && sh.Limit > 0 && !sh.Adaptive:
+		enforce = "Enforcing it would hold back an upstream that serves all it is given: keep the dry run, or LOOMGATE_MODE=unbounded."
+	}
+	r.Summary = lead + " " + r.Summary + " " + enforce
 	return r
 }
 

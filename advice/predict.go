@@ -11,10 +11,12 @@ import (
 // Setting is one admission configuration the advice predicts.
 type Setting struct {
 	// Name says which alternative it is: "in force", "recommended", the
-	// other mode, "memory budget".
+	// other mode, "memory budget", or in a dry run "dry run", the mode it
+	// counts for.
 	Name string
-	// Fixed is fixed mode; otherwise unbounded.
-	Fixed bool
+	// Fixed is fixed mode; otherwise unbounded. Adaptive is adaptive mode,
+	// simulated at its limit (Fixed), or with admission open.
+	Fixed, Adaptive bool
 	// Limit is WORKERS or BULKHEAD; 0 for none.
 	Limit int
 	// QueueSize bounds fixed mode's queue; 0 for none. Unbounded mode's

@@ -15,6 +15,8 @@ func (s Snapshot) Text() string {
 	var b strings.Builder
 	st, f, r := s.Settings, s.Figures, s.Recommendation
 	switch {
+	case st.DryRun:
+		fmt.Fprintf(&b, "Dry run of %s: every request admitted.", st.shadowed().Describe())
 	case st.Mode == limiter.Adaptive && st.Workers > 0:
 		fmt.Fprintf(&b, "Mode adaptive, limit %d now, QUEUE_SIZE=%d.", st.Workers, st.QueueSize)
 	case st.Mode == limiter.Adaptive:
@@ -161,6 +163,10 @@ func routeVerdict(rt RouteFigures) string {
 // Describe writes the setting the way the variables set it.
 func (s Setting) Describe() string {
 	switch {
+	case s.Adaptive && s.Limit > 0:
+		return fmt.Sprintf("MODE=adaptive, limit %d, QUEUE_SIZE=%d, QUEUE_TIMEOUT=%s", s.Limit, s.QueueSize, s.Wait)
+	case s.Adaptive:
+		return "MODE=adaptive, admission open"
 	case s.Fixed && s.QueueSize > 0:
 		return fmt.Sprintf("MODE=fixed, WORKERS=%d, QUEUE_SIZE=%d, QUEUE_TIMEOUT=%s", s.Limit, s.QueueSize, s.Wait)
 	case s.Fixed:

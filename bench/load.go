@@ -156,10 +156,15 @@ type OpenConfig struct {
 
 	// Timeout bounds each request from the time it was due, not from the
 	// time it was sent. Whatever it says, a request is cut, and counted as
-	// a timeout, OpenTail after the window closes, so a run never outlasts
+	// a timeout, Tail after the window closes, so a run never outlasts
 	// Warmup + Window by more than that.
 	// If zero, 5 s.
 	Timeout time.Duration
+
+	// Tail is how long after the window's end the requests due in it may
+	// still be answered: behind a queue that grows, longer than its wait.
+	// If zero, OpenTail.
+	Tail time.Duration
 
 	// MaxInFlight caps the requests in flight, and so the connections the
 	// rig holds: a request due while that many are in flight is not sent,
@@ -706,9 +711,9 @@ func RunOpen(ctx context.Context, cfg OpenConfig) (OpenResult, error) {
 	if !(cfg.Rate > 0) || cfg.Rate > maxRate {
 		errs = append(errs, fmt.Errorf("%w: Rate %v: want a rate above 0 and at most %d requests per second", ErrConfig, cfg.Rate, maxRate))
 	}
-	if cfg.Warmup < 0 || cfg.Window < 0 || cfg.Timeout < 0 || cfg.MaxInFlight < 0 {
-		errs = append(errs, fmt.Errorf("%w: Warmup %v, Window %v, Timeout %v, MaxInFlight %d: none may be negative",
-			ErrConfig, cfg.Warmup, cfg.Window, cfg.Timeout, cfg.MaxInFlight))
+	if cfg.Warmup < 0 || cfg.Window < 0 || cfg.Timeout < 0 || cfg.Tail < 0 || cfg.MaxInFlight < 0 {
+		errs = append(errs, fmt.Errorf("%w: Warmup %v, Window %v, Timeout %v, Tail %v, MaxInFlight %d: none may be negative",
+			ErrConfig, cfg.Warmup, cfg.Window, cfg.Timeout, cfg.Tail, cfg.MaxInFlight))
 	}
 	if len(errs) > 0 {
 		return OpenResult{}, errors.Join(errs...)
@@ -720,7 +725,7 @@ func RunOpen(ctx context.Context, cfg OpenConfig) (OpenResult, error) {
 	op := &openPacing{rate: cfg.Rate, maxInFlight: cfg.MaxInFlight, pause: cfg.pause}
 	lv := level{
 		url: cfg.URL, admin: cfg.AdminURL,
-		warmup: cfg.Warmup, window: cfg.Window, timeout: cfg.Timeout, tail: OpenTail,
+		warmup: cfg.Warmup, window: cfg.Window, timeout: cfg.Timeout, tail: cmp.Or(cfg.Tail, OpenTail),
 		label: cfg.Label, progress: cfg.Progress, send: cfg.send,
 		start: fmt.Sprintf("%s rps on %s%s, at most %d in flight, warm-up %s, window %s",
 			fmtRate(cfg.Rate), cfg.URL, overWhat(cfg.Proto, conns), cfg.MaxInFlight, cfg.Warmup, cfg.Window),

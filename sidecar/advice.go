@@ -276,11 +276,14 @@ type OutcomeDoc struct {
 }
 
 type RecommendationDoc struct {
-	Mode        string          `json:"mode"`
-	Workers     int             `json:"workers"`
-	QueueSize   int             `json:"queue_size"`
-	Bulkhead    int             `json:"bulkhead"`
-	Probe       int             `json:"probe"`
+	Mode      string `json:"mode"`
+	Workers   int    `json:"workers"`
+	QueueSize int    `json:"queue_size"`
+	Bulkhead  int    `json:"bulkhead"`
+	Probe     int    `json:"probe"`
+	// Limit is, in adaptive mode, where its limit should stand: the
+	// upstream's capacity when it is saturated; 0 when none should.
+	Limit       int             `json:"limit"`
 	Summary     string          `json:"summary"`
 	Reasons     []string        `json:"reasons"`
 	Predictions []PredictionDoc `json:"predictions"`
@@ -360,7 +363,7 @@ func (s *Sidecar) advice(snap advice.Snapshot) AdviceDoc {
 			Routes:               []RouteDoc{},
 		},
 		Recommendation: RecommendationDoc{
-			Mode: r.Mode.String(), Workers: r.Workers, QueueSize: r.QueueSize, Bulkhead: r.Bulkhead, Probe: r.Probe,
+			Mode: r.Mode.String(), Workers: r.Workers, QueueSize: r.QueueSize, Bulkhead: r.Bulkhead, Probe: r.Probe, Limit: r.Limit,
 			Summary: r.Summary, Reasons: append([]string{}, r.Reasons...), Predictions: []PredictionDoc{},
 		},
 		History: make([]BucketDoc, 0, len(snap.History)),

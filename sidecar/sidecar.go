@@ -156,7 +156,8 @@ func build(cfg Config, opts Options) (*Sidecar, error) {
 		return nil, err
 	}
 	// The advice describes what is really in force: in a dry run, that is
-	// pass-through; in adaptive mode, the limit of the moment.
+	// pass-through, beside the mode it counts for; in adaptive mode, the
+	// limit of the moment (the shadow's, in a dry run of it).
 	settings := advice.Settings{
 		Mode:    cfg.Mode,
 		Workers: cfg.Workers, QueueSize: cfg.QueueSize, QueueTimeout: cfg.QueueTimeout,
@@ -165,11 +166,17 @@ func build(cfg Config, opts Options) (*Sidecar, error) {
 		MemoryBudgetBytes: int64(cfg.MemoryBudgetBytes),
 		OverheadBytes:     proxy.RequestOverheadBytes,
 		Probe:             cfg.ProbeOn(),
+		AdaptiveMin:       cfg.AdaptiveMin, AdaptiveMax: cfg.AdaptiveMax,
+		DryRun: cfg.DryRun,
 	}
 	var limitNow func() int
-	if cfg.DryRun {
-		settings.Mode, settings.Bulkhead, settings.BulkheadWait, settings.MaxInFlightBytes = limiter.Unbounded, 0, 0, 0
-	} else if cfg.Mode == limiter.Adaptive {
+	switch {
+	case cfg.DryRun && cfg.Mode == limiter.Adaptive:
+		settings.MaxInFlightBytes = 0
+		limitNow = func() int { return s.shadow.Limiter().Stats().Limit }
+	case cfg.DryRun:
+		settings.MaxInFlightBytes = 0
+	case cfg.Mode == limiter.Adaptive:
 		limitNow = func() int { return lim.Stats().Limit }
 	}
 	s.advisor, err = advice.New(advice.Config{

@@ -128,6 +128,10 @@ type Result struct {
 	Predicted, Measured Measure
 	ClientP50           time.Duration
 
+	// Course is, for open arrivals beyond what the applied setting
+	// serves, its course predicted and measured from an empty queue.
+	Course []CourseCheck
+
 	// Once applied: what the applied sidecar's own advice says of the
 	// setting it runs, "keeps", "probe N" or what it would change to.
 	// The setting is stable when it is kept, or a bounded probe is
@@ -450,7 +454,25 @@ type predictionDoc struct {
 	Wait       float64 `json:"wait_seconds"`
 	Throughput float64 `json:"throughput_rps"`
 	P50        float64 `json:"latency_p50_seconds"`
+	Course     *struct {
+		Points []struct {
+			At      float64 `json:"at_seconds"`
+			Latency float64 `json:"latency_seconds"`
+		} `json:"points"`
+	} `json:"course"`
 }
+
+// CourseCheck is one moment of an open overload's course: the median
+// latency predicted for the requests arriving in the 5 s before it, and
+// measured from an empty queue.
+type CourseCheck struct {
+	At                  time.Duration
+	Predicted, Measured time.Duration
+}
+
+// courseWindow is the arrivals each moment of a course is of, as the
+// advice has it.
+const courseWindow = 5 * time.Second
 
 func runCase(ctx context.Context, c Case, l bench.Launcher, opts Options) (Result, error) {
 	r := Result{Case: c, Truth: c.Truth}
@@ -552,6 +574,11 @@ func runCase(ctx context.Context, c Case, l bench.Launcher, opts Options) (Resul
 	if reversal {
 		r.Problems = append(r.Problems, fmt.Sprintf("once %s is applied, its advice reverses it: %s", p.Setting, r.Once))
 	}
+	if p.Course != nil && c.ApplyFromEmpty > 0 && len(last.Rates) == 1 && len(last.Flows) == 0 {
+		if err := r.checkCourse(ctx, c, l, sidecar, last, p); err != nil {
+			return r, err
+		}
+	}
 	if c.SharedCores {
 		return r, nil
 	}
@@ -563,6 +590,42 @@ func runCase(ctx context.Context, c Case, l bench.Launcher, opts Options) (Resul
 	}
 	return r, nil
 }
+
+// checkCourse measures, for each moment of the course predicted for the
+// applied setting, the median latency of the requests that arrive in the
+// 5 s before it, each on a sidecar of its own from an empty queue (so a
+// course is what a new overload does, as predicted), and judges it within
+// CourseMargin.
+func (r *Result) checkCourse(ctx context.Context, c Case, l bench.Launcher, sidecar bench.Sidecar, last Phase, p predictionDoc) error {
+	for _, pt := range p.Course.Points {
+		at := time.Duration(pt.At * float64(time.Second))
+		t, stop, err := l.Launch(ctx, bench.Arm{Label: fmt.Sprintf("%s course at %s", c.Name, at), Sidecar: sidecar, Stub: c.Stub, Upstream: c.Upstream})
+		if err != nil {
+			return fmt.Errorf("launch the course at %s: %w", at, err)
+		}
+		// Patient users, followed to their answers however long the
+		// queue: the prediction is of the requests answered.
+		rate := last.Rates[0]
+		res, err := bench.RunOpen(ctx, bench.OpenConfig{
+			URL: t.URL + rate.Path, Rate: rate.PerSecond, Warmup: at - courseWindow, Window: courseWindow,
+			Timeout: 2 * at, Tail: 2 * at,
+		})
+		stop()
+		if err != nil {
+			return fmt.Errorf("course at %s: %w", at, err)
+		}
+		cc := CourseCheck{At: at, Predicted: time.Duration(pt.Latency * float64(time.Second)), Measured: res.P50}
+		r.Course = append(r.Course, cc)
+		if math.Abs(float64(cc.Measured-cc.Predicted)) > CourseMargin*float64(cc.Measured) {
+			r.Problems = append(r.Problems, fmt.Sprintf("%s into the overload, measured latency p50 %s; predicted %s", at, cc.Measured.Round(time.Millisecond), cc.Predicted.Round(time.Millisecond)))
+		}
+	}
+	return nil
+}
+
+// CourseMargin is how near an open overload's course must come, at each
+// moment told, to the median latency measured.
+const CourseMargin = 0.25
 
 // once reads what the advice of a sidecar running the setting applied
 // says of it: keep it (the same mode and a limit within the capacity's
@@ -876,7 +939,28 @@ func WriteMarkdown(w io.Writer, results []Result) error {
 			return err
 		}
 	}
-	return nil
+	return writeCourses(w, results)
+}
+
+// writeCourses writes, below the table, each open overload's course:
+// the latency predicted and measured at each moment told.
+func writeCourses(w io.Writer, results []Result) error {
+	var lines []string
+	for _, r := range results {
+		var parts []string
+		for _, c := range r.Course {
+			parts = append(parts, fmt.Sprintf("at %s, predicted %s, measured %s", c.At, c.Predicted.Round(10*time.Millisecond), c.Measured.Round(10*time.Millisecond)))
+		}
+		if len(parts) > 0 {
+			lines = append(lines, fmt.Sprintf("- %s, %s: %s", r.Case.Name, r.Recommended, strings.Join(parts, "; ")))
+		}
+	}
+	if len(lines) == 0 {
+		return nil
+	}
+	_, err := fmt.Fprintf(w, "\nThe course of each open overload under the setting applied, from an empty queue: the median latency of the requests arriving in the 5 s before each moment (within %.0f%%):\n\n%s\n",
+		100*CourseMargin, strings.Join(lines, "\n"))
+	return err
 }
 
 func say(w io.Writer, format string, args ...any) {

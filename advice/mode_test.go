@@ -1,0 +1,82 @@
+package advice
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/loomgate/loomgate/limiter"
+)
+
+// The advice speaks the mode in force. A pool of 50 at 100 ms, 10 clients
+// then 200: saturated at 50. Followed literally, no mode's advice edits a
+// variable that mode ignores: adaptive mode (a leftover LOOMGATE_WORKERS
+// beside it) is told what its limit does and where it should stand; a dry
+// run is told it is one, what its mode would have done, and what to
+// enforce.
+func TestAdviceSpeaksTheModeInForce(t *testing.T) {
+	ms := time.Millisecond
+	phases := []synthPhase{{20 * time.Second, []int{10}, nil}, {40 * time.Second, []int{200}, nil}}
+	routes := []synthRoute{{path: "/wait", lo: 95 * ms, hi: 105 * ms, pool: 0}}
+	tests := []struct {
+		name     string
+		settings Settings
+		mode     limiter.Mode
+		want     []string // in the text
+		not      []string
+	}{
+		{name: "unbounded", settings: Settings{Mode: limiter.Unbounded, Workers: 20, QueueSize: 10000, QueueTimeout: 30 * time.Second},
+			mode: limiter.Fixed,
+			want: []string{"Mode unbounded, no bulkhead.", "LOOMGATE_MODE=fixed with LOOMGATE_WORKERS=50", "in force (MODE=unbounded, no bulkhead)"}},
+		{name: "fixed at 200", settings: Settings{Mode: limiter.Fixed, Workers: 200, QueueSize: 10000, QueueTimeout: 30 * time.Second},
+			mode: limiter.Fixed,
+			want: []string{"Mode fixed, WORKERS=200", "LOOMGATE_WORKERS=50", "in force (MODE=fixed, WORKERS=200"}},
+		{name: "adaptive, open, a leftover WORKERS=20", settings: Settings{Mode: limiter.Adaptive, Workers: 0, QueueSize: 10000, QueueTimeout: 30 * time.Second, AdaptiveMin: 1},
+			mode: limiter.Adaptive,
+			want: []string{"Mode adaptive, no limit yet", "Adaptive mode has admission open now", "Nothing to set", "in force (MODE=adaptive, admission open)"},
+			not:  []string{"Keep LOOMGATE_WORKERS", "Cap admission at", "raise it to", "in force (MODE=fixed"}},
+		{name: "adaptive, limited at 50", settings: Settings{Mode: limiter.Adaptive, Workers: 50, QueueSize: 10000, QueueTimeout: 30 * time.Second, AdaptiveMin: 1},
+			mode: limiter.Adaptive,
+			want: []string{"Mode adaptive, limit 50 now", "Nothing to set", "in force (MODE=adaptive, limit 50"},
+			not:  []string{"Keep LOOMGATE_WORKERS", "Cap admission at", "raise it to", "in force (MODE=fixed"}},
+		{name: "a dry run of fixed at 20", settings: Settings{Mode: limiter.Fixed, Workers: 20, QueueSize: 10000, QueueTimeout: 30 * time.Second, DryRun: true},
+			mode: limiter.Fixed,
+			want: []string{"Dry run of MODE=fixed, WORKERS=20", "A dry run of MODE=fixed, WORKERS=20", "set LOOMGATE_WORKERS=50", "Enforced, MODE=fixed, WORKERS=20", "dry run (MODE=fixed, WORKERS=20"},
+			not:  []string{"Mode unbounded, no bulkhead."}},
+		{name: "a dry run of adaptive", settings: Settings{Mode: limiter.Adaptive, QueueSize: 10000, QueueTimeout: 30 * time.Second, DryRun: true},
+			mode: limiter.Fixed,
+			want: []string{"Dry run of MODE=adaptive", "A dry run of MODE=adaptive"},
+			not:  []string{"Mode unbounded, no bulkhead."}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s := synth{routes: routes, pools: []int{50}, phases: phases}
+			snap := s.play(t)
+			// The advice of the same figures under the settings named.
+			snap.Settings = tt.settings
+			snap.Recommendation = Advise(tt.settings, snap.Figures)
+			text := snap.Text()
+			t.Logf("%s", text)
+			r := snap.Recommendation
+			if r.Mode != tt.mode {
+				t.Errorf("Mode = %v; want %v", r.Mode, tt.mode)
+			}
+			if tt.mode == limiter.Adaptive && (r.Workers != 0 || r.Bulkhead != 0 || r.Limit < 42 || r.Limit > 58) {
+				t.Errorf("adaptive: Workers %d, Bulkhead %d, Limit %d; want no variable and a limit near 50", r.Workers, r.Bulkhead, r.Limit)
+			}
+			if r.Mode == limiter.Fixed && r.QueueSize != 10000 {
+				t.Errorf("QueueSize = %d; want the 10000 the recommended setting has", r.QueueSize)
+			}
+			for _, w := range tt.want {
+				if !strings.Contains(text, w) {
+					t.Errorf("the advice lacks %q:\n%s", w, text)
+				}
+			}
+			for _, w := range tt.not {
+				if strings.Contains(text, w) {
+					t.Errorf("the advice says %q:\n%s", w, text)
+				}
+			}
+		})
+	}
+}
