@@ -405,7 +405,8 @@ func estimate(points, calm []point, liveFrom int64) (Estimate, [classes]routeEst
 		served = append(served, w)
 	}
 	switch {
-	case len(served) > 0 && sure:
+	case len(served) > 0 && (sure || medianFloat(served) < 1.5):
+		// At most one request at once is one: no limit goes lower.
 		e.Capacity = medianFloat(served)
 		e.CapacityLow, e.CapacityHigh = slices.Min(served), slices.Max(served)
 	case len(served) > 0:

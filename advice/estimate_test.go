@@ -299,3 +299,19 @@ func BenchmarkSnapshot(b *testing.B) {
 		Advise(Settings{Mode: limiter.Fixed, Workers: 200, QueueSize: 10000, QueueTimeout: 30 * time.Second}, f)
 	}
 }
+
+// TestEstimateOfOneAtOnce: a critical section every request takes, 20 ms:
+// 1 client, then 20. The one client already served all there is, so
+// its load may have been past the knee, and the capacity is at most 1:
+// which is 1, as no limit goes lower.
+func TestEstimateOfOneAtOnce(t *testing.T) {
+	r, _ := route.Parse("")
+	w := newWindow(t0)
+	end := feed(w, r,
+		stage{0, 30, []flow{{"/pinned", 50, 19 * time.Millisecond, 21 * time.Millisecond}}},
+		stage{30, 90, []flow{{"/pinned", 50, 390 * time.Millisecond, 410 * time.Millisecond}}})
+	e := w.figures(end, r.Names()).Estimate
+	if !e.Saturated || math.IsNaN(e.Capacity) || e.Capacity < 0.85 || e.Capacity > 1.15 {
+		t.Errorf("saturated %v, capacity %.2f (%s); want saturated at 1", e.Saturated, e.Capacity, e.Unknown)
+	}
+}

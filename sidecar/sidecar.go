@@ -511,8 +511,13 @@ func (s *Sidecar) newProbe(lim *limiter.Limiter) (*probe.Controller, error) {
 			}
 			// Ten seconds of traffic first: a calm start gives way to the
 			// load within seconds, and the estimate then compares them.
+			// Wanted where nothing calmer was seen, and where the calmest
+			// load seen may already have been past the knee (open arrivals
+			// above capacity from the first second): the capacity is then
+			// known to be at most a figure, and the probe finds it.
 			f := s.advisor.Snapshot().Figures
-			return f.Span >= probeAfter && f.Requests >= advice.MinRequests && f.Estimate.NeverCalm
+			e := f.Estimate
+			return f.Span >= probeAfter && f.Requests >= advice.MinRequests && (e.NeverCalm || !math.IsNaN(e.CapacityAtMost))
 		},
 		Probing: s.advisor.Probing,
 		Found: func(r probe.Report) {
