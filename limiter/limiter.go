@@ -756,6 +756,12 @@ func (l *Limiter) SetLimit(n int) {
 	l.advance(now)
 	l.limit = n
 	l.limitNow.Store(int64(n))
+	l.admitWaiting(now)
+}
+
+// admitWaiting admits waiters, in order, while the cap in force allows,
+// after it was raised. The caller holds l.mu.
+func (l *Limiter) admitWaiting(now time.Time) {
 	for c := l.capLocked(); l.head != nil && (c == 0 || l.used < c); {
 		l.held.add(now, 1)
 		l.used++
@@ -784,12 +790,7 @@ func (l *Limiter) SetProbe(n int) {
 	l.advance(now)
 	l.probe = n
 	l.probeNow.Store(int64(n))
-	for c := l.capLocked(); l.head != nil && (c == 0 || l.used < c); {
-		l.held.add(now, 1)
-		l.used++
-		peak(&l.inFlightPeak, l.inFlight.Add(1))
-		l.decide(l.next(), nil)
-	}
+	l.admitWaiting(now)
 	// The wait in force changed with the probe: the head's deadline
 	// with it.
 	if l.head != nil {
