@@ -241,9 +241,9 @@ func Advise(s Settings, f Figures) Recommendation {
 			advise = memCap
 		}
 		r.Mode, r.Workers, r.Bulkhead, r.verdict = limiter.Fixed, advise, advise, saturated
-		r.Summary = fmt.Sprintf("The upstream is saturated; more admission will not help. Cap admission at %d: LOOMGATE_MODE=fixed with LOOMGATE_WORKERS=%d if clients can wait in loomgate's queue, or LOOMGATE_MODE=unbounded with LOOMGATE_BULKHEAD=%d to fail fast.",
-			advise, advise, advise)
-		recommended = &Setting{Name: "recommended", Fixed: true, Limit: advise, QueueSize: max(s.QueueSize, 1), Wait: max(s.QueueTimeout, time.Second)}
+		r.Summary = fmt.Sprintf("The upstream is saturated; more admission will not help. Cap admission at %d: LOOMGATE_MODE=fixed with LOOMGATE_WORKERS=%d%s if clients can wait in loomgate's queue, or LOOMGATE_MODE=unbounded with LOOMGATE_BULKHEAD=%d to fail fast.",
+			advise, advise, s.queueNote(), advise)
+		recommended = s.capped(advise)
 	case e.Saturated && isKnown(e.CapacityAtMost):
 		// Saturated, but its calmest load seen served as much as the rest:
 		// that load may already have been past the knee, and the capacity
@@ -260,7 +260,7 @@ func Advise(s Settings, f Figures) Recommendation {
 		r.Mode, r.Workers, r.Bulkhead, r.verdict = limiter.Fixed, advise, advise, saturatedAtMost
 		r.Summary = fmt.Sprintf("The upstream is saturated, at a capacity of at most %d. Cap admission at %d (LOOMGATE_MODE=fixed with LOOMGATE_WORKERS=%d, or LOOMGATE_MODE=unbounded with LOOMGATE_BULKHEAD=%d to fail fast); %s",
 			advise, advise, advise, advise, findOut(s))
-		recommended = &Setting{Name: "recommended", Fixed: true, Limit: advise, QueueSize: max(s.QueueSize, 1), Wait: max(s.QueueTimeout, time.Second)}
+		recommended = s.capped(advise)
 	case len(e.RouteLocal) > 0:
 		r.Reasons = append(r.Reasons,
 			fmt.Sprintf("Only %s queue inside the upstream; the other routes are served in their unloaded time.", strings.Join(quoted(e.RouteLocal), ", ")),
@@ -406,6 +406,34 @@ func Advise(s Settings, f Figures) Recommendation {
 	return speakMode(s, f, r)
 }
 
+// Queue defaults: LOOMGATE_QUEUE_SIZE's and LOOMGATE_QUEUE_TIMEOUT's, for
+// a cap recommended where none queues now.
+const (
+	defaultQueueSize    = 10000
+	defaultQueueTimeout = 30 * time.Second
+)
+
+// capped is the recommended cap at limit: fixed mode with the queue in
+// force, or the default queue where there is none (QUEUE_SIZE=0 rejects
+// when every worker is busy, and a cap recommended for clients that can
+// wait needs one).
+func (s Settings) capped(limit int) *Setting {
+	size, wait := s.QueueSize, s.QueueTimeout
+	if size <= 0 || wait <= 0 {
+		size, wait = defaultQueueSize, defaultQueueTimeout
+	}
+	return &Setting{Name: "recommended", Fixed: true, Limit: limit, QueueSize: size, Wait: wait}
+}
+
+// queueNote names the queue a recommended cap brings, where none is in
+// force.
+func (s Settings) queueNote() string {
+	if s.QueueSize > 0 && s.QueueTimeout > 0 {
+		return ""
+	}
+	return fmt.Sprintf(" and LOOMGATE_QUEUE_SIZE=%d, LOOMGATE_QUEUE_TIMEOUT=%s", defaultQueueSize, defaultQueueTimeout)
+}
+
 // speakMode puts r in the words of the mode in force. Adaptive mode, whose
 // limit no variable sets, is told what its limit does and where it should
 // stand, never a LOOMGATE_WORKERS to edit; a dry run is told that it is
@@ -457,7 +485,7 @@ func speakAdaptive(s Settings, f Figures, r Recommendation) Recommendation {
 	case routeLocal:
 		r.Summary += " Adaptive mode sets no limit for it: one in front of every route would hold back the healthy ones."
 	}
-	r.Mode, r.Workers, r.Bulkhead, r.Probe = limiter.Adaptive, 0, 0, 0
+	r.Mode, r.Workers, r.Bulkhead, r.Probe, r.QueueSize = limiter.Adaptive, 0, 0, 0, 0
 	for i, p := range r.Predictions {
 		if p.Name == "recommended" {
 			// What adaptive mode does with its limit where it should stand.

@@ -126,7 +126,7 @@ func course(s Setting, rate, served float64, service time.Duration) *Course {
 	c := &Course{Excess: rate/served - 1, Growth: g}
 	full := math.Inf(1)
 	switch {
-	case s.Limit > 0 && s.Wait <= 0:
+	case s.Limit > 0 && (s.Wait <= 0 || s.Fixed && s.QueueSize <= 0):
 		// The excess is turned away at once: nothing waits.
 		c.Rejected, full = g/rate, 0
 	case s.Limit > 0:

@@ -256,7 +256,8 @@ type CourseDoc struct {
 	FullAfterSeconds float64 `json:"full_after_seconds"`
 	RejectedShare    float64 `json:"rejected_share"`
 	// FullBy is what turns the excess away: "queue_timeout", "queue_size",
-	// or "" when nothing does.
+	// "bulkhead_wait", "at_once" (a bulkhead or a fixed mode with no queue
+	// rejects it as it comes), or "" when nothing does.
 	FullBy string `json:"full_by"`
 }
 
@@ -379,7 +380,10 @@ func (s *Sidecar) advice(snap advice.Snapshot) AdviceDoc {
 	}
 	for _, p := range r.Predictions {
 		mode := "unbounded"
-		if p.Fixed {
+		switch {
+		case p.Adaptive:
+			mode = "adaptive"
+		case p.Fixed:
 			mode = "fixed"
 		}
 		var other *OutcomeDoc
@@ -390,10 +394,14 @@ func (s *Sidecar) advice(snap advice.Snapshot) AdviceDoc {
 		if c := p.Course; c != nil {
 			course = &CourseDoc{Excess: c.Excess, QueueGrowth: c.Growth, FullAfterSeconds: c.FullAfter.Seconds(), RejectedShare: c.Rejected, Points: []CoursePointDoc{}}
 			switch {
+			case c.FullAfter == 0 && c.Rejected > 0:
+				course.FullBy = "at_once"
 			case c.FullAfter > 0 && c.Bounded:
 				course.FullBy = "queue_size"
-			case c.FullAfter > 0:
+			case c.FullAfter > 0 && p.Fixed:
 				course.FullBy = "queue_timeout"
+			case c.FullAfter > 0:
+				course.FullBy = "bulkhead_wait"
 			}
 			for _, pt := range c.Points {
 				course.Points = append(course.Points, CoursePointDoc{AtSeconds: pt.At.Seconds(), WaitSeconds: pt.Wait.Seconds(),
