@@ -466,7 +466,7 @@ func (w *window) historyPoints(now time.Time) (ps, calm []point) {
 		}
 		cp := point{n: n}
 		if l.n == n {
-			p.mixed, cp.load = calmPart(b, l, &cp.class)
+			p.mixed, cp.load = calmPart(b, l, w.rampSeconds(n), &cp.class)
 		} else if p.mixed, cp.load = b.mixed, b.calmLoad; p.mixed {
 			for c, k := range b.calm {
 				us := func(v uint32) time.Duration { return time.Duration(v) * time.Microsecond }

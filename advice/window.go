@@ -224,7 +224,7 @@ func (w *window) current(n int64) (*bucket, *live) {
 		// what the estimate needs of them.
 		if l.n >= 0 {
 			if old := &w.buckets[l.n%historyBuckets]; old.n == l.n {
-				summarise(old, l)
+				summarise(old, l, w.rampSeconds(l.n))
 			}
 		}
 		*l = live{n: n}
@@ -237,7 +237,7 @@ func (w *window) current(n int64) (*bucket, *live) {
 
 // summarise keeps the class quartiles of b from its histograms, and its
 // calm part's.
-func summarise(b *bucket, l *live) {
+func summarise(b *bucket, l *live, ramp int) {
 	for c := range b.class {
 		if b.class[c].n > 0 {
 			b.p25[c] = seconds(quantile(0.25, windowBounds[:], l.classHist[c][:]))
@@ -246,7 +246,7 @@ func summarise(b *bucket, l *live) {
 		}
 	}
 	var calm [classes]classPoint
-	b.mixed, b.calmLoad = calmPart(b, l, &calm)
+	b.mixed, b.calmLoad = calmPart(b, l, ramp, &calm)
 	for c := range calm {
 		cp := calm[c]
 		b.calm[c] = calmClass{n: uint32(min(cp.n, math.MaxUint32)), unresolved: cp.unresolved,
@@ -269,7 +269,13 @@ const calmTolerance = 0.15
 // calm seconds' mean tells which answers they were: the quickest of the
 // bucket (the load stretched the rest) or a fair share of all of them (it
 // did not). Where it tells neither, the class is unresolved.
-func calmPart(b *bucket, l *live, calm *[classes]classPoint) (mixed bool, load float64) {
+//
+// Its answers a second are of its calm seconds after the first ramp of
+// the bucket: the second traffic began in is the traffic starting (open
+// arrivals hold few requests in it, and answer fewer only for want of
+// requests to answer yet), and what it serves there says nothing of a
+// knee.
+func calmPart(b *bucket, l *live, ramp int, calm *[classes]classPoint) (mixed bool, load float64) {
 	var loads [subBuckets]float64
 	var has [subBuckets]bool
 	lo, hi := math.Inf(1), 0.0
@@ -324,10 +330,16 @@ func calmPart(b *bucket, l *live, calm *[classes]classPoint) (mixed bool, load f
 	}
 	for c := range calm {
 		var t classTotals
+		var settled int64 // answers in calm seconds past the ramp
+		settledSecs := 0
 		for i := range l.sec {
 			if calmSecs[i] {
 				t.n += l.sec[i].class[c].n
 				t.service += l.sec[i].class[c].service
+				if i >= ramp {
+					settled += l.sec[i].class[c].n
+					settledSecs++
+				}
 			}
 		}
 		all := b.class[c]
@@ -339,7 +351,10 @@ func calmPart(b *bucket, l *live, calm *[classes]classPoint) (mixed bool, load f
 		quickest := lowestMean(l.classHist[c][:], share)
 		whole := all.service.Seconds() / float64(all.n)
 		dq, dw := math.Abs(mean-quickest)/mean, math.Abs(mean-whole)/mean
-		cp := classPoint{n: t.n, mean: t.service / time.Duration(t.n), x: float64(t.n) / float64(count)}
+		cp := classPoint{n: t.n, mean: t.service / time.Duration(t.n)}
+		if settledSecs > 0 {
+			cp.x = float64(settled) / float64(settledSecs)
+		}
 		switch {
 		case min(dq, dw) > calmTolerance:
 			cp.unresolved = true
@@ -542,6 +557,24 @@ func (w *window) endStep(now time.Time, load float64, keep bool) {
 		w.steps = slices.Delete(w.steps, 0, 1)
 	}
 	w.steps = append(w.steps, stepPoint{at: now, p: p})
+}
+
+// rampTime is how long from the first traffic seen its seconds are the
+// traffic starting rather than a load: a second, the window's resolution.
+const rampTime = time.Second
+
+// rampSeconds is how many of bucket n's first seconds lie mostly within
+// rampTime of the first traffic. The caller holds w.mu.
+func (w *window) rampSeconds(n int64) int {
+	if w.first.IsZero() {
+		return 0
+	}
+	start := w.epoch.Add(time.Duration(n) * BucketWidth)
+	d := w.first.Add(rampTime).Sub(start) - time.Second/2
+	if d <= 0 {
+		return 0
+	}
+	return min(int((d+time.Second-1)/time.Second), subBuckets)
 }
 
 // bucketIndex is the window histogram's bucket of d: the first whose upper

@@ -260,7 +260,7 @@ type meter struct {
 	n, ns             int64
 	samples           int64
 	inFlight, waiting int64 // sums over the samples
-	last              State
+	first, last       State
 }
 
 // throughput is answers a second by Little's law, the requests held on
@@ -276,6 +276,28 @@ func (m meter) throughput() float64 {
 	}
 	return float64(m.n) / m.elapsed.Seconds()
 }
+
+// counted is answers a second, counted: unbiased where Little's law is
+// not, while the requests held grow (open arrivals above capacity): the
+// answers then waited behind fewer than are held at the end, and the
+// requests held over their mean service time read high, as high as the
+// arrivals themselves.
+func (m meter) counted() float64 {
+	if m.elapsed <= 0 {
+		return 0
+	}
+	return float64(m.n) / m.elapsed.Seconds()
+}
+
+// growing reports whether the requests held grew through the measure by
+// more than its noise.
+func (m meter) growing() bool {
+	return m.samples > 1 && float64(m.last.InFlight) > growth*float64(m.first.InFlight)
+}
+
+// growth is how much the requests held must grow through a measure to be
+// growing.
+const growth = 1.1
 
 func (m meter) service() time.Duration {
 	if m.n == 0 {
@@ -309,6 +331,9 @@ func (c *Controller) measure(ctx context.Context, deadline time.Time, limit time
 			m.n += c.n.Swap(0)
 			m.ns += c.ns.Swap(0)
 			m.last = c.cfg.State()
+			if m.samples == 0 {
+				m.first = m.last
+			}
 			m.samples++
 			m.inFlight += m.last.InFlight
 			m.waiting += m.last.Queued
@@ -339,6 +364,13 @@ func (c *Controller) probe(ctx context.Context) (r Report) {
 		return r
 	}
 	r.Load, r.Throughput, r.Service = before.load(), before.throughput(), before.service()
+	if before.growing() {
+		// Open arrivals above what is served: the queue inside grows, and
+		// only a count reads what is served. Its answers come in many
+		// batches there (each a service time apart, the queue many deep),
+		// so a batch more or less is noise.
+		r.Throughput = before.counted()
+	}
 	capAt := int(r.Load / 2)
 	if capAt < 1 {
 		r.Detail = fmt.Sprintf("%.1f in flight: too few to admit fewer", r.Load)

@@ -267,3 +267,55 @@ func TestProbeOnlyWhenWanted(t *testing.T) {
 		synctest.Wait()
 	})
 }
+
+// Open arrivals a fifth above what a pool of 20 at 100 ms serves, from the
+// first second: the queue inside grows by 40 a second, and the requests
+// held over their service time read the arrival rate, not what is served.
+// The probe counts what is served before it, and finds the pool.
+func TestProbeUnderOpenArrivals(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		up := upstream{size: 20, service: around(100 * time.Millisecond)}
+		r := newRig(t, ctx, ctx, &up, 0, limiter.Config{Mode: limiter.Unbounded})
+		go func() {
+			rng := rand.New(rand.NewPCG(5, 6))
+			tick := time.NewTicker(time.Second / 240)
+			defer tick.Stop()
+			for {
+				select {
+				case <-ctx.Done():
+					return
+				case <-tick.C:
+				}
+				go func() {
+					if err := r.lim.Acquire(ctx, 0); err != nil {
+						return
+					}
+					start := time.Now()
+					up.serve(rng)
+					r.ctrl.Record(time.Since(start))
+					r.lim.Release(0)
+				}()
+			}
+		}()
+		var rep Report
+		for start := time.Now(); time.Since(start) < 2*time.Minute; {
+			time.Sleep(time.Second)
+			var ok bool
+			if rep, ok = r.report(); ok {
+				break
+			}
+		}
+		cancel()
+		// Everything inside finishes: thousands queued at 200 a second.
+		time.Sleep(2 * time.Minute)
+		t.Logf("%s in %s: %+v", rep.Result, rep.End.Sub(rep.Start).Round(time.Millisecond), rep)
+		if rep.Result != Queueing || math.Abs(rep.Capacity-20) > 0.15*20 {
+			t.Errorf("result %q, capacity %.1f (%s); want queueing, 20 within 15%%", rep.Result, rep.Capacity, rep.Detail)
+		}
+		if n := r.rejected.Load(); n != 0 {
+			t.Errorf("%d rejected", n)
+		}
+	})
+}

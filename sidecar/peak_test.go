@@ -2,6 +2,7 @@ package sidecar
 
 import (
 	"io"
+	"log/slog"
 	"math"
 	"net/http"
 	"sync"
@@ -136,4 +137,52 @@ func logAdviceText(t *testing.T, s *running) {
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)
 	t.Logf("advice:\n%s", b)
+}
+
+// A probe under way when the drain begins ends there and lifts its cap:
+// the requests it held back are served within the drain, not held until
+// its end rejects them.
+func TestDrainLiftsAProbesCap(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs load for about 20 seconds")
+	}
+	// 200 ms requests: a probe's step lasts seconds, well past the second
+	// the drain has to lift its cap.
+	up := hiddenPool(t, 20, 200*time.Millisecond)
+	r, stop, done := launch(t, testConfig(t, "LOOMGATE_UPSTREAM="+up, "LOOMGATE_MODE=unbounded", "LOOMGATE_PROBE=on", "LOOMGATE_DRAIN_TIMEOUT=20s"),
+		Options{Logger: slog.New(slog.DiscardHandler)})
+	var wg sync.WaitGroup
+	stopClients := make(chan struct{})
+	closedLoop(r.URL+"/r", 150, stopClients, &wg)
+	deadline := time.Now().Add(30 * time.Second)
+	for r.Stats().Probe == 0 {
+		if time.Now().After(deadline) {
+			close(stopClients)
+			wg.Wait()
+			stop()
+			<-done
+			t.Fatal("no probe within 30 s of 150 clients on a pool of 20")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	capped := r.Stats()
+	stop()
+	lifted := time.Now().Add(time.Second)
+	for r.Stats().Probe != 0 && time.Now().Before(lifted) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if p := r.Stats().Probe; p != 0 {
+		t.Errorf("a probe's cap of %d still in force a second into the drain; want it lifted", p)
+	}
+	close(stopClients)
+	if err := <-done; err != nil {
+		t.Errorf("Run = %v; want a complete drain", err)
+	}
+	wg.Wait()
+	t.Logf("capped at %d with %d queued when the drain began", capped.Probe, capped.Queued)
+	for _, kind := range []string{"rejected_queue_timeout", "rejected_queue_full"} {
+		if n := gathered(t, r.Sidecar, "loomgate_requests_total", kind); n != 0 {
+			t.Errorf("loomgate_requests_total{outcome=%s} = %v; want none, the probe's waiters served", kind, n)
+		}
+	}
 }

@@ -364,9 +364,14 @@ func (s *Sidecar) Run(ctx context.Context, ln, adminLn net.Listener) error {
 			return nil
 		})
 	}
+	// A probe ends, and lifts its cap, as the drain begins: the requests
+	// it holds back are to be served, not held until the drain rejects
+	// them.
+	probeCtx, stopProbe := context.WithCancel(runCtx)
+	defer stopProbe()
 	if s.probe != nil {
 		g.Go(func() error {
-			s.probe.Run(runCtx)
+			s.probe.Run(probeCtx)
 			return nil
 		})
 	}
@@ -395,6 +400,7 @@ func (s *Sidecar) Run(ctx context.Context, ln, adminLn net.Listener) error {
 	var drainErr error
 	g.Go(func() error {
 		<-gctx.Done()
+		stopProbe()
 		drainErr = s.shutdown()
 		stopRun()
 		return nil
