@@ -21,6 +21,7 @@ const (
 	RejectedUpgraded     = outcome.RejectedUpgraded
 	ClientClosed         = outcome.ClientClosed
 	ClientTimeout        = outcome.ClientTimeout
+	ClientReset          = outcome.ClientReset
 	BadRequest           = outcome.BadRequest
 	InternalError        = outcome.InternalError
 )

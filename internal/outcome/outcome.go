@@ -24,6 +24,7 @@ const (
 	RejectedUpgraded                 // MaxUpgraded upgraded connections open: 503
 	ClientClosed                     // the client left before its response was written, or inside its request
 	ClientTimeout                    // the client stalled sending its request (408) or reading its response
+	ClientReset                      // HTTP/2: the client reset the stream before it was admitted; never forwarded
 	BadRequest                       // malformed or too large: 400, 413, 431
 	InternalError                    // a bug in the proxy, recovered: 500; or no descriptor left to dial: 503
 
@@ -36,7 +37,7 @@ var kindNames = [NumKinds]string{
 	"ok", "upstream_error", "upstream_timeout",
 	"rejected_queue_full", "rejected_queue_timeout", "rejected_bulkhead", "rejected_memory",
 	"rejected_upgraded",
-	"client_closed", "client_timeout", "bad_request", "internal_error",
+	"client_closed", "client_timeout", "client_reset", "bad_request", "internal_error",
 }
 
 // Rejection reports whether k is admission's refusal, answered with
