@@ -58,6 +58,7 @@ loomgate_requests_total{outcome="bad_request"} 1
 loomgate_requests_total{outcome="client_closed"} 0
 loomgate_requests_total{outcome="client_reset"} 0
 loomgate_requests_total{outcome="client_timeout"} 0
+loomgate_requests_total{outcome="drain_timeout"} 0
 loomgate_requests_total{outcome="internal_error"} 0
 loomgate_requests_total{outcome="ok"} 2
 loomgate_requests_total{outcome="rejected_bulkhead"} 0

@@ -460,6 +460,14 @@ func (h *h2) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			st.timer.Stop()
 		}
 		rec := recover()
+		if rec != nil && st.grpc && h.p.cut.Load() && !st.timedOut.Load() && r.Context().Err() == nil {
+			// A gRPC stream under way that the drain's end cut (its
+			// upstream connection): it ends with trailers that say so,
+			// and that a gRPC client takes as "try again, elsewhere",
+			// rather than a reset, which it takes as an internal error.
+			h.drained(w, st)
+			rec = nil
+		}
 		if rec != nil {
 			// ReverseProxy's way to abort a response already under way.
 			switch {
@@ -687,6 +695,11 @@ func (h *h2) failed(w http.ResponseWriter, r *http.Request, err error) {
 		h.answer(w, st, BadRequest, http.StatusRequestEntityTooLarge, msgBodyTooLarge)
 	case st.stalled.Load():
 		h.answer(w, st, ClientTimeout, http.StatusRequestTimeout, msgReadTimeout)
+	case st.grpc && h.p.cut.Load() && !st.timedOut.Load():
+		// A gRPC call still waiting for its headers when the drain's
+		// end cut the upstream's connections (see cutShort): UNAVAILABLE,
+		// as a stream under way is told (see drained).
+		h.answer(w, st, DrainTimeout, 0, msgDrained)
 	case st.timedOut.Load(), h.p.cut.Load():
 		// Also a drain whose time is up, which cut the upstream's
 		// connections (see cutShort).
@@ -757,7 +770,7 @@ func grpcCode(k Kind) int {
 		return grpcResourceExhausted
 	case k == UpstreamTimeout:
 		return grpcDeadlineExceeded
-	case k == UpstreamError:
+	case k == UpstreamError, k == DrainTimeout:
 		return grpcUnavailable
 	case k == ClientClosed:
 		return grpcCancelled
@@ -854,6 +867,20 @@ func (h *h2) reserveAnswer(st *stream) bool {
 	}
 	st.answering = RequestOverheadBytes
 	return true
+}
+
+// drained ends a gRPC stream under way that the drain's end cut: its
+// trailers carry UNAVAILABLE and Loomgate-Outcome, after whatever of the
+// upstream's messages went out. A gRPC client takes them as the server
+// going away; a message cut in two, it takes as the stream's end with
+// that status all the same.
+func (h *h2) drained(w http.ResponseWriter, st *stream) {
+	o := &st.outcome
+	o.Kind = DrainTimeout
+	hdr := w.Header()
+	hdr.Set(http.TrailerPrefix+"Grpc-Status", strconv.Itoa(grpcUnavailable))
+	hdr.Set(http.TrailerPrefix+"Grpc-Message", strings.TrimSuffix(msgDrained, "\n"))
+	hdr.Set(http.TrailerPrefix+string(headerOutcome), DrainTimeout.String())
 }
 
 // finish completes a stream's Outcome and reports it.

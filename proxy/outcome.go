@@ -14,6 +14,7 @@ const (
 	OK                   = outcome.OK
 	UpstreamError        = outcome.UpstreamError
 	UpstreamTimeout      = outcome.UpstreamTimeout
+	DrainTimeout         = outcome.DrainTimeout
 	RejectedQueueFull    = outcome.RejectedQueueFull
 	RejectedQueueTimeout = outcome.RejectedQueueTimeout
 	RejectedBulkhead     = outcome.RejectedBulkhead

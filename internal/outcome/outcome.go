@@ -17,6 +17,7 @@ const (
 	OK                   Kind = iota // the upstream's response was written to the client
 	UpstreamError                    // the upstream was unreachable, reset or spoke bad HTTP: 502
 	UpstreamTimeout                  // the upstream exceeded UpstreamTimeout: 504
+	DrainTimeout                     // a gRPC call the drain's end cut: UNAVAILABLE
 	RejectedQueueFull                // fixed mode, queue full: 503
 	RejectedQueueTimeout             // fixed mode, waited QueueTimeout: 503
 	RejectedBulkhead                 // unbounded mode, bulkhead full: 503
@@ -34,7 +35,7 @@ const (
 )
 
 var kindNames = [NumKinds]string{
-	"ok", "upstream_error", "upstream_timeout",
+	"ok", "upstream_error", "upstream_timeout", "drain_timeout",
 	"rejected_queue_full", "rejected_queue_timeout", "rejected_bulkhead", "rejected_memory",
 	"rejected_upgraded",
 	"client_closed", "client_timeout", "client_reset", "bad_request", "internal_error",
