@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"bufio"
 	"bytes"
 	"fmt"
 	"net"
@@ -126,5 +127,90 @@ func TestH2CStreamStateBytes(t *testing.T) {
 	t.Logf("an HTTP/2 stream waiting for admission: %.0f B outside its reservation (with a hundredth of its connection)", per)
 	if room := float64(RequestOverheadBytes - streamReceiveWindow); per > room && !raceEnabled {
 		t.Errorf("a stream holds %.0f B besides its body; the %d B an answer reserves cover %.0f beside the %d B window", per, RequestOverheadBytes, room, streamReceiveWindow)
+	}
+}
+
+// TestClientConnBytes measures what a client connection costs the proxy
+// outside any reservation, in each state a flood of them can hold: open
+// and silent, kept alive after a request, with its request waiting in the
+// queue (whose bytes the queue does not reserve), and HTTP/2 with no
+// stream. The same n connections are held against a bare listener and
+// against the proxy; the difference per connection is the proxy's, which
+// ClientConnBytes must cover: LOOMGATE_MAX_CONNS=auto divides memory by
+// it.
+func TestClientConnBytes(t *testing.T) {
+	if testing.Short() {
+		t.Skip("holds hundreds of connections")
+	}
+	const n = 300
+	var arrived atomic.Int64
+	up := holdingUpstream(t, &arrived)
+	queued := startProxy(t, up, limiter.Config{Mode: limiter.Fixed, Workers: 1, QueueSize: 100000, QueueTimeout: time.Minute}, func(c *Config) {
+		c.Reserve = RequestBytes
+		c.Logger = discardLogger()
+	})
+	open := startProxy(t, up, limiter.Config{Mode: limiter.Unbounded}, func(c *Config) {
+		c.Reserve = RequestBytes
+		c.Logger = discardLogger()
+	})
+	// What is made once (pools, the upstream's connections) first: a
+	// request through each, and one held, so that the queue's requests
+	// wait behind it.
+	doGet(t, open.addr, "/warm")
+	doGet(t, queued.addr, "/warm")
+	held := dial(t, queued.addr)
+	held.Write([]byte(get("/held/0")))
+	waitFor(t, func() bool { return arrived.Load() == 1 })
+
+	bare, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer bare.Close()
+	var accepted []net.Conn
+	go func() {
+		for {
+			c, err := bare.Accept()
+			if err != nil {
+				return
+			}
+			accepted = append(accepted, c)
+		}
+	}()
+	silent := func(int) []byte { return nil }
+	base := memoryHeld(t, n, 300*time.Millisecond, func() []net.Conn { return dialHeld(t, bare.Addr().String(), n, silent, nil) }, nil)
+	readAnswer := func(c net.Conn) {
+		c.SetReadDeadline(time.Now().Add(5 * time.Second))
+		http.ReadResponse(bufio.NewReader(c), nil)
+	}
+	var largest float64
+	for _, tt := range []struct {
+		name  string
+		p     *testProxy
+		first func(int) []byte
+		// then is called on each connection once written to; ready
+		// reports them all in their state.
+		then  func(net.Conn)
+		ready func() bool
+	}{
+		{"HTTP/1.1, silent", open, silent, nil, func() bool { return open.proxy.ClientConns() >= n }},
+		// One at a time, so that the upstream pool keeps one connection.
+		{"HTTP/1.1, kept alive", open, func(int) []byte { return []byte(get("/warm")) }, readAnswer, nil},
+		{"HTTP/1.1, request queued", queued, func(int) []byte { return []byte(get("/queued")) }, nil,
+			func() bool { return queued.limiter.Stats().Queued >= n }},
+		{"HTTP/2, no stream", open, func(int) []byte { return h2Open(0, "") }, nil, nil},
+	} {
+		for queued.limiter.Stats().Queued > 0 {
+			time.Sleep(10 * time.Millisecond)
+		}
+		got := memoryHeld(t, n, 500*time.Millisecond, func() []net.Conn { return dialHeld(t, tt.p.addr, n, tt.first, tt.then) }, tt.ready) - base
+		largest = max(largest, got)
+		t.Logf("%s: %.0f B a connection (ClientConnBytes %d)", tt.name, got, ClientConnBytes)
+		if got > ClientConnBytes && !raceEnabled {
+			t.Errorf("%s: %.0f B a connection; ClientConnBytes = %d does not cover it", tt.name, got, ClientConnBytes)
+		}
+	}
+	if largest < ClientConnBytes/2 && !raceEnabled {
+		t.Errorf("a connection costs at most %.0f B; ClientConnBytes = %d overstates it twofold, and bounds connections for nothing", largest, ClientConnBytes)
 	}
 }

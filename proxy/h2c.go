@@ -267,20 +267,17 @@ func (h *h2) ended(c *h2guard.Conn, r h2guard.Reason) {
 		"reason", r.String(), "remote", c.RemoteAddr().String())
 }
 
-// serve serves a connection that opened with the HTTP/2 preface, until it
-// closes. It is no request: nothing is admitted or reported for it.
+// serve hands a connection that opened with the HTTP/2 preface to the
+// HTTP/2 server, under its guard, and returns: its end is reported by its
+// Close. It is no request: nothing is admitted or reported for it.
 func (h *h2) serve(c net.Conn) {
 	h.once.Do(func() { go h.srv.Serve(h.ln) })
 	g := h2guard.New(rawio.Wrap(c), &h.guard)
-	hc := &h2Conn{Conn: g, g: g, done: make(chan struct{})}
-	defer h.p.connDone()
+	hc := &h2Conn{Conn: g, g: g, h: h}
 	h.conns.Add(1)
-	defer h.conns.Add(-1)
 	if !h.ln.push(hc) {
-		c.Close()
-		return
+		hc.Close()
 	}
-	<-hc.done
 }
 
 // shutdown ends the HTTP/2 side: a GOAWAY to each connection, and streams
@@ -297,18 +294,23 @@ func (h *h2) close() {
 	h.tr.CloseIdleConnections()
 }
 
-// h2Conn is a connection of the HTTP/2 server's, which tells when it
-// closes.
+// h2Conn is a connection of the HTTP/2 server's, which gives its place
+// back when it closes. Nothing waits for it meanwhile: a goroutine that
+// did held a few KiB of stack for each connection, idle ones included.
 type h2Conn struct {
 	net.Conn
 	g    *h2guard.Conn
+	h    *h2
 	once sync.Once
-	done chan struct{}
 }
 
 func (c *h2Conn) Close() error {
-	c.once.Do(func() { close(c.done) })
-	return c.Conn.Close()
+	err := c.Conn.Close()
+	c.once.Do(func() {
+		c.h.conns.Add(-1)
+		c.h.p.connDone()
+	})
+	return err
 }
 
 // connQueue is a listener whose connections are handed to it.

@@ -1,7 +1,9 @@
 package sidecar
 
 import (
+	"bytes"
 	"fmt"
+	"net"
 	"net/http"
 	"sync"
 	"testing"
@@ -115,6 +117,108 @@ func TestZeroWindowStreams(t *testing.T) {
 	}
 	if _, err := c.scrape(3 * time.Second); err != nil {
 		t.Errorf("/metrics after the streams: %v", err)
+	}
+	if err := c.terminate(t, 30*time.Second); err != nil {
+		t.Errorf("after SIGTERM the sidecar exited with %v; want 0", err)
+	}
+}
+
+// TestConnectionBurst: 19,000 connections at once (within this machine's
+// open-file limit of 20,000 for the test's own end of them), half of them
+// HTTP/1.1 with a request, half HTTP/2 with no stream, against a sidecar
+// process in a 256 MiB memory limit with MAX_CONNS=auto. The sidecar takes
+// as many as its memory holds, the rest wait in the listen backlog (or
+// time out there); it stays up, /metrics answers throughout, its memory
+// stays below the limit, and once the burst ends it serves again. auto
+// came from the open-file limit alone, 19,736 connections here: the burst
+// took them all, at some 20 KiB each, past the limit (in a pod, the kernel
+// killed it, 3 times of 3).
+func TestConnectionBurst(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a process and opens 19,000 connections")
+	}
+	const burst = 19000
+	up := h2cServer(t, func(w http.ResponseWriter, r *http.Request) { w.Write([]byte("ok")) })
+	c := startChild(t, append(memoryLimitEnv, "LOOMGATE_UPSTREAM=http://"+up,
+		"LOOMGATE_MODE=fixed", "LOOMGATE_WORKERS=200", "LOOMGATE_QUEUE_SIZE=10000",
+		"LOOMGATE_MAX_CONNS=auto", "LOOMGATE_DRAIN_TIMEOUT=5s")...)
+	stop := make(chan struct{})
+	scrapes := watchAdmin(c, stop)
+
+	var h2 bytes.Buffer
+	h2.WriteString(http2.ClientPreface)
+	http2.NewFramer(&h2, nil).WriteSettings()
+	h1 := []byte("GET /burst HTTP/1.1\r\nHost: burst.test\r\n\r\n")
+	conns := make([]net.Conn, burst)
+	var wg sync.WaitGroup
+	for i := range conns {
+		wg.Go(func() {
+			// Eight source addresses, so that the burst does not run
+			// short of ephemeral ports beside other tests.
+			d := net.Dialer{Timeout: 3 * time.Second, LocalAddr: &net.TCPAddr{IP: net.IPv4(127, 0, 0, byte(2+i%8))}}
+			nc, err := d.Dial("tcp", c.traffic)
+			if err != nil {
+				return // beyond the backlog: the client's to retry
+			}
+			nc.SetWriteDeadline(time.Now().Add(3 * time.Second))
+			if i%2 == 0 {
+				nc.Write(h1)
+			} else {
+				nc.Write(h2.Bytes())
+			}
+			conns[i] = nc
+		})
+	}
+	wg.Wait()
+	dialed := 0
+	for _, nc := range conns {
+		if nc != nil {
+			dialed++
+		}
+	}
+	time.Sleep(2 * time.Second) // the sidecar takes what it can
+	c.alive(t, "during the burst")
+	body, err := c.scrape(3 * time.Second)
+	if err != nil {
+		t.Fatalf("/metrics during the burst: %v", err)
+	}
+	open, limit := metricValue(t, body, "loomgate_client_connections"), metricValue(t, body, "loomgate_client_connections_limit")
+	peak := c.peakRSS(t)
+	t.Logf("%d of %d connections made; the sidecar holds %.0f (its bound %.0f); peak resident memory %d MiB", dialed, burst, open, limit, peak>>20)
+	if want := float64(connsMemoryBound(230<<20, 115<<20)); limit != want {
+		t.Errorf("loomgate_client_connections_limit = %v; want %v, the memory limit's bound", limit, want)
+	}
+	if open > limit {
+		t.Errorf("loomgate_client_connections = %v; want at most the bound %v", open, limit)
+	}
+	if peak >= memoryLimit && !raceEnabled {
+		t.Errorf("peak resident memory %d MiB; want below the limit, %d MiB", peak>>20, memoryLimit>>20)
+	}
+
+	for _, nc := range conns {
+		if nc != nil {
+			nc.Close()
+		}
+	}
+	client := &http.Client{Timeout: 5 * time.Second}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		c.alive(t, "after the burst")
+		resp, err := client.Get("http://" + c.traffic + "/after")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				break
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no 200 from a new request 30s after the burst ended (last: %v)", err)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	close(stop)
+	for _, err := range <-scrapes {
+		t.Errorf("/metrics during the burst: %v", err)
 	}
 	if err := c.terminate(t, 30*time.Second); err != nil {
 		t.Errorf("after SIGTERM the sidecar exited with %v; want 0", err)
