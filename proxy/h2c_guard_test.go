@@ -176,7 +176,9 @@ func TestRapidReset(t *testing.T) {
 	if n := counts.admission.Load(); n > counts.kinds[ClientClosed].Load() {
 		t.Errorf("%d attack streams counted as having met admission; want only those that left the queue (%d)", n, counts.kinds[ClientClosed].Load())
 	}
-	if during > 2*idle {
+	// The race detector slows the proxy's every step many times, and the
+	// attack's pace stays the same.
+	if during > 2*idle && !raceEnabled {
 		t.Errorf("the other client's median went from %v to %v under the attack; want at most twice", idle, during)
 	}
 	tp.waitIdle(t)
