@@ -313,7 +313,9 @@ func (c *Conn) Write(p []byte) (int, error) {
 	last := false
 	if c.ending.Load() && c.out.atBoundary() {
 		if inj := c.takeInject(); inj != nil {
-			b = append(c.copied(b, p), inj...)
+			// A copy: b may be p itself, the server's buffer. Once a
+			// connection, at its end.
+			b = append(append([]byte(nil), b...), inj...)
 			last = true
 		}
 	}
@@ -326,15 +328,6 @@ func (c *Conn) Write(p []byte) (int, error) {
 		c.shut = true
 	}
 	return len(p), nil
-}
-
-// copied returns b in the guard's write buffer, where more may be
-// appended: b is p itself when the writer passed p as it was.
-func (c *Conn) copied(b, p []byte) []byte {
-	if len(b) > 0 && len(p) > 0 && &b[0] == &p[0] {
-		return append(c.wbuf[:0], b...)
-	}
-	return b
 }
 
 // Close closes the connection, once the guard's last frames, if any wait,
