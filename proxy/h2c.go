@@ -372,6 +372,9 @@ type stream struct {
 	answering int64
 	// g is the stream's connection's guard; nil without one.
 	g *h2guard.Conn
+	// abort is set when the handler must reset the stream as it ends,
+	// having written nothing.
+	abort bool
 	// held is set while the stream holds its permit; release clears it.
 	held     atomic.Bool
 	timedOut atomic.Bool
@@ -487,6 +490,9 @@ func (h *h2) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			}
 		}
 		h.finish(st, r)
+		if rec == nil && st.abort {
+			rec = http.ErrAbortHandler
+		}
 		if rec != nil {
 			panic(rec)
 		}
@@ -503,8 +509,10 @@ func (h *h2) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if r.Context().Err() != nil || g != nil && g.Ending() {
 		// Reset before it met admission, or its connection ended, by
 		// its client or for it: never forwarded, and kept out of what
-		// admission and the advice measure.
+		// admission and the advice measure. On a connection the guard
+		// is ending, the stream is reset: returning would answer it 200.
 		o.Kind, o.Status = ClientReset, StatusClientClosed
+		st.abort = r.Context().Err() == nil
 		return
 	}
 	if r.ContentLength > p.maxBody {
