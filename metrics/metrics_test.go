@@ -56,7 +56,9 @@ func TestRecord(t *testing.T) {
 # TYPE loomgate_requests_total counter
 loomgate_requests_total{outcome="bad_request"} 1
 loomgate_requests_total{outcome="client_closed"} 0
+loomgate_requests_total{outcome="client_reset"} 0
 loomgate_requests_total{outcome="client_timeout"} 0
+loomgate_requests_total{outcome="drain_timeout"} 0
 loomgate_requests_total{outcome="internal_error"} 0
 loomgate_requests_total{outcome="ok"} 2
 loomgate_requests_total{outcome="rejected_bulkhead"} 0

@@ -37,6 +37,7 @@ const (
 	msgClientClosed    = "client closed request\n"
 	msgUpstreamError   = "bad gateway: upstream unavailable\n"
 	msgUpstreamTimeout = "gateway timeout: upstream too slow\n"
+	msgDrained         = "shutting down: the drain's time is up\n"
 	msgInternal        = "internal error\n"
 	msgNoFiles         = "service unavailable: the proxy is out of file descriptors\n"
 )

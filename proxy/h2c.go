@@ -17,6 +17,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/loomgate/loomgate/internal/h2guard"
 	"github.com/loomgate/loomgate/internal/rawio"
 	"github.com/loomgate/loomgate/limiter"
 )
@@ -46,8 +47,46 @@ import (
 // as what remains of it.
 
 // maxStreams is the most streams a client may open at once on one HTTP/2
-// connection; Go's default is 250.
-const maxStreams = 10000
+// connection (SETTINGS_MAX_CONCURRENT_STREAMS): Go's default, and the
+// RFC's advice of no fewer than 100 (RFC 9113, 6.5.2) with room. A gRPC
+// client puts every call on one connection and holds the calls beyond it
+// in itself, where the wait is not measured, so it is not small; it bounds
+// what one connection can hold outside the memory bulkhead: a stream
+// waiting for admission, or being answered, costs Go's server 11 KiB
+// (TestClientConnBytes) besides what it reserves, and a reset one its
+// handler's goroutine until it notices, which Go's server also bounds by
+// this (its fix of CVE-2023-44487). It was 10,000: 40,000 streams whose
+// client granted no window, on 4 connections, held a 256 MiB sidecar at
+// its limit.
+const maxStreams = 250
+
+// streamReceiveWindow is what a client may send of a stream's body ahead
+// of its handler's reads (the stream's flow-control window, RFC 9113's
+// initial 64 KiB): a stream waiting in the queue holds that much of its
+// body, which its reservation covers (RequestOverheadBytes, and the body's
+// declared length or UnknownBodyBytes). Go's default is 1 MiB, four
+// reservations' worth held for nobody while the stream waits.
+const streamReceiveWindow = 64 << 10
+
+// A client's budget of streams reset before their answer (premature
+// resets, as HAProxy counts them: HEADERS then RST_STREAM is the rapid
+// reset of CVE-2023-44487): twice a connection's worth of streams at
+// once, so that a client may cancel all it has open and its next calls as
+// they open; a tenth of a connection's worth a second; and one back for
+// each stream answered, so that a client that cancels what it asked for
+// now and then, or hedges its calls, never runs out. Past it the
+// connection is ended with a GOAWAY (ENHANCE_YOUR_CALM). A reset stream
+// that was not admitted is never forwarded, whatever the budget (see
+// ServeHTTP).
+const (
+	resetBurst = 2 * maxStreams
+	resetRate  = maxStreams / 10
+)
+
+// settleMax bounds a stream's wait, before its admission, for the frames
+// its client sent with it (see h2guard.Conn.Settle): microseconds, unless
+// a frame arrives cut in two.
+const settleMax = 50 * time.Millisecond
 
 // What a stream may hold of its response while its client does not take
 // it: a client grants the window it likes, none at all if it likes
@@ -109,6 +148,11 @@ type h2 struct {
 	// conns counts the client connections being served, among those the
 	// proxy counts (Proxy.ClientConns).
 	conns atomic.Int64
+	// guard is every connection's watch (see package h2guard).
+	guard h2guard.Config
+	// lastEndLog is when a connection the guard ended was last logged
+	// (UnixNano).
+	lastEndLog atomic.Int64
 }
 
 func newH2(p *Proxy, upstream string) *h2 {
@@ -156,29 +200,84 @@ func newH2(p *Proxy, upstream string) *h2 {
 		Protocols:      protos,
 		MaxHeaderBytes: MaxHeaderBytes,
 		IdleTimeout:    90 * time.Second,
-		// Streams beyond a connection's limit wait in the client, a queue
-		// nobody measures: gRPC clients put every call on one
-		// connection. The limit is set high so that they wait in the
-		// Admitter's queue instead, as HTTP/1.1 requests do.
-		HTTP2:    &http.HTTP2Config{MaxConcurrentStreams: maxStreams},
+		HTTP2: &http.HTTP2Config{
+			MaxConcurrentStreams:      maxStreams,
+			MaxReceiveBufferPerStream: streamReceiveWindow,
+		},
+		ConnContext: func(ctx context.Context, c net.Conn) context.Context {
+			return context.WithValue(ctx, connKey{}, c)
+		},
 		ErrorLog: slog.NewLogLogger(p.log.Handler(), slog.LevelDebug),
+	}
+	h.guard = h2guard.Config{
+		HeaderTimeout: p.server.ReadTimeout,
+		// What a stream's client may take to read its response, as on
+		// HTTP/1.1, where it is the connection's write timeout: here
+		// the whole connection's, when none of its streams can move.
+		StallTimeout: p.timeout,
+		ResetBurst:   resetBurst,
+		ResetRate:    resetRate,
+		// net/http's own reckoning of its bound on a header block.
+		MaxHeaderListSize: MaxHeaderBytes + 320,
+		OutcomeHeader:     strings.ToLower(string(headerOutcome)),
+		OwnOutcome:        BadRequest.String(),
+		TimeoutOutcome:    ClientTimeout.String(),
+		Answered:          h.ownAnswer,
+		TimedOut:          h.headerTimedOut,
+		Ended:             h.ended,
 	}
 	return h
 }
 
-// serve serves a connection that opened with the HTTP/2 preface, until it
-// closes. It is no request: nothing is admitted or reported for it.
-func (h *h2) serve(c net.Conn) {
-	h.once.Do(func() { go h.srv.Serve(h.ln) })
-	hc := &h2Conn{Conn: rawio.Wrap(c), done: make(chan struct{})}
-	defer h.p.connDone()
-	h.conns.Add(1)
-	defer h.conns.Add(-1)
-	if !h.ln.push(hc) {
-		c.Close()
+// connKey is the context key of a stream's connection, the *h2Conn.
+type connKey struct{}
+
+// guardOf is r's connection's guard, nil if it has none.
+func guardOf(r *http.Request) *h2guard.Conn {
+	if hc, ok := r.Context().Value(connKey{}).(*h2Conn); ok {
+		return hc.g
+	}
+	return nil
+}
+
+// ownAnswer counts an answer Go's server gave on its own (a 431 or 400,
+// before any handler), which the guard marked with Loomgate-Outcome.
+func (h *h2) ownAnswer(c *h2guard.Conn, a h2guard.Answer) {
+	now := time.Now()
+	h.p.observe(&Outcome{Kind: BadRequest, Status: a.Status, Method: []byte(a.Method), Target: []byte(a.Path),
+		Remote: c.RemoteAddr(), Total: now.Sub(a.Start), End: now})
+}
+
+// headerTimedOut counts a stream whose header block was not whole within
+// HeaderTimeout: answered 408, as on HTTP/1.1, and its connection ended.
+func (h *h2) headerTimedOut(c *h2guard.Conn, start time.Time) {
+	now := time.Now()
+	h.p.observe(&Outcome{Kind: ClientTimeout, Status: http.StatusRequestTimeout, Remote: c.RemoteAddr(), Total: now.Sub(start), End: now})
+}
+
+// ended logs a connection the guard ended, at most one line every ten
+// seconds: an attack ends them by the thousand.
+func (h *h2) ended(c *h2guard.Conn, r h2guard.Reason) {
+	now := time.Now().UnixNano()
+	last := h.lastEndLog.Load()
+	if now-last < int64(10*time.Second) || !h.lastEndLog.CompareAndSwap(last, now) {
 		return
 	}
-	<-hc.done
+	h.p.log.Warn("ended an HTTP/2 connection with a GOAWAY (ENHANCE_YOUR_CALM); more may follow unlogged for ten seconds",
+		"reason", r.String(), "remote", c.RemoteAddr().String())
+}
+
+// serve hands a connection that opened with the HTTP/2 preface to the
+// HTTP/2 server, under its guard, and returns: its end is reported by its
+// Close. It is no request: nothing is admitted or reported for it.
+func (h *h2) serve(c net.Conn) {
+	h.once.Do(func() { go h.srv.Serve(h.ln) })
+	g := h2guard.New(rawio.Wrap(c), &h.guard)
+	hc := &h2Conn{Conn: g, g: g, h: h}
+	h.conns.Add(1)
+	if !h.ln.push(hc) {
+		hc.Close()
+	}
 }
 
 // shutdown ends the HTTP/2 side: a GOAWAY to each connection, and streams
@@ -195,17 +294,23 @@ func (h *h2) close() {
 	h.tr.CloseIdleConnections()
 }
 
-// h2Conn is a connection of the HTTP/2 server's, which tells when it
-// closes.
+// h2Conn is a connection of the HTTP/2 server's, which gives its place
+// back when it closes. Nothing waits for it meanwhile: a goroutine that
+// did held a few KiB of stack for each connection, idle ones included.
 type h2Conn struct {
 	net.Conn
+	g    *h2guard.Conn
+	h    *h2
 	once sync.Once
-	done chan struct{}
 }
 
 func (c *h2Conn) Close() error {
-	c.once.Do(func() { close(c.done) })
-	return c.Conn.Close()
+	err := c.Conn.Close()
+	c.once.Do(func() {
+		c.h.conns.Add(-1)
+		c.h.p.connDone()
+	})
+	return err
 }
 
 // connQueue is a listener whose connections are handed to it.
@@ -262,6 +367,14 @@ type stream struct {
 	// kept is the bytes a gRPC call keeps reserved past its permit, to
 	// its end (see releasePermit).
 	kept int64
+	// answering is the bytes the proxy's own answer reserved (see
+	// answer).
+	answering int64
+	// g is the stream's connection's guard; nil without one.
+	g *h2guard.Conn
+	// abort is set when the handler must reset the stream as it ends,
+	// having written nothing.
+	abort bool
 	// held is set while the stream holds its permit; release clears it.
 	held     atomic.Bool
 	timedOut atomic.Bool
@@ -298,6 +411,10 @@ func (h *h2) release(st *stream) {
 	if st.kept > 0 {
 		h.p.admit.(bytesReleaser).ReleaseBytes(st.kept)
 		st.kept = 0
+	}
+	if st.answering > 0 {
+		h.p.admit.(bytesReleaser).ReleaseBytes(st.answering)
+		st.answering = 0
 	}
 }
 
@@ -348,6 +465,14 @@ func (h *h2) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			st.timer.Stop()
 		}
 		rec := recover()
+		if rec != nil && st.grpc && h.p.cut.Load() && !st.timedOut.Load() && r.Context().Err() == nil {
+			// A gRPC stream under way that the drain's end cut (its
+			// upstream connection): it ends with trailers that say so,
+			// and that a gRPC client takes as "try again, elsewhere",
+			// rather than a reset, which it takes as an internal error.
+			h.drained(w, st)
+			rec = nil
+		}
 		if rec != nil {
 			// ReverseProxy's way to abort a response already under way.
 			switch {
@@ -365,11 +490,31 @@ func (h *h2) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			}
 		}
 		h.finish(st, r)
+		if rec == nil && st.abort {
+			rec = http.ErrAbortHandler
+		}
 		if rec != nil {
 			panic(rec)
 		}
 	}()
 
+	g := guardOf(r)
+	st.g = g
+	if g != nil {
+		// A client that opens a stream and resets it in the same breath
+		// (the rapid reset) is heard before the stream goes anywhere:
+		// the server hands it to its handler before it reads the reset.
+		g.Settle(r.Context(), settleMax)
+	}
+	if r.Context().Err() != nil || g != nil && g.Ending() {
+		// Reset before it met admission, or its connection ended, by
+		// its client or for it: never forwarded, and kept out of what
+		// admission and the advice measure. On a connection the guard
+		// is ending, the stream is reset: returning would answer it 200.
+		o.Kind, o.Status = ClientReset, StatusClientClosed
+		st.abort = r.Context().Err() == nil
+		return
+	}
 	if r.ContentLength > p.maxBody {
 		h.answer(w, st, BadRequest, http.StatusRequestEntityTooLarge, msgBodyTooLarge)
 		return
@@ -395,6 +540,13 @@ func (h *h2) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	o.Admission = true
 	err := p.admit.TryAcquire(st.bytes)
 	st.admittedAt = st.start
+	if err == nil && r.Context().Err() != nil {
+		// Reset as it was admitted, without a wait: the admission is
+		// undone, and the stream counted as one reset before it.
+		p.admit.Release(st.bytes)
+		o.Kind, o.Status, o.Admission = ClientReset, StatusClientClosed, false
+		return
+	}
 	if err == limiter.ErrMustWait {
 		err = p.admit.Acquire(ctx, st.bytes)
 		st.admittedAt = time.Now()
@@ -413,7 +565,7 @@ func (h *h2) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	st.held.Store(true)
 	o.Admitted = true
-	cw := &clientWriter{ResponseWriter: w}
+	cw := &clientWriter{ResponseWriter: w, g: g}
 	// UpstreamTimeout bounds what the permit is held for: the whole
 	// exchange, or a gRPC call's wait for its headers. Whoever the stream
 	// waits for then is at fault, as on HTTP/1.1, where the deadline is
@@ -440,6 +592,9 @@ func (h *h2) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // to the client is under way: one that waits for the client's window.
 type clientWriter struct {
 	http.ResponseWriter
+	// g is told of each write, which may wait for the client's window;
+	// nil without a guard.
+	g       *h2guard.Conn
 	mu      sync.Mutex
 	writing int
 }
@@ -464,9 +619,15 @@ func (w *clientWriter) begin() {
 	w.mu.Lock()
 	w.writing++
 	w.mu.Unlock()
+	if w.g != nil {
+		w.g.BeginWrite()
+	}
 }
 
 func (w *clientWriter) end() {
+	if w.g != nil {
+		w.g.EndWrite()
+	}
 	w.mu.Lock()
 	w.writing--
 	w.mu.Unlock()
@@ -544,6 +705,11 @@ func (h *h2) failed(w http.ResponseWriter, r *http.Request, err error) {
 		h.answer(w, st, BadRequest, http.StatusRequestEntityTooLarge, msgBodyTooLarge)
 	case st.stalled.Load():
 		h.answer(w, st, ClientTimeout, http.StatusRequestTimeout, msgReadTimeout)
+	case st.grpc && h.p.cut.Load() && !st.timedOut.Load():
+		// A gRPC call still waiting for its headers when the drain's
+		// end cut the upstream's connections (see cutShort): UNAVAILABLE,
+		// as a stream under way is told (see drained).
+		h.answer(w, st, DrainTimeout, 0, msgDrained)
 	case st.timedOut.Load(), h.p.cut.Load():
 		// Also a drain whose time is up, which cut the upstream's
 		// connections (see cutShort).
@@ -615,7 +781,7 @@ func grpcCode(k Kind) int {
 		return grpcResourceExhausted
 	case k == UpstreamTimeout:
 		return grpcDeadlineExceeded
-	case k == UpstreamError:
+	case k == UpstreamError, k == DrainTimeout:
 		return grpcUnavailable
 	case k == ClientClosed:
 		return grpcCancelled
@@ -627,6 +793,13 @@ func grpcCode(k Kind) int {
 // with grpc-status (a gRPC client ignores the HTTP status), otherwise the
 // plain-text answer HTTP/1.1 gets. Both carry Loomgate-Outcome, and a
 // rejection Retry-After.
+//
+// A plain answer's body waits for the client's flow-control window, which
+// a client may never grant: while it waits, the stream reserves
+// RequestOverheadBytes (its state, and what it may hold of its body), as
+// a request does, and UpstreamTimeout bounds the wait, as it bounds a
+// response's; without room in the memory bulkhead it goes without its
+// body. A gRPC answer is headers alone, which no window holds up.
 func (h *h2) answer(w http.ResponseWriter, st *stream, kind Kind, status int, msg string) {
 	p := h.p
 	o := &st.outcome
@@ -668,8 +841,57 @@ func (h *h2) answer(w http.ResponseWriter, st *stream, kind Kind, status int, ms
 	}
 	hdr.Set("Content-Type", textPlain)
 	o.Status = status
+	if !h.reserveAnswer(st) {
+		hdr.Set("Content-Length", "0")
+		w.WriteHeader(status)
+		return
+	}
+	rc := http.NewResponseController(w)
+	_ = rc.SetWriteDeadline(time.Now().Add(p.timeout))
+	// Flushed here, not by the server after the handler: the wait for
+	// the window is the handler's, under its deadline and the guard's
+	// watch, while the stream holds its reservation.
+	if cw, ok := w.(*clientWriter); ok {
+		cw.begin()
+		defer cw.end()
+	} else if st.g != nil {
+		st.g.BeginWrite()
+		defer st.g.EndWrite()
+	}
 	w.WriteHeader(status)
 	_, _ = io.WriteString(w, msg)
+	_ = rc.Flush()
+}
+
+// reserveAnswer reserves RequestOverheadBytes for a plain answer's body,
+// unless the stream holds its request's reservation still, and reports
+// whether the body may be sent.
+func (h *h2) reserveAnswer(st *stream) bool {
+	if st.held.Load() || st.kept > 0 || h.p.reserve == nil {
+		return true
+	}
+	if _, ok := h.p.admit.(bytesReleaser); !ok || h.p.reserver == nil {
+		return true
+	}
+	if !h.p.reserver.TryReserve(RequestOverheadBytes) {
+		return false
+	}
+	st.answering = RequestOverheadBytes
+	return true
+}
+
+// drained ends a gRPC stream under way that the drain's end cut: its
+// trailers carry UNAVAILABLE and Loomgate-Outcome, after whatever of the
+// upstream's messages went out. A gRPC client takes them as the server
+// going away; a message cut in two, it takes as the stream's end with
+// that status all the same.
+func (h *h2) drained(w http.ResponseWriter, st *stream) {
+	o := &st.outcome
+	o.Kind = DrainTimeout
+	hdr := w.Header()
+	hdr.Set(http.TrailerPrefix+"Grpc-Status", strconv.Itoa(grpcUnavailable))
+	hdr.Set(http.TrailerPrefix+"Grpc-Message", strings.TrimSuffix(msgDrained, "\n"))
+	hdr.Set(http.TrailerPrefix+string(headerOutcome), DrainTimeout.String())
 }
 
 // finish completes a stream's Outcome and reports it.

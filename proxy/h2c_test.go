@@ -440,12 +440,15 @@ func TestH2CBodyLimit(t *testing.T) {
 	tp.waitIdle(t)
 }
 
-// TestGRPCManyCallsOneConnection: more calls than Go's default stream
-// limit (250) on one connection all reach admission, and wait in its
-// queue, not in the client.
+// TestGRPCManyCallsOneConnection: of more calls than a connection may
+// carry at once on one connection, maxStreams reach admission and wait in
+// its queue; the rest wait in the client, which opens them as others end.
+// A connection could carry 10,000 streams: a client that granted them no
+// window held hundreds of megabytes outside the memory bulkhead.
 func TestGRPCManyCallsOneConnection(t *testing.T) {
 	slow := &slowHealth{}
-	tp := startProxy(t, grpcUpstream(t, slow), limiter.Config{Mode: limiter.Fixed, Workers: 10, QueueSize: 1000, QueueTimeout: 10 * time.Second}, nil)
+	const workers = 10
+	tp := startProxy(t, grpcUpstream(t, slow), limiter.Config{Mode: limiter.Fixed, Workers: workers, QueueSize: 1000, QueueTimeout: 10 * time.Second}, nil)
 	c := grpcClient(t, tp.addr)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -458,11 +461,18 @@ func TestGRPCManyCallsOneConnection(t *testing.T) {
 		}()
 	}
 	deadline := time.Now().Add(5 * time.Second)
-	for tp.limiter.Stats().Queued < calls-10-20 {
+	for tp.limiter.Stats().Queued < maxStreams-workers {
 		if time.Now().After(deadline) {
-			t.Fatalf("queued %d of %d calls; want nearly all past the 10 workers", tp.limiter.Stats().Queued, calls)
+			t.Fatalf("queued %d of %d calls; want %d, all the connection carries past the %d workers", tp.limiter.Stats().Queued, calls, maxStreams-workers, workers)
 		}
 		time.Sleep(5 * time.Millisecond)
+	}
+	for range 20 {
+		st := tp.limiter.Stats()
+		if n := st.InFlight + st.Queued; n > maxStreams {
+			t.Fatalf("%d calls at admission; want at most the connection's %d streams", n, maxStreams)
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 	cancel()
 	for range calls {

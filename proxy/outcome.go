@@ -14,6 +14,7 @@ const (
 	OK                   = outcome.OK
 	UpstreamError        = outcome.UpstreamError
 	UpstreamTimeout      = outcome.UpstreamTimeout
+	DrainTimeout         = outcome.DrainTimeout
 	RejectedQueueFull    = outcome.RejectedQueueFull
 	RejectedQueueTimeout = outcome.RejectedQueueTimeout
 	RejectedBulkhead     = outcome.RejectedBulkhead
@@ -21,6 +22,7 @@ const (
 	RejectedUpgraded     = outcome.RejectedUpgraded
 	ClientClosed         = outcome.ClientClosed
 	ClientTimeout        = outcome.ClientTimeout
+	ClientReset          = outcome.ClientReset
 	BadRequest           = outcome.BadRequest
 	InternalError        = outcome.InternalError
 )

@@ -491,13 +491,18 @@ type leftAtCut struct {
 	unknown bool
 }
 
+// any reports whether requests were left: queued, or holding a permit.
+// An HTTP/2 stream that holds one is among them; a gRPC stream past its
+// headers holds none, and, like an upgraded connection, is ended (see
+// h2.drained) and leaves the drain complete: a watch may last for hours,
+// and no drain would ever be complete beside it.
 func (l leftAtCut) any() bool {
-	return l.unknown || l.queued > 0 || l.inFlight > 0 || l.streams > 0
+	return l.unknown || l.queued > 0 || l.inFlight > 0
 }
 
 // left is what is unfinished now: the requests queued and admitted, and
-// the HTTP/2 streams open (a gRPC stream past its headers holds no permit,
-// and is cut short all the same).
+// the HTTP/2 streams open, among them gRPC streams past their headers,
+// which are cut short too.
 func (p *Proxy) left() leftAtCut {
 	l := leftAtCut{streams: p.h2.open.Load(), unknown: true}
 	if a, ok := p.admit.(interface{ Stats() limiter.Stats }); ok {
@@ -528,7 +533,8 @@ func (p *Proxy) cutShort() bool {
 		p.log.Warn("drain's time is up: the requests still queued are answered as at their queue timeout, those at the upstream as at UPSTREAM_TIMEOUT, those whose client is still sending as at HEADER_TIMEOUT",
 			"queued", left.queued, "in_flight", left.inFlight, "http2_streams", left.streams)
 	} else {
-		p.log.Info("drain's time is up with no request queued or in flight; closing the connections left")
+		p.log.Info("drain's time is up with no request queued or in flight; closing the connections left, and ending the gRPC streams past their headers with UNAVAILABLE",
+			"http2_streams", left.streams)
 	}
 	if w, ok := p.admit.(interface{ RejectWaiting() }); ok {
 		w.RejectWaiting()

@@ -1,6 +1,7 @@
 package sidecar
 
 import (
+	"context"
 	"errors"
 	"io"
 	"log/slog"
@@ -10,6 +11,12 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/status"
 )
 
 // TestDrainTimeoutAnswersWhatIsLeft: two requests at an upstream that
@@ -114,5 +121,48 @@ func TestDrainWithNothingInFlightIsComplete(t *testing.T) {
 	stop()
 	if err := <-ran; err != nil {
 		t.Errorf("Run = %v; want nil: nothing was queued or in flight", err)
+	}
+}
+
+// TestDrainEndCutsGRPCStreamWithUnavailable: a gRPC stream past its
+// headers (a Watch) when DRAIN_TIMEOUT ends is cut with trailers,
+// grpc-status UNAVAILABLE (14), which gRPC clients take as "try again,
+// elsewhere", and Loomgate-Outcome: drain_timeout; it is counted so, once;
+// and the drain is complete, the stream holding no permit, as an upgraded
+// connection: Run returns nil, the process exits 0. It got RST_STREAM
+// INTERNAL_ERROR, which gRPC clients do not retry, no outcome header, was
+// counted upstream_timeout, and the process exited 1.
+func TestDrainEndCutsGRPCStreamWithUnavailable(t *testing.T) {
+	cfg := testConfig(t, "LOOMGATE_UPSTREAM=http://"+protocolsUpstream(t), "LOOMGATE_DRAIN_TIMEOUT=1s")
+	s, stop, ran := launch(t, cfg, Options{Logger: slog.New(slog.DiscardHandler)})
+	cc, err := grpc.NewClient(strings.TrimPrefix(s.URL, "http://"), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cc.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	w, err := healthpb.NewHealthClient(cc).Watch(ctx, &healthpb.HealthCheckRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.Recv(); err != nil {
+		t.Fatalf("Watch's first message: %v", err)
+	}
+	stop()
+	_, err = w.Recv()
+	if status.Code(err) != codes.Unavailable {
+		t.Errorf("the stream at the drain's end: %v; want UNAVAILABLE", err)
+	}
+	if got := w.Trailer().Get("loomgate-outcome"); len(got) != 1 || got[0] != "drain_timeout" {
+		t.Errorf("Loomgate-Outcome trailer %q; want drain_timeout", got)
+	}
+	if err := <-ran; err != nil {
+		t.Errorf("Run = %v; want nil (exit 0): the stream held no permit", err)
+	}
+	for kind, want := range map[string]float64{"drain_timeout": 1, "upstream_timeout": 0} {
+		if n := gathered(t, s.Sidecar, "loomgate_requests_total", kind); n != want {
+			t.Errorf("loomgate_requests_total{outcome=%q} = %v; want %v", kind, n, want)
+		}
 	}
 }

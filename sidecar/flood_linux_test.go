@@ -1,62 +1,18 @@
 package sidecar
 
 import (
-	"bufio"
-	"context"
 	"fmt"
 	"io"
-	"log/slog"
 	"net"
 	"net/http"
-	"os"
-	"os/exec"
-	"os/signal"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
-
-	"github.com/caarlos0/env/v11"
 )
 
 // floodFiles is the open-file limit of the sidecar under a flood.
 const floodFiles = 256
-
-// TestFloodChild is the sidecar of TestConnectionFlood, in a process of
-// its own so that its open-file limit can be lowered: it runs only when
-// that test starts it.
-func TestFloodChild(t *testing.T) {
-	if os.Getenv("LOOMGATE_TEST_FLOOD_CHILD") == "" {
-		t.Skip("started by TestConnectionFlood")
-	}
-	lim := syscall.Rlimit{Cur: floodFiles, Max: floodFiles}
-	if err := syscall.Setrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
-		t.Fatal(err)
-	}
-	var cfg Config
-	if err := env.ParseWithOptions(&cfg, env.Options{Prefix: EnvPrefix}); err != nil {
-		t.Fatal(err)
-	}
-	s, err := New(cfg, Options{Logger: slog.New(slog.NewTextHandler(os.Stderr, nil))})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	adminLn, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM)
-	defer stop()
-	fmt.Printf("listening %s %s\n", ln.Addr(), adminLn.Addr())
-	if err := s.Run(ctx, ln, adminLn); err != nil {
-		t.Fatalf("Run = %v", err)
-	}
-}
 
 // TestConnectionFlood: three times the open-file limit in connections,
 // some with requests held at the upstream, must leave the sidecar running,
@@ -109,51 +65,16 @@ func flood(t *testing.T, maxConns string, bounded bool, mode string, every int) 
 	go up.Serve(upLn)
 	t.Cleanup(func() { releaseAll(); up.Close() })
 
-	cmd := exec.Command(os.Args[0], "-test.run=^TestFloodChild$", "-test.count=1")
-	cmd.Env = append(os.Environ(),
-		"LOOMGATE_TEST_FLOOD_CHILD=1",
+	c := startChild(t, fmt.Sprintf("LOOMGATE_TEST_CHILD_FILES=%d", floodFiles),
 		"LOOMGATE_UPSTREAM=http://"+upLn.Addr().String(),
 		"LOOMGATE_MODE="+mode, "LOOMGATE_WORKERS=20", "LOOMGATE_QUEUE_SIZE=10000",
 		"LOOMGATE_MAX_CONNS="+maxConns, "LOOMGATE_DRAIN_TIMEOUT=10s",
 		"LOOMGATE_MAX_INFLIGHT_BYTES=0",
 	)
-	var stderr strings.Builder
-	cmd.Stderr = &stderr
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	exited := make(chan error, 1)
-	var traffic, admin string
-	lines := bufio.NewScanner(out)
-	for lines.Scan() {
-		if _, err := fmt.Sscanf(lines.Text(), "listening %s %s", &traffic, &admin); err == nil {
-			break
-		}
-	}
-	go func() {
-		io.Copy(io.Discard, out)
-		exited <- cmd.Wait()
-	}()
-	t.Cleanup(func() {
-		cmd.Process.Kill()
-		if t.Failed() {
-			t.Logf("sidecar's log:\n%s", stderr.String())
-		}
-	})
-	if traffic == "" {
-		t.Fatalf("the sidecar did not start: %v\n%s", <-exited, stderr.String())
-	}
+	traffic, admin := c.traffic, c.admin
 	alive := func(when string) {
 		t.Helper()
-		select {
-		case err := <-exited:
-			t.Fatalf("%s: the sidecar exited: %v\n%s", when, err, stderr.String())
-		default:
-		}
+		c.alive(t, when)
 	}
 	client := &http.Client{Timeout: 5 * time.Second}
 
@@ -237,14 +158,8 @@ func flood(t *testing.T, maxConns string, bounded bool, mode string, every int) 
 			t.Errorf("internal_error = %v; want the dials that found no descriptor counted as the sidecar's", n)
 		}
 	}
-	cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case err := <-exited:
-		if err != nil {
-			t.Errorf("after SIGTERM the sidecar exited with %v; want 0\n%s", err, stderr.String())
-		}
-	case <-time.After(30 * time.Second):
-		t.Fatal("the sidecar did not exit within 30s of SIGTERM")
+	if err := c.terminate(t, 30*time.Second); err != nil {
+		t.Errorf("after SIGTERM the sidecar exited with %v; want 0", err)
 	}
 }
 

@@ -1,13 +1,7 @@
 package sidecar
 
 import (
-	"bufio"
 	"context"
-	"fmt"
-	"io"
-	"os"
-	"os/exec"
-	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -28,30 +22,8 @@ func TestProtocolsSIGTERM(t *testing.T) {
 		t.Skip("starts a process")
 	}
 	upAddr := protocolsUpstream(t)
-	cmd := exec.Command(os.Args[0], "-test.run=^TestFloodChild$", "-test.count=1")
-	cmd.Env = append(os.Environ(), "LOOMGATE_TEST_FLOOD_CHILD=1",
-		"LOOMGATE_UPSTREAM=http://"+upAddr, "LOOMGATE_DRAIN_TIMEOUT=1s", "LOOMGATE_MAX_CONNS=0")
-	var stderr strings.Builder
-	cmd.Stderr = &stderr
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer cmd.Process.Kill()
-	var traffic, admin string
-	lines := bufio.NewScanner(out)
-	for lines.Scan() {
-		if _, err := fmt.Sscanf(lines.Text(), "listening %s %s", &traffic, &admin); err == nil {
-			break
-		}
-	}
-	go io.Copy(io.Discard, out)
-	if traffic == "" {
-		t.Fatalf("the sidecar did not start:\n%s", stderr.String())
-	}
+	c := startChild(t, "LOOMGATE_UPSTREAM=http://"+upAddr, "LOOMGATE_DRAIN_TIMEOUT=1s", "LOOMGATE_MAX_CONNS=0")
+	traffic := c.traffic
 
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
@@ -76,7 +48,7 @@ func TestProtocolsSIGTERM(t *testing.T) {
 	}()
 	time.Sleep(100 * time.Millisecond) // the call is at the upstream
 	start := time.Now()
-	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+	if err := c.cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
 	if err := <-inFlight; err != nil {
@@ -91,14 +63,7 @@ func TestProtocolsSIGTERM(t *testing.T) {
 	if d := time.Since(start); d < 900*time.Millisecond {
 		t.Errorf("WebSocket closed %v after SIGTERM; want at DRAIN_TIMEOUT, 1s", d)
 	}
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
-	select {
-	case err := <-exited:
-		if err != nil {
-			t.Errorf("the sidecar exited with %v; want 0\n%s", err, stderr.String())
-		}
-	case <-time.After(15 * time.Second):
-		t.Fatal("the sidecar did not exit")
+	if err := c.terminate(t, 15*time.Second); err != nil {
+		t.Errorf("the sidecar exited with %v; want 0", err)
 	}
 }

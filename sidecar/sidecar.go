@@ -102,8 +102,11 @@ func build(cfg Config, opts Options) (*Sidecar, error) {
 	if opts.Version == "" {
 		opts.Version = "dev"
 	}
+	var limit MemoryLimit
+	if cfg.MaxInFlightBytes == SizeAuto || cfg.MaxConns == CountAuto {
+		limit = ReadMemoryLimit(opts.CgroupRoot, opts.Getenv)
+	}
 	if cfg.MaxInFlightBytes == SizeAuto {
-		limit := ReadMemoryLimit(opts.CgroupRoot, opts.Getenv)
 		cfg.MaxInFlightBytes = AutoSize(inflightBound(limit))
 		if limit.Bytes > 0 && int64(cfg.MaxInFlightBytes) < proxy.RequestOverheadBytes {
 			// Written by hand, such a bound stops the start (Validate);
@@ -124,13 +127,7 @@ func build(cfg Config, opts Options) (*Sidecar, error) {
 		}
 	}
 	if cfg.MaxConns == CountAuto {
-		files := openFileLimit()
-		bound, ok := connsBound(files, upstreamPool(cfg))
-		cfg.MaxConns = AutoCount(bound)
-		if !ok {
-			opts.Logger.Warn("the open-file limit leaves too few descriptors for the admission limit; raise the limit (ulimit -n) or lower the limit",
-				"open_file_limit", files, "LOOMGATE_MAX_CONNS", bound)
-		}
+		cfg.MaxConns = AutoCount(autoConns(cfg, limit, opts.Logger))
 	} else if files := openFileLimit(); files > 0 && int(cfg.MaxConns) > files {
 		opts.Logger.Warn("LOOMGATE_MAX_CONNS is above the open-file limit; the limit is the real bound, and upstream connections may then fail",
 			"LOOMGATE_MAX_CONNS", int(cfg.MaxConns), "open_file_limit", files)
@@ -302,6 +299,31 @@ func build(cfg Config, opts Options) (*Sidecar, error) {
 		ErrorLog:    slog.NewLogLogger(s.log.Handler(), slog.LevelDebug),
 	}
 	return s, nil
+}
+
+// autoConns is LOOMGATE_MAX_CONNS=auto's bound under cfg (its memory
+// bulkhead resolved) and the memory limit: the lower of the open-file
+// limit's and the memory limit's, each logged with what to change.
+func autoConns(cfg Config, limit MemoryLimit, log *slog.Logger) int {
+	files := openFileLimit()
+	pool := upstreamPool(cfg)
+	bound, ok := connsBound(files, pool)
+	if !ok {
+		log.Warn("the open-file limit leaves too few descriptors for the admission limit; raise the limit (ulimit -n) or lower the limit",
+			"open_file_limit", files, "LOOMGATE_MAX_CONNS", bound)
+	}
+	mem := connsMemoryBound(limit.Bytes, int64(cfg.MaxInFlightBytes))
+	if mem == 0 || bound > 0 && bound <= mem {
+		return bound
+	}
+	log.Info("client connections bounded by the memory limit: beyond, new ones wait in the listen backlog; set LOOMGATE_MAX_CONNS to choose",
+		"LOOMGATE_MAX_CONNS", mem, "limit", Size(limit.Bytes).String(), "source", limit.Source,
+		"LOOMGATE_MAX_INFLIGHT_BYTES", cfg.MaxInFlightBytes.String(), "per_connection", Size(proxy.ClientConnBytes).String())
+	if mem < pool {
+		log.Warn("the memory limit leaves room for fewer client connections than the admission limit; raise the memory limit, or lower the admission limit or LOOMGATE_MAX_INFLIGHT_BYTES",
+			"LOOMGATE_MAX_CONNS", mem, "admission_limit", pool)
+	}
+	return mem
 }
 
 // The admin port's connections are bounded, and idle ones closed: 21,000

@@ -20,7 +20,8 @@ import (
 	"github.com/loomgate/loomgate/proxy"
 )
 
-// lockedBuffer is a log the sidecar writes while the test reads it.
+// lockedBuffer is what a process (or the sidecar's log) writes while the
+// test reads it.
 type lockedBuffer struct {
 	mu sync.Mutex
 	b  bytes.Buffer

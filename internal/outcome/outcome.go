@@ -17,6 +17,7 @@ const (
 	OK                   Kind = iota // the upstream's response was written to the client
 	UpstreamError                    // the upstream was unreachable, reset or spoke bad HTTP: 502
 	UpstreamTimeout                  // the upstream exceeded UpstreamTimeout: 504
+	DrainTimeout                     // a gRPC call the drain's end cut: UNAVAILABLE
 	RejectedQueueFull                // fixed mode, queue full: 503
 	RejectedQueueTimeout             // fixed mode, waited QueueTimeout: 503
 	RejectedBulkhead                 // unbounded mode, bulkhead full: 503
@@ -24,6 +25,7 @@ const (
 	RejectedUpgraded                 // MaxUpgraded upgraded connections open: 503
 	ClientClosed                     // the client left before its response was written, or inside its request
 	ClientTimeout                    // the client stalled sending its request (408) or reading its response
+	ClientReset                      // HTTP/2: the client reset the stream before it was admitted; never forwarded
 	BadRequest                       // malformed or too large: 400, 413, 431
 	InternalError                    // a bug in the proxy, recovered: 500; or no descriptor left to dial: 503
 
@@ -33,10 +35,10 @@ const (
 )
 
 var kindNames = [NumKinds]string{
-	"ok", "upstream_error", "upstream_timeout",
+	"ok", "upstream_error", "upstream_timeout", "drain_timeout",
 	"rejected_queue_full", "rejected_queue_timeout", "rejected_bulkhead", "rejected_memory",
 	"rejected_upgraded",
-	"client_closed", "client_timeout", "bad_request", "internal_error",
+	"client_closed", "client_timeout", "client_reset", "bad_request", "internal_error",
 }
 
 // Rejection reports whether k is admission's refusal, answered with
