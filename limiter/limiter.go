@@ -332,6 +332,11 @@ type waiter struct {
 	ready  chan struct{}
 	err    error
 	queued bool
+	// With priorities, the waiter's place in the lanes: its level, its
+	// queue there, and its neighbours in that queue.
+	level        Level
+	lane         uint8
+	lprev, lnext *waiter
 }
 
 // maxFree bounds the waiters kept for reuse: enough for the queue of a
