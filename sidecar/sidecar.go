@@ -212,7 +212,7 @@ func build(cfg Config, opts Options) (*Sidecar, error) {
 		RequestSeconds:     lim.RequestSeconds,
 		Advice:             s.gauges,
 		LimitChangeReasons: limitChangeReasons(),
-		ProbeResults:       probeResults(cfg),
+		ProbeResults:       probeResults(),
 		SampleInterval:     opts.SampleInterval,
 		MaxClientConns:     int(cfg.MaxConns),
 		Connections: func() metrics.Connections {
@@ -568,11 +568,10 @@ func (s *Sidecar) newProbe(lim *limiter.Limiter) (*probe.Controller, error) {
 // upstream was never seen calm: two of the estimate's buckets.
 const probeAfter = 2 * advice.BucketWidth
 
-// probeResults are loomgate_probes_total's results, none without a probe.
-func probeResults(cfg Config) []string {
-	if !cfg.ProbeOn() {
-		return nil
-	}
+// probeResults are loomgate_probes_total's results: exported whether the
+// probe is on or not (at 0), as every series a dashboard or an alert may
+// read is.
+func probeResults() []string {
 	var rs []string
 	for _, r := range probe.Results() {
 		rs = append(rs, string(r))
