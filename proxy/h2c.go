@@ -68,6 +68,17 @@ const maxStreams = 250
 // reservations' worth held for nobody while the stream waits.
 const streamReceiveWindow = 64 << 10
 
+// maxReadFrameSize is the largest frame a client may send
+// (SETTINGS_MAX_FRAME_SIZE): RFC 9113's initial value, a quarter of
+// streamReceiveWindow. Go's default, 1 MiB, announced beside a 64 KiB
+// stream window, invited a client to send a stream's body in one frame
+// larger than the window it may fill (h2spec's case 4.2/1 sends one DATA
+// frame of the announced size after its HEADERS), and the server reset
+// the stream (FLOW_CONTROL_ERROR). It also bounds the buffer Go's server
+// keeps for each connection's frames, as large as the largest frame read:
+// a frame of any type made it 1 MiB.
+const maxReadFrameSize = 16 << 10
+
 // A client's budget of streams reset before their answer (premature
 // resets, as HAProxy counts them: HEADERS then RST_STREAM is the rapid
 // reset of CVE-2023-44487): twice a connection's worth of streams at
@@ -203,6 +214,7 @@ func newH2(p *Proxy, upstream string) *h2 {
 		HTTP2: &http.HTTP2Config{
 			MaxConcurrentStreams:      maxStreams,
 			MaxReceiveBufferPerStream: streamReceiveWindow,
+			MaxReadFrameSize:          maxReadFrameSize,
 		},
 		ConnContext: func(ctx context.Context, c net.Conn) context.Context {
 			return context.WithValue(ctx, connKey{}, c)

@@ -11,6 +11,9 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/net/http2"
+
+	"github.com/loomgate/loomgate/internal/h2raw"
 	"github.com/loomgate/loomgate/limiter"
 )
 
@@ -300,5 +303,79 @@ func TestCopyBuffersDoNotAllocate(t *testing.T) {
 	b.Put(b.Get())
 	if n := testing.AllocsPerRun(100, func() { b.Put(b.Get()) }); n != 0 {
 		t.Errorf("a copy buffer's round trip through the pool allocates %v times; want 0", n)
+	}
+}
+
+// TestH2CFullSizeDataFrame: a stream's body sent in one DATA frame as
+// large as the server's SETTINGS_MAX_FRAME_SIZE allows, right after its
+// HEADERS (as h2spec's case 4.2/1 sends it), is forwarded and answered
+// 200, counted ok, with the whole body at the upstream. The server
+// announced frames of 1 MiB, Go's default, and a stream window of 64 KiB:
+// such a frame overflowed the window, and the stream was reset
+// (FLOW_CONTROL_ERROR) and counted client_closed.
+func TestH2CFullSizeDataFrame(t *testing.T) {
+	var got atomic.Int64
+	up := h2cUpstream(t, func(w http.ResponseWriter, r *http.Request) {
+		n, _ := io.Copy(io.Discard, r.Body)
+		got.Store(n)
+		io.WriteString(w, "ok")
+	})
+	tp := startProxy(t, up, limiter.Config{Mode: limiter.Unbounded}, func(c *Config) { c.Logger = discardLogger() })
+	c, err := h2raw.Dial(tp.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if err := c.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	frameSize := uint32(16 << 10) // RFC 9113's initial value, unless announced
+	for {
+		f, err := c.Framer.ReadFrame()
+		if err != nil {
+			t.Fatalf("reading the server's SETTINGS: %v", err)
+		}
+		if s, ok := f.(*http2.SettingsFrame); ok && !s.IsAck() {
+			if v, ok := s.Value(http2.SettingMaxFrameSize); ok {
+				frameSize = v
+			}
+			break
+		}
+	}
+	c.Framer.WriteSettingsAck()
+	b := c.Block(":method", "POST", ":scheme", "http", ":authority", "h2raw.test", ":path", "/full-frame")
+	c.Framer.WriteHeaders(http2.HeadersFrameParam{StreamID: 1, BlockFragment: b, EndHeaders: true})
+	c.Framer.WriteData(1, true, make([]byte, frameSize))
+	if err := c.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	for {
+		f, err := c.Framer.ReadFrame()
+		if err != nil {
+			t.Fatalf("no answer to a DATA frame of %d bytes: %v", frameSize, err)
+		}
+		if f.Header().StreamID != 1 && f.Header().Type != http2.FrameGoAway {
+			continue
+		}
+		switch f := f.(type) {
+		case *http2.MetaHeadersFrame:
+			if s := h2raw.Field(f.Fields, ":status"); s != "200" {
+				t.Errorf("a DATA frame of %d bytes answered %s; want 200", frameSize, s)
+			}
+		case *http2.RSTStreamFrame:
+			t.Fatalf("a DATA frame of %d bytes: stream reset (%v); want 200", frameSize, f.ErrCode)
+		case *http2.GoAwayFrame:
+			t.Fatalf("a DATA frame of %d bytes: GOAWAY (%v); want 200", frameSize, f.ErrCode)
+		default:
+			continue
+		}
+		break
+	}
+	if o := tp.rec.wait(t, 1); o[0].Kind != OK || o[0].Status != 200 {
+		t.Errorf("counted %v %d; want ok 200", o[0].Kind, o[0].Status)
+	}
+	if n := got.Load(); n != int64(frameSize) {
+		t.Errorf("the upstream read %d bytes of the body; want %d", n, frameSize)
 	}
 }
