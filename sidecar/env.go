@@ -198,7 +198,7 @@ func warnUnprefixed(log *slog.Logger, environ []string) {
 
 // LogConfig writes the configuration in force, defaults included and
 // auto resolved, so that an operator reading the log knows what runs
-// without reading the deployment; the other mode's settings follow on a
+// without reading the deployment; the other modes' settings follow on a
 // line of their own, marked inactive, so that what a flip of LOOMGATE_MODE
 // would bring is in the log too.
 func (s *Sidecar) LogConfig(log *slog.Logger) {
