@@ -115,7 +115,7 @@ func TestBenchCommandRefusesBadInput(t *testing.T) {
 		{[]string{"--url", "http://127.0.0.1:1/", "--scenario", "pool"}, 2, "--url and --scenario are exclusive"},
 		{[]string{"--scenario", "pool", "--admin", "http://127.0.0.1:9090"}, 2, "--admin goes with --url"},
 		{[]string{"--scenario", "nope"}, 2, `--scenario "nope": want one of crossover, fairfight, pool, cpu, memory, hidden, grpc, h2c, protocols, open, advice, adaptive, overhead, fleet, or list`},
-		{[]string{"--scenario", "adaptive", "--cases", "pool,nope"}, 2, `--cases "pool,nope": no case "nope"; the cases are pool, pool-change, no-pool, slower, spread, two-routes, cpu, open`},
+		{[]string{"--scenario", "adaptive", "--cases", "pool,nope"}, 2, `--cases "pool,nope": no case "nope"; the cases are pool, pool-change, no-pool, slower, spread, two-routes, cpu, peak, peak-healthy, open`},
 		{[]string{"--scenario", "advice", "--cases", "tomcat-50,nope"}, 2, `--cases "tomcat-50,nope": no case "nope"; the cases are steady,`},
 		{[]string{"--scenario", "nope", "--rate", "10"}, 2, `--scenario "nope": want one of`},
 		{[]string{"--url", "http://127.0.0.1:1/", "--rate", "10", "-c", "5"}, 2, "-c and --rate are exclusive"},
