@@ -429,22 +429,21 @@ func TestDockerfile(t *testing.T) {
 // carries them nor changes when they do.
 func checkDockerignore(ignore dockerignore) error {
 	var problems []error
-	for _, p := range []string{"go.mod", "go.sum", "cmd/loomgate/main.go", "cmd/loomgate/lab.go"} {
-		ignored, err := ignore.ignored(p)
+	for _, p := range []struct {
+		path string
+		in   bool // wanted in the build context
+	}{
+		{"go.mod", true}, {"go.sum", true}, {"cmd/loomgate/main.go", true}, {"cmd/loomgate/lab.go", true},
+		{".git", false}, {"lab/go.mod", false}, {"lab/cmd/loomlab/main.go", false}, {"checks/go.mod", false},
+	} {
+		ignored, err := ignore.ignored(p.path)
 		switch {
 		case err != nil:
-			problems = append(problems, fmt.Errorf(".dockerignore on %s: %w", p, err))
-		case ignored:
-			problems = append(problems, fmt.Errorf(".dockerignore excludes %s; the build stage needs it", p))
-		}
-	}
-	for _, p := range []string{".git", "lab/go.mod", "lab/cmd/loomlab/main.go", "checks/go.mod"} {
-		ignored, err := ignore.ignored(p)
-		switch {
-		case err != nil:
-			problems = append(problems, fmt.Errorf(".dockerignore on %s: %w", p, err))
-		case !ignored:
-			problems = append(problems, fmt.Errorf(".dockerignore keeps %s; want it excluded from the build context", p))
+			problems = append(problems, fmt.Errorf(".dockerignore on %s: %w", p.path, err))
+		case ignored && p.in:
+			problems = append(problems, fmt.Errorf(".dockerignore excludes %s; the build stage needs it", p.path))
+		case !ignored && !p.in:
+			problems = append(problems, fmt.Errorf(".dockerignore keeps %s; want it excluded from the build context", p.path))
 		}
 	}
 	return errors.Join(problems...)
