@@ -9,8 +9,9 @@ import (
 	"github.com/loomgate/loomgate/limiter"
 )
 
-// Settings are the admission settings: the mode in force and both modes'
-// values, so that the other mode can be predicted as configured.
+// Settings are the admission settings: the mode in force and the values of
+// fixed and unbounded mode, so that the alternative to the mode in force
+// (otherMode) can be predicted as configured.
 type Settings struct {
 	// Mode is the admission mode in force; any but Fixed and Adaptive
 	// reads as Unbounded.
@@ -98,8 +99,9 @@ func (s Settings) shadowed() Setting {
 	return Setting{Name: "dry run", Limit: s.Bulkhead, Wait: s.BulkheadWait}
 }
 
-// otherMode is the other mode as its (inactive) variables configure it;
-// in a dry run, the mode it counts for.
+// otherMode is the alternative to the mode in force, as its (inactive)
+// variables configure it: unbounded beside fixed or adaptive mode, fixed
+// beside unbounded; in a dry run, the mode it counts for.
 func (s Settings) otherMode() Setting {
 	switch {
 	case s.DryRun:
@@ -138,8 +140,8 @@ type Recommendation struct {
 	// Summary says what to do in one or two sentences.
 	Summary string
 	// Predictions are what the settings in force, the recommendation, the
-	// other mode and a memory-budget bulkhead would each do to the
-	// measured demand; empty without enough traffic.
+	// alternative mode (otherMode) and a memory-budget bulkhead would each
+	// do to the measured demand; empty without enough traffic.
 	Predictions []Prediction
 
 	// verdict is which case of Advise's the figures fell in, for the words

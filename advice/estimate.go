@@ -1,6 +1,7 @@
 package advice
 
 import (
+	"cmp"
 	"fmt"
 	"math"
 	"slices"
@@ -183,7 +184,7 @@ func estimate(points, calm []point, liveFrom int64) (Estimate, [classes]routeEst
 			unread = unread || !math.IsInf(unresolved, 1)
 			continue
 		}
-		slices.SortStableFunc(mine, func(a, b point) int { return cmpFloat(a.load, b.load) })
+		slices.SortStableFunc(mine, func(a, b point) int { return cmp.Compare(a.load, b.load) })
 		// A calmer time than the baseline's that could not be read: the
 		// baseline would not be the route's unloaded time.
 		if LoadRise*unresolved <= mine[0].load {
@@ -243,7 +244,7 @@ func estimate(points, calm []point, liveFrom int64) (Estimate, [classes]routeEst
 			ws = append(ws, work(p))
 		}
 		if len(ws) > 0 {
-			baseWork[c] = medianFloat(ws)
+			baseWork[c] = median(ws)
 		}
 	}
 	for c := range routes {
@@ -383,7 +384,7 @@ func estimate(points, calm []point, liveFrom int64) (Estimate, [classes]routeEst
 			}
 		}
 		if len(served) > 0 && routes[c].confirmed {
-			routes[c].capacity = medianFloat(served)
+			routes[c].capacity = median(served)
 		}
 	}
 	// Counted in baseline service times that may themselves be stretched,
@@ -405,12 +406,12 @@ func estimate(points, calm []point, liveFrom int64) (Estimate, [classes]routeEst
 		served = append(served, w)
 	}
 	switch {
-	case len(served) > 0 && (sure || medianFloat(served) < 1.5):
+	case len(served) > 0 && (sure || median(served) < 1.5):
 		// At most one request at once is one: no limit goes lower.
-		e.Capacity = medianFloat(served)
+		e.Capacity = median(served)
 		e.CapacityLow, e.CapacityHigh = slices.Min(served), slices.Max(served)
 	case len(served) > 0:
-		e.CapacityAtMost = medianFloat(served)
+		e.CapacityAtMost = median(served)
 	}
 	// The lower bound: the most held while no class was stretched, by
 	// any of its quartile, median and p99. All three: in a bucket in which
@@ -491,29 +492,12 @@ func allQueue(p point, i int, queues func(int, int) bool) bool {
 	return any
 }
 
-func cmpFloat(a, b float64) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
-}
-
-func median(ds []time.Duration) time.Duration {
-	if len(ds) == 0 {
+// median is the middle of xs, or the mean of the two middle ones for an
+// even count; 0 for none.
+func median[T ~int64 | ~float64](xs []T) T {
+	if len(xs) == 0 {
 		return 0
 	}
-	s := slices.Clone(ds)
-	slices.Sort(s)
-	if len(s)%2 == 1 {
-		return s[len(s)/2]
-	}
-	return (s[len(s)/2-1] + s[len(s)/2]) / 2
-}
-
-func medianFloat(xs []float64) float64 {
 	s := slices.Clone(xs)
 	slices.Sort(s)
 	if len(s)%2 == 1 {

@@ -315,3 +315,29 @@ func TestEstimateOfOneAtOnce(t *testing.T) {
 		t.Errorf("saturated %v, capacity %.2f (%s); want saturated at 1", e.Saturated, e.Capacity, e.Unknown)
 	}
 }
+
+// TestMedian: one median for service times and for loads, the middle of
+// an odd count, the mean of the two middle ones of an even count, and 0
+// for none; the input is left as it was.
+func TestMedian(t *testing.T) {
+	ds := []time.Duration{30 * time.Millisecond, 10 * time.Millisecond, 20 * time.Millisecond}
+	if got := median(ds); got != 20*time.Millisecond {
+		t.Errorf("median(%v) = %v; want 20ms", ds, got)
+	}
+	if ds[0] != 30*time.Millisecond {
+		t.Errorf("median sorted its input: %v", ds)
+	}
+	for _, tt := range []struct {
+		xs   []float64
+		want float64
+	}{
+		{nil, 0},
+		{[]float64{4}, 4},
+		{[]float64{4, 1, 3, 2}, 2.5},
+		{[]float64{0.5, 9, 1}, 1},
+	} {
+		if got := median(tt.xs); got != tt.want {
+			t.Errorf("median(%v) = %v; want %v", tt.xs, got, tt.want)
+		}
+	}
+}

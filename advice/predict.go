@@ -11,8 +11,8 @@ import (
 // Setting is one admission configuration the advice predicts.
 type Setting struct {
 	// Name says which alternative it is: "in force", "recommended", the
-	// other mode, "memory budget", or in a dry run "dry run", the mode it
-	// counts for.
+	// alternative mode's name (otherMode), "memory budget", or in a dry run
+	// "dry run", the mode it counts for.
 	Name string
 	// Fixed is fixed mode; otherwise unbounded. Adaptive is adaptive mode,
 	// simulated at its limit (Fixed), or with admission open.

@@ -95,6 +95,24 @@ func TestCoDelHoldsQueueTimeNearTarget(t *testing.T) {
 	})
 }
 
+// TestCoDelInAdaptiveMode: Adaptive queues as Fixed does, its policy
+// included. At a limit of 1 set by its controller, the same overload as
+// above: CoDel holds queue time at its target and rejects the excess.
+func TestCoDelInAdaptiveMode(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		l := mustNew(t, Config{Mode: Adaptive, QueueSize: 100000, QueueTimeout: 10 * time.Second,
+			QueuePolicy: CoDel, QueueTarget: 5 * time.Millisecond, QueueInterval: 100 * time.Millisecond})
+		l.SetLimit(1)
+		waits, timedOut := overload(t, l, 5*time.Millisecond, 10*time.Millisecond, 3*time.Second, 500*time.Millisecond)
+		if p99 := quantileOf(waits, 0.99); p99 > 5*time.Millisecond {
+			t.Errorf("p99 queue time %v; want at most the 5ms target", p99)
+		}
+		if len(waits) < 200 || timedOut < 200 {
+			t.Errorf("%d admitted after 500ms, %d rejected; want about 250 of each: the permit kept busy, the excess rejected", len(waits), timedOut)
+		}
+	})
+}
+
 // TestCoDelLetsABurstQueue: a burst that drains within the interval queues
 // as with FIFO, in order, and nobody is rejected.
 func TestCoDelLetsABurstQueue(t *testing.T) {

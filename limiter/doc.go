@@ -1,14 +1,26 @@
-// Package limiter admits requests to an upstream under one of two policies.
+// Package limiter admits requests to an upstream in one of three modes.
 //
-// Fixed admits at most Workers requests at once; the rest wait in a FIFO
-// queue of at most QueueSize waiters for at most QueueTimeout. It is a
-// servlet container's thread pool with its accept queue made explicit.
+// Fixed admits at most Workers requests at once; the rest wait in a queue
+// of at most QueueSize waiters for at most QueueTimeout. It is a servlet
+// container's thread pool with its accept queue made explicit.
 //
 // Unbounded admits every request, like virtual threads or an async server.
 // With a Bulkhead it admits at most that many at once, and a request waits at
 // most BulkheadWait for a place before it is rejected.
 //
-// Either policy can be combined with a memory bulkhead (MaxInFlightBytes):
+// Adaptive admits every request until a controller outside the package
+// sets a limit (SetLimit), then at most that many at once, queueing the
+// rest as Fixed does; Ceiling bounds admission, before the first limit too.
+//
+// The queue of Fixed and Adaptive is FIFO, or CoDel (QueuePolicy), which
+// under sustained overload rejects waits past QueueTarget and admits the
+// newest waiter first.
+//
+// In any mode, a probe (Config.Probe, SetProbe) may cap admission below
+// the mode's limit for a few seconds, holding requests back in the queue
+// without rejecting them, so that the upstream is seen with fewer inside.
+//
+// Every mode can be combined with a memory bulkhead (MaxInFlightBytes):
 // each request reserves the bytes it may hold, and a request whose
 // reservation does not fit is rejected at once. An admitted request may
 // reserve more with TryReserve, which never waits, when it learns late what

@@ -81,7 +81,7 @@ func (m *Mode) UnmarshalText(text []byte) error {
 // MarshalText writes the mode as String does.
 func (m Mode) MarshalText() ([]byte, error) { return []byte(m.String()), nil }
 
-// QueuePolicy orders and bounds the queue of the Fixed mode.
+// QueuePolicy orders and bounds the queue of the Fixed and Adaptive modes.
 type QueuePolicy int
 
 const (
@@ -127,26 +127,27 @@ func (q *QueuePolicy) UnmarshalText(text []byte) error {
 // MarshalText writes the policy as String does.
 func (q QueuePolicy) MarshalText() ([]byte, error) { return []byte(q.String()), nil }
 
-// Config describes a Limiter. It may carry both modes' settings, so that
-// one configuration serves either mode: every field is validated, and only
+// Config describes a Limiter. It may carry every mode's settings, so that
+// one configuration serves any mode: every field is validated, and only
 // the fields of Mode are in force.
 type Config struct {
-	// Mode is Fixed or Unbounded; the zero value is invalid.
+	// Mode is Fixed, Unbounded or Adaptive; the zero value is invalid.
 	Mode Mode
 
 	// Workers is, in Fixed mode, the most requests admitted at once. It must
 	// be at least 1 in Fixed mode; in Unbounded mode, 0 or more.
 	Workers int
-	// QueueSize is, in Fixed mode, the most requests waiting for a worker.
+	// QueueSize is, in Fixed and Adaptive mode, the most requests waiting
+	// for a permit.
 	// A request that would be one more is rejected with ErrQueueFull. If
 	// zero, a request that finds every worker busy is rejected at once.
 	QueueSize int
-	// QueueTimeout is, in Fixed mode, the longest a request waits for a
-	// worker before ErrQueueTimeout. It must be above zero when QueueSize is
-	// and Mode is Fixed.
+	// QueueTimeout is, in Fixed and Adaptive mode, the longest a request
+	// waits for a permit before ErrQueueTimeout. It must be above zero when
+	// QueueSize is and Mode is not Unbounded.
 	QueueTimeout time.Duration
-	// QueuePolicy is, in Fixed mode, how waiters are ordered and how long
-	// they may wait under overload. If zero, FIFO.
+	// QueuePolicy is, in Fixed and Adaptive mode, how waiters are ordered
+	// and how long they may wait under overload. If zero, FIFO.
 	QueuePolicy QueuePolicy
 	// QueueTarget is, with CoDel, the longest wait once the queue has
 	// stood for QueueInterval. It must be above zero and below
@@ -262,8 +263,9 @@ type Limiter struct {
 	errFull, errTimeout error
 	memSize             int64 // MaxInFlightBytes; 0: bytes not capped
 
-	// codel is set with the CoDel queue policy (Fixed mode only): target
-	// and interval are its QueueTarget and QueueInterval.
+	// codel is set with the CoDel queue policy in Fixed or Adaptive mode,
+	// when requests may wait: target and interval are its QueueTarget and
+	// QueueInterval.
 	codel            bool
 	target, interval time.Duration
 

@@ -288,12 +288,15 @@ func TestProbeUnderOpenArrivals(t *testing.T) {
 					return
 				case <-tick.C:
 				}
+				// A generator of its own for each request: a rand.Rand is
+				// not safe for concurrent use.
+				seed := rng.Uint64()
 				go func() {
 					if err := r.lim.Acquire(ctx, 0); err != nil {
 						return
 					}
 					start := time.Now()
-					up.serve(rng)
+					up.serve(rand.New(rand.NewPCG(seed, 6)))
 					r.ctrl.Record(time.Since(start))
 					r.lim.Release(0)
 				}()

@@ -9,27 +9,9 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
-)
 
-// hiddenPool is an upstream with a pool of size workers, each request
-// holding one for service: a servlet container's thread pool in small.
-func hiddenPool(t *testing.T, size int, service time.Duration) string {
-	t.Helper()
-	workers := make(chan struct{}, size)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		workers <- struct{}{}
-		time.Sleep(service)
-		<-workers
-		io.WriteString(w, "ok")
-	})}
-	go srv.Serve(ln)
-	t.Cleanup(func() { srv.Close() })
-	return "http://" + ln.Addr().String()
-}
+	"github.com/loomgate/loomgate/internal/upstreamtest"
+)
 
 // closedLoop runs n clients against url, each sending its next request
 // when its answer arrives, until stop is closed.
@@ -62,7 +44,7 @@ func TestAdaptiveModeFindsAHiddenPool(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs load for about a minute")
 	}
-	up := hiddenPool(t, 20, 50*time.Millisecond)
+	up := upstreamtest.HiddenPool(t, 20, 50*time.Millisecond)
 	s := start(t, testConfig(t, "LOOMGATE_UPSTREAM="+up, "LOOMGATE_MODE=adaptive", "LOOMGATE_QUEUE_TIMEOUT=30s"))
 	var wg sync.WaitGroup
 	light := make(chan struct{})
@@ -164,7 +146,7 @@ func TestAdaptiveDryRunLimitStaysNearThePool(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs load for about 45 seconds")
 	}
-	up := hiddenPool(t, 20, 50*time.Millisecond)
+	up := upstreamtest.HiddenPool(t, 20, 50*time.Millisecond)
 	s := start(t, testConfig(t, "LOOMGATE_UPSTREAM="+up, "LOOMGATE_MODE=adaptive", "LOOMGATE_DRY_RUN=true", "LOOMGATE_QUEUE_TIMEOUT=30s"))
 	var wg sync.WaitGroup
 	light := make(chan struct{})

@@ -115,9 +115,9 @@ type LiveDoc struct {
 	InFlightBytes int64 `json:"in_flight_bytes"`
 }
 
-// SettingsDoc is the admission configuration: the mode in force and both
-// modes' settings, so that what a flip of the mode would bring is in view.
-// Inactive names the variables of the other mode.
+// SettingsDoc is the admission configuration: the mode in force and every
+// mode's settings, so that what a flip of the mode would bring is in view.
+// Inactive names the variables of the other modes.
 type SettingsDoc struct {
 	Mode string `json:"mode"`
 	// DryRun is set when the mode only counts what it would do.

@@ -22,8 +22,8 @@ import (
 // Config is the sidecar's whole configuration. Its tags are the single
 // source for the LOOMGATE_* variables: env names the variable (after the
 // prefix), envDefault its default, help says what it does, accepts what a
-// valid value looks like, and mode the admission mode it belongs to (in
-// the other mode it is checked as strictly, and inactive).
+// valid value looks like, and mode the admission modes it belongs to (in
+// the other modes it is checked as strictly, and inactive).
 type Config struct {
 	Listen               string              `env:"LISTEN" envDefault:":8080" help:"traffic listener" accepts:"host:port, e.g. :8080"`
 	AdminListen          string              `env:"ADMIN_LISTEN" envDefault:":9090" help:"admin listener: metrics, health, advice, status page; never subject to admission" accepts:"host:port, e.g. :9090, on a port LOOMGATE_LISTEN does not take (on the same address, or either on every address)"`
@@ -62,7 +62,7 @@ type Config struct {
 	Pprof                bool                `env:"PPROF" envDefault:"false" help:"serve /debug/pprof/ on the admin listener, to clients on loopback only (kubectl port-forward arrives there)" accepts:"true or false"`
 }
 
-// Limiter returns the limiter's part of the configuration: both modes'
+// Limiter returns the limiter's part of the configuration: every mode's
 // settings, of which the limiter enforces Mode's.
 func (c Config) Limiter() limiter.Config {
 	return limiter.Config{
@@ -144,10 +144,11 @@ func (c Config) Validate() error {
 		}
 	}
 	const most = 1_000_000
+	// The lower bounds are the limiter's, checked with its Validate below.
 	for _, n := range []struct {
-		field  string
-		v, low int
-	}{{"Workers", c.Workers, 1}, {"QueueSize", c.QueueSize, 0}, {"Bulkhead", c.Bulkhead, 0}} {
+		field string
+		v     int
+	}{{"Workers", c.Workers}, {"QueueSize", c.QueueSize}, {"Bulkhead", c.Bulkhead}} {
 		if n.v > most {
 			bad(n.field, "is %d; want at most %d", n.v, most)
 		}
@@ -181,7 +182,7 @@ func (c Config) Validate() error {
 		bad("MaxConns", "is %d; want auto, or 0 (unbounded) to 10000000", c.MaxConns)
 	}
 	// The codel variables are checked whatever QUEUE_POLICY is, as the
-	// other mode's are: a flip to codel must not fail at start. Their
+	// other modes' are: a flip to codel must not fail at start. Their
 	// defaults are above 0, so a 0 was written by someone.
 	for _, d := range []struct {
 		field string
@@ -226,9 +227,9 @@ func (c Config) Validate() error {
 	}
 	// A placeholder admitter and registerer: what is checked here is the
 	// configuration, not the wiring.
-	// The limiter checks the fields of the mode it runs; checking both
-	// modes' settings as if each were in force makes a flip of the mode
-	// unable to fail at start.
+	// The limiter checks the fields of the mode it runs; checking fixed's
+	// and unbounded's settings as if each were in force (adaptive's queue
+	// is fixed's) makes a flip of the mode unable to fail at start.
 	asFixed, asUnbounded := c.Limiter(), c.Limiter()
 	asFixed.Mode, asUnbounded.Mode = limiter.Fixed, limiter.Unbounded
 	limiterProblems := asFixed.Validate()
@@ -429,7 +430,7 @@ func (s *Switch) UnmarshalText(text []byte) error {
 func (s Switch) MarshalText() ([]byte, error) { return []byte(s), nil }
 
 // InactiveVariables names the variables that mode does not use: the other
-// mode's, checked but not in force.
+// modes', checked but not in force.
 func InactiveVariables(mode limiter.Mode) []string {
 	var names []string
 	for _, v := range Variables() {

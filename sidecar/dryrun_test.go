@@ -6,6 +6,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/loomgate/loomgate/internal/upstreamtest"
 )
 
 // TestDryRunCountsWhatTheModeWouldDo: the same burst of 40 requests at
@@ -123,8 +125,8 @@ func TestDryRunInFrontOfAFullPool(t *testing.T) {
 		t.Skip("measures timing under load, which the race detector's slowdown changes")
 	}
 	env := []string{"LOOMGATE_MODE=fixed", "LOOMGATE_WORKERS=10", "LOOMGATE_QUEUE_SIZE=100000", "LOOMGATE_QUEUE_TIMEOUT=2s", "LOOMGATE_UPSTREAM_TIMEOUT=60s"}
-	real := start(t, testConfig(t, append(env, "LOOMGATE_UPSTREAM="+hiddenPool(t, 10, 50*time.Millisecond))...))
-	dry := start(t, testConfig(t, append(env, "LOOMGATE_UPSTREAM="+hiddenPool(t, 10, 50*time.Millisecond), "LOOMGATE_DRY_RUN=true")...))
+	real := start(t, testConfig(t, append(env, "LOOMGATE_UPSTREAM="+upstreamtest.HiddenPool(t, 10, 50*time.Millisecond))...))
+	dry := start(t, testConfig(t, append(env, "LOOMGATE_UPSTREAM="+upstreamtest.HiddenPool(t, 10, 50*time.Millisecond), "LOOMGATE_DRY_RUN=true")...))
 	// Light load first, from which the estimate learns the pool's
 	// unloaded speed; then the overload, on both at once.
 	var wg sync.WaitGroup

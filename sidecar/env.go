@@ -38,9 +38,11 @@ func ParseEnv(environ []string) (Config, error) {
 	vars := Variables()
 	byField := make(map[string]Variable, len(vars))
 	known := make(map[string]bool, len(vars))
+	names := make([]string, 0, len(vars))
 	for _, v := range vars {
 		byField[v.Field] = v
 		known[v.Name] = true
+		names = append(names, v.Name)
 	}
 	kinds := fieldKinds()
 
@@ -135,7 +137,11 @@ func ParseEnv(environ []string) (Config, error) {
 	}
 	sort.Strings(unknown)
 	for _, name := range unknown {
-		problems = append(problems, fmt.Sprintf("%s=%q: unknown variable%s; `loomgate -h` lists them all", name, envMap[name], suggest(name, vars)))
+		hint := ""
+		if best := cli.Closest(strings.ToUpper(name), names); best != "" {
+			hint = " (did you mean " + best + "?)"
+		}
+		problems = append(problems, fmt.Sprintf("%s=%q: unknown variable%s; `loomgate -h` lists them all", name, envMap[name], hint))
 	}
 
 	if len(problems) > 0 {
@@ -198,7 +204,7 @@ func warnUnprefixed(log *slog.Logger, environ []string) {
 
 // LogConfig writes the configuration in force, defaults included and
 // auto resolved, so that an operator reading the log knows what runs
-// without reading the deployment; the other mode's settings follow on a
+// without reading the deployment; the other modes' settings follow on a
 // line of their own, marked inactive, so that what a flip of LOOMGATE_MODE
 // would bring is in the log too.
 func (s *Sidecar) LogConfig(log *slog.Logger) {
@@ -270,18 +276,4 @@ func parseDetail(err error, kind reflect.Kind) string {
 		return "unknown level"
 	}
 	return strings.TrimPrefix(msg, "unable to parse: ")
-}
-
-// suggest names the known variable closest to a misspelt one.
-func suggest(name string, vars []Variable) string {
-	best, bestDist := "", 4
-	for _, v := range vars {
-		if d := cli.EditDistance(strings.ToUpper(name), v.Name); d < bestDist {
-			best, bestDist = v.Name, d
-		}
-	}
-	if best == "" {
-		return ""
-	}
-	return " (did you mean " + best + "?)"
 }

@@ -8,6 +8,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/loomgate/loomgate/internal/upstreamtest"
 )
 
 // A service first seen at its peak, as users add loomgate: a pool of 20
@@ -44,7 +46,7 @@ func TestFirstSeenAtItsPeak(t *testing.T) {
 				// the bottleneck at 480 a second (see the dry run's test).
 				t.Skip("open arrivals at 480 a second, which the race detector's slowdown changes")
 			}
-			up := hiddenPool(t, pool, 50*time.Millisecond)
+			up := upstreamtest.HiddenPool(t, pool, 50*time.Millisecond)
 			s := start(t, testConfig(t, append(tt.env, "LOOMGATE_UPSTREAM="+up)...))
 			var wg sync.WaitGroup
 			stop := make(chan struct{})
@@ -148,7 +150,7 @@ func TestDrainLiftsAProbesCap(t *testing.T) {
 	}
 	// 200 ms requests: a probe's step lasts seconds, well past the second
 	// the drain has to lift its cap.
-	up := hiddenPool(t, 20, 200*time.Millisecond)
+	up := upstreamtest.HiddenPool(t, 20, 200*time.Millisecond)
 	r, stop, done := launch(t, testConfig(t, "LOOMGATE_UPSTREAM="+up, "LOOMGATE_MODE=unbounded", "LOOMGATE_PROBE=on", "LOOMGATE_DRAIN_TIMEOUT=20s"),
 		Options{Logger: slog.New(slog.DiscardHandler)})
 	var wg sync.WaitGroup

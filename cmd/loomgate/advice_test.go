@@ -17,14 +17,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/loomgate/loomgate/sidecar"
-	"github.com/loomgate/loomgate/sidecar/sidecartest"
-	"github.com/loomgate/loomgate/stub/stubtest"
-
 	"github.com/valyala/fasthttp"
 
+	"github.com/loomgate/loomgate/internal/upstreamtest"
 	"github.com/loomgate/loomgate/proxy"
-	"github.com/loomgate/loomgate/stub"
+	"github.com/loomgate/loomgate/sidecar"
+	"github.com/loomgate/loomgate/sidecar/sidecartest"
 )
 
 // adviceLoad is a load of clients that each send a request, wait for its
@@ -147,7 +145,7 @@ func TestAdviceHiddenPool(t *testing.T) {
 	if testing.Short() {
 		t.Skip("13 s of load")
 	}
-	up := stubtest.Start(t, stub.Config{Pool: 50})
+	up := upstreamtest.HiddenPool(t, 50, 100*time.Millisecond)
 	s := startSidecar(t, map[string]string{"LOOMGATE_UPSTREAM": up})
 	// A whole 5 s bucket at the low load makes the baseline.
 	calm := startAdviceLoad(t, s.URL, "/wait?ms=100", 10, 0)
@@ -198,7 +196,7 @@ func TestAdviceOwnQueue(t *testing.T) {
 	if testing.Short() {
 		t.Skip("4 s of load")
 	}
-	up := stubtest.Start(t, stub.Config{})
+	up := upstreamtest.HiddenPool(t, 0, 100*time.Millisecond)
 	s := startSidecar(t, map[string]string{"LOOMGATE_UPSTREAM": up, "LOOMGATE_MODE": "fixed", "LOOMGATE_WORKERS": "20"})
 	load := startAdviceLoad(t, s.URL, "/wait?ms=100", 200, 0)
 	time.Sleep(4 * time.Second)
@@ -253,7 +251,7 @@ func TestAdviceBytesPerRequest(t *testing.T) {
 	if testing.Short() {
 		t.Skip("6 s of load")
 	}
-	up := stubtest.Start(t, stub.Config{})
+	up := upstreamtest.HiddenPool(t, 0, time.Second)
 	s := sidecartest.Start(t, map[string]string{
 		"LOOMGATE_UPSTREAM":               up,
 		"LOOMGATE_UPSTREAM_METRICS_URL":   up + "/metrics",
@@ -267,6 +265,9 @@ func TestAdviceBytesPerRequest(t *testing.T) {
 	time.Sleep(3 * time.Second)
 	doc := getAdvice(t, s.AdminURL)
 	bpr := s.Value(t, "loomgate_advice_bytes_per_request")
+	// Read while the load holds memory: once it stops, the next scrape
+	// finds none held, and the gauge follows it to 0.
+	upMem := s.Value(t, "loomgate_upstream_memory_bytes")
 	first.Stop()
 	second.Stop()
 	logAdvice(t, doc)
@@ -279,8 +280,8 @@ func TestAdviceBytesPerRequest(t *testing.T) {
 	if bpr != f.BytesPerRequest && math.Abs(bpr-want)/want > 0.25 {
 		t.Errorf("loomgate_advice_bytes_per_request = %.0f KiB; want 512 KiB ± 25%%", bpr/1024)
 	}
-	if f.UpstreamMemoryBytes <= 0 || s.Value(t, "loomgate_upstream_memory_bytes") <= 0 {
-		t.Errorf("upstream memory = %v; want the stub's", f.UpstreamMemoryBytes)
+	if f.UpstreamMemoryBytes <= 0 || upMem <= 0 {
+		t.Errorf("upstream memory = %v, loomgate_upstream_memory_bytes = %v; want the upstream's", f.UpstreamMemoryBytes, upMem)
 	}
 	// A scrape may miss its 250 ms under this load on two cores; the fit
 	// above shows that enough arrived.
@@ -291,19 +292,20 @@ func TestAdviceBytesPerRequest(t *testing.T) {
 	}
 }
 
-// adviceMemoryMetric is the stub's series read as the upstream's memory.
+// adviceMemoryMetric is the upstream's series read as its memory.
 //
-// The stub shares this process with the sidecar and the clients, and the Go
-// runtime lets its heap grow to twice the live data between collections
-// (GOGC=100), so resident memory rises by more than what requests hold:
-// this test measured 873 KiB per request with process_resident_memory_bytes
-// and 669 KiB with go_memstats_heap_inuse_bytes. That is the right slope for
-// a container's memory limit, which counts every resident byte, but not a
-// known answer to check the fit against. loomgate_stub_mem_held_bytes is the
-// bytes /mem requests hold, as a JVM's heap in use after collection is; read
-// through the same scrape, selector and fit, it checks the pipeline against
-// 512 KiB exactly.
-const adviceMemoryMetric = "loomgate_stub_mem_held_bytes"
+// The upstream shares this process with the sidecar and the clients, and
+// the Go runtime lets its heap grow to twice the live data between
+// collections (GOGC=100), so resident memory rises by more than what
+// requests hold: this test measured 873 KiB per request with
+// process_resident_memory_bytes and 669 KiB with
+// go_memstats_heap_inuse_bytes. That is the right slope for a container's
+// memory limit, which counts every resident byte, but not a known answer to
+// check the fit against. upstreamtest.HeldBytesMetric is the bytes kb=
+// requests hold, as a JVM's heap in use after collection is; read through
+// the same scrape, selector and fit, it checks the pipeline against 512 KiB
+// exactly.
+const adviceMemoryMetric = upstreamtest.HeldBytesMetric
 
 // TestMemoryBulkheadEndToEnd sends more than LOOMGATE_MAX_INFLIGHT_BYTES
 // can hold: the excess is answered 503 rejected_memory with a Retry-After,
@@ -314,7 +316,7 @@ func TestMemoryBulkheadEndToEnd(t *testing.T) {
 		t.Skip("3 s of load")
 	}
 	const budget = 20*proxy.RequestOverheadBytes + 64<<10
-	up := stubtest.Start(t, stub.Config{})
+	up := upstreamtest.HiddenPool(t, 0, 50*time.Millisecond)
 	s := startSidecar(t, map[string]string{"LOOMGATE_UPSTREAM": up, "LOOMGATE_MAX_INFLIGHT_BYTES": strconv.Itoa(budget)})
 	gets := startAdviceLoad(t, s.URL, "/wait?ms=50", 60, 0)
 	// Uploads of a declared 100 KiB weigh more than a GET.

@@ -315,7 +315,7 @@ func TestLabCommandsOutsideACheckout(t *testing.T) {
 	if !errors.As(err, &exit) || exit.ExitCode() != 2 {
 		t.Errorf("loomgate demo outside a checkout: %v; want exit status 2", err)
 	}
-	for _, want := range []string{"carries the sidecar only", "go run ./cmd/loomgate demo", "go install github.com/loomgate/loomgate/cmd/loomlab@latest"} {
+	for _, want := range []string{"carries the sidecar only", "go run ./cmd/loomgate demo", "go build ./cmd/loomlab && ./loomlab demo"} {
 		if !strings.Contains(stderr.String(), want) {
 			t.Errorf("loomgate demo outside a checkout said %q; want %q", stderr.String(), want)
 		}

@@ -16,18 +16,24 @@ import (
 // modulePath is the module whose checkout holds the lab.
 const modulePath = "github.com/loomgate/loomgate"
 
+// labDir is the lab's directory in the checkout: a module of its own,
+// which builds against the product beside it.
+const labDir = "lab"
+
 // runLab runs one of the lab's commands (demo, bench, stub). The sidecar's
 // binary does not carry the lab: its load rig, reports and plots would
-// weigh on every pod for commands no pod runs. From a checkout of the
-// source, which is where `go run ./cmd/loomgate demo` is typed, the lab is
-// built with the same toolchain (once; later runs hit the build cache) and
-// run with the same arguments; elsewhere the message says how to get it.
+// weigh on every pod for commands no pod runs, and its module keeps their
+// requirements out of the product's. From a checkout of the source, which
+// is where `go run ./cmd/loomgate demo` is typed, the lab is built in its
+// module with the same toolchain (once; later runs hit the build cache)
+// and run with the same arguments; elsewhere the message says how to get
+// it.
 func runLab(cmd string, args []string, stderr io.Writer) int {
 	root, err := moduleRoot()
 	if err != nil {
 		fmt.Fprintf(stderr, "loomgate %s: this binary carries the sidecar only, and %v.\n"+
-			"Run it from a checkout of the source (go run ./cmd/loomgate %s), or install the lab:\n"+
-			"  go install %s/cmd/loomlab@latest && loomlab %s\n", cmd, err, cmd, modulePath, cmd)
+			"Run it from a checkout of the source (go run ./cmd/loomgate %s), or build the lab in the checkout's %s directory:\n"+
+			"  go build ./cmd/loomlab && ./loomlab %s\n", cmd, err, cmd, labDir, cmd)
 		return 2
 	}
 	goTool, err := exec.LookPath("go")
@@ -42,10 +48,12 @@ func runLab(cmd string, args []string, stderr io.Writer) int {
 	}
 	defer os.RemoveAll(dir)
 	lab := filepath.Join(dir, "loomlab")
+	// In the lab's directory, so that the go command builds in the lab's
+	// module, whose go.mod has what the lab needs.
 	build := exec.Command(goTool, "build", "-o", lab, "./cmd/loomlab")
-	build.Dir, build.Stdout, build.Stderr = root, stderr, stderr
+	build.Dir, build.Stdout, build.Stderr = filepath.Join(root, labDir), stderr, stderr
 	if err := build.Run(); err != nil {
-		fmt.Fprintf(stderr, "loomgate %s: building the lab (./cmd/loomlab in %s): %v\n", cmd, root, err)
+		fmt.Fprintf(stderr, "loomgate %s: building the lab (./cmd/loomlab in %s): %v\n", cmd, build.Dir, err)
 		return 1
 	}
 	// The lab runs as a child, not in place of this process, so that the

@@ -101,15 +101,15 @@ func Dashed(name string) string {
 func Closest(name string, names []string) string {
 	best, bestDist := "", min(3, len(name)/2+1)
 	for _, n := range names {
-		if d := EditDistance(name, n); d < bestDist {
+		if d := editDistance(name, n); d < bestDist {
 			best, bestDist = n, d
 		}
 	}
 	return best
 }
 
-// EditDistance is the Levenshtein distance between a and b.
-func EditDistance(a, b string) int {
+// editDistance is the Levenshtein distance between a and b.
+func editDistance(a, b string) int {
 	prev := make([]int, len(b)+1)
 	cur := make([]int, len(b)+1)
 	for j := range prev {

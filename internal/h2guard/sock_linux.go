@@ -8,8 +8,6 @@ import (
 	"sync/atomic"
 	"syscall"
 	"unsafe"
-
-	"golang.org/x/sys/unix"
 )
 
 // sock reads the client's socket for the guard, and tells how many of its
@@ -45,7 +43,7 @@ func (s *sock) init(c net.Conn) {
 	}
 	s.raw = raw
 	s.readFn = s.readOnce
-	s.ctlFn = func(fd uintptr) { s.n, _ = unix.IoctlGetInt(int(fd), unix.SIOCINQ) }
+	s.ctlFn = func(fd uintptr) { s.n = inq(fd) }
 }
 
 // read reads into p from the socket, or from c when the socket cannot be
@@ -103,4 +101,16 @@ func (s *sock) pending() int {
 		return 0
 	}
 	return s.n
+}
+
+// inq is how many bytes wait unread in the socket fd, 0 when the ioctl
+// fails: TIOCINQ, which Linux also calls SIOCINQ and FIONREAD, by the
+// standard library's syscall package rather than x/sys, which the product
+// does not otherwise need.
+func inq(fd uintptr) int {
+	var n int32
+	if _, _, errno := syscall.Syscall(syscall.SYS_IOCTL, fd, syscall.TIOCINQ, uintptr(unsafe.Pointer(&n))); errno != 0 {
+		return 0
+	}
+	return int(n)
 }
