@@ -203,9 +203,11 @@ func checkPredictionRows(t *testing.T, v statusView) {
 		seen[setting] = true
 		merged = merged || strings.Contains(name, " = ")
 	}
-	// A fixed limit that holds nothing back: the recommendation is
-	// unbounded itself.
-	if !merged {
+	// A fixed limit that holds nothing back, below a saturation the advice
+	// knows of: the recommendation is unbounded itself. (Seen at one load
+	// only, whether the upstream is saturated is unknown, and the advice
+	// recommends nothing: no row to merge.)
+	if strings.Contains(v.Advice, "keep the simpler one") && !merged {
 		t.Errorf("prediction rows %q; want the recommendation and unbounded in one row", v.Predictions)
 	}
 }
