@@ -17,9 +17,9 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/loomgate/loomgate/internal/admission"
 	"github.com/loomgate/loomgate/internal/h2guard"
 	"github.com/loomgate/loomgate/internal/rawio"
-	"github.com/loomgate/loomgate/limiter"
 )
 
 // HTTP/2 with prior knowledge (h2c, gRPC's way on cleartext) arrives on the
@@ -28,7 +28,7 @@ import (
 // unencrypted HTTP/2. fasthttp has no HTTP/2, and its HTTP/1.1 path is
 // left as it was.
 //
-// Each stream is a request: it meets the same Admitter (queue, bulkhead,
+// Each stream is a request: it meets the same admission (queue, bulkhead,
 // memory), ends in one Outcome, and goes to the upstream over h2c
 // (net/http's Transport, through httputil.ReverseProxy: trailers, TE and
 // flushing as HTTP/2 needs them).
@@ -182,8 +182,8 @@ func newH2(p *Proxy, upstream string) *h2 {
 			pr.Out.Host = pr.In.Host // forwarded as it came
 			pr.Out.Header["X-Forwarded-For"] = pr.In.Header["X-Forwarded-For"]
 			pr.SetXForwarded()
-			if st := streamOf(pr.Out.Context()); st != nil && !st.deadline.IsZero() {
-				pr.Out.Header.Set("Grpc-Timeout", grpcTimeout(time.Until(st.deadline)))
+			if st := streamOf(pr.Out.Context()); st != nil && !st.req.Deadline.IsZero() {
+				pr.Out.Header.Set("Grpc-Timeout", grpcTimeout(time.Until(st.req.Deadline)))
 			}
 		},
 		Transport:      h.tr,
@@ -244,7 +244,7 @@ func guardOf(r *http.Request) *h2guard.Conn {
 // before any handler), which the guard marked with Loomgate-Outcome.
 func (h *h2) ownAnswer(c *h2guard.Conn, a h2guard.Answer) {
 	now := time.Now()
-	h.p.observe(&Outcome{Kind: BadRequest, Status: a.Status, Method: []byte(a.Method), Target: []byte(a.Path),
+	h.p.gate.Observe(&Outcome{Kind: BadRequest, Status: a.Status, Method: []byte(a.Method), Target: []byte(a.Path),
 		Remote: c.RemoteAddr(), Total: now.Sub(a.Start), End: now})
 }
 
@@ -252,7 +252,7 @@ func (h *h2) ownAnswer(c *h2guard.Conn, a h2guard.Answer) {
 // HeaderTimeout: answered 408, as on HTTP/1.1, and its connection ended.
 func (h *h2) headerTimedOut(c *h2guard.Conn, start time.Time) {
 	now := time.Now()
-	h.p.observe(&Outcome{Kind: ClientTimeout, Status: http.StatusRequestTimeout, Remote: c.RemoteAddr(), Total: now.Sub(start), End: now})
+	h.p.gate.Observe(&Outcome{Kind: ClientTimeout, Status: http.StatusRequestTimeout, Remote: c.RemoteAddr(), Total: now.Sub(start), End: now})
 }
 
 // ended logs a connection the guard ended, at most one line every ten
@@ -355,45 +355,56 @@ func (q *connQueue) Close() error {
 
 func (q *connQueue) Addr() net.Addr { return &net.TCPAddr{} }
 
-// stream is one HTTP/2 request's state.
+// stream is one HTTP/2 request's state, and admission's Client while it
+// waits.
 type stream struct {
-	grpc       bool
-	start      time.Time
-	admittedAt time.Time
-	headersAt  time.Time
-	// deadline is the gRPC call's, from grpc-timeout; zero without one.
-	deadline time.Time
-	bytes    int64
-	// kept is the bytes a gRPC call keeps reserved past its permit, to
-	// its end (see releasePermit).
-	kept int64
-	// answering is the bytes the proxy's own answer reserved (see
-	// answer).
-	answering int64
+	req  admission.Request
+	grpc bool
+	// ctx is the stream's: it ends when the client resets the stream or
+	// leaves, or the call's own deadline (grpc-timeout) passes.
+	ctx context.Context
+	r   *http.Request
+	// headersAt is when the upstream's response headers arrived, or its
+	// failure to send them was known.
+	headersAt time.Time
 	// g is the stream's connection's guard; nil without one.
 	g *h2guard.Conn
 	// abort is set when the handler must reset the stream as it ends,
 	// having written nothing.
-	abort bool
-	// held is set while the stream holds its permit; release clears it.
-	held     atomic.Bool
+	abort    bool
 	timedOut atomic.Bool
 	// stalled is set when the client held the stream up: it paused its
 	// body past BodyTimeout, or at UpstreamTimeout the stream was still
 	// waiting for the rest of its body, or for it to take its response.
 	stalled  atomic.Bool
 	timer    *time.Timer
-	outcome  Outcome
 	answered bool // the proxy wrote its own answer
-	// expired is set when the call's own deadline (grpc-timeout) passed
-	// in the queue: the client's doing, but its status is
-	// DEADLINE_EXCEEDED, which its own timer would also say.
+	// expired is set when the call's own deadline (grpc-timeout) passed:
+	// the client's doing, but its status is DEADLINE_EXCEEDED, which its
+	// own timer would also say.
 	expired bool
+}
+
+// Watch is the wait's context: the stream's own.
+func (st *stream) Watch() (context.Context, func()) { return st.ctx, func() {} }
+
+// Left reports whether the stream ended while it waited: a permit handed
+// over as it was cancelled (the client left, or its deadline passed) would
+// send the upstream a request nobody reads, and count a service time of
+// nothing.
+func (st *stream) Left(ctx context.Context) bool { return ctx.Err() != nil }
+
+// Header is the stream's header field name.
+func (st *stream) Header(name string) []byte {
+	if v := st.r.Header.Get(name); v != "" {
+		return []byte(v)
+	}
+	return nil
 }
 
 // callExpired says whether the gRPC call's own deadline has passed.
 func (st *stream) callExpired() bool {
-	return !st.deadline.IsZero() && !time.Now().Before(st.deadline)
+	return !st.req.Deadline.IsZero() && !time.Now().Before(st.req.Deadline)
 }
 
 type streamKey struct{}
@@ -401,37 +412,6 @@ type streamKey struct{}
 func streamOf(ctx context.Context) *stream {
 	st, _ := ctx.Value(streamKey{}).(*stream)
 	return st
-}
-
-// release gives the permit back, once, and the bytes still reserved.
-func (h *h2) release(st *stream) {
-	if st.held.CompareAndSwap(true, false) {
-		h.p.admit.Release(st.bytes)
-	}
-	if st.kept > 0 {
-		h.p.admit.(bytesReleaser).ReleaseBytes(st.kept)
-		st.kept = 0
-	}
-	if st.answering > 0 {
-		h.p.admit.(bytesReleaser).ReleaseBytes(st.answering)
-		st.answering = 0
-	}
-}
-
-// releasePermit gives a gRPC call's permit back at its headers, keeping
-// its bytes reserved until release: the rest of a stream holds no worker,
-// but it holds its buffers (69-73 KiB held by a client that reads
-// nothing), and without a reservation the 10,000 streams a connection may
-// open could hold 0.7 GiB that the memory bulkhead never saw.
-func (h *h2) releasePermit(st *stream) {
-	if _, ok := h.p.admit.(bytesReleaser); !ok {
-		h.release(st)
-		return
-	}
-	if st.held.CompareAndSwap(true, false) {
-		h.p.admit.Release(0)
-		st.kept = st.bytes
-	}
 }
 
 func isGRPC(contentType string) bool {
@@ -443,9 +423,10 @@ func (h *h2) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	h.open.Add(1)
 	defer h.open.Add(-1)
 	p := h.p
-	st := &stream{start: time.Now(), grpc: isGRPC(r.Header.Get("Content-Type"))}
-	o := &st.outcome
-	o.Kind = OK
+	st := &stream{grpc: isGRPC(r.Header.Get("Content-Type")), r: r}
+	st.req.Begin(time.Now())
+	o := &st.req.Record
+	o.Method, o.Target = []byte(r.Method), []byte(r.RequestURI)
 	if ap, err := netip.ParseAddrPort(r.RemoteAddr); err == nil {
 		o.Remote = net.TCPAddrFromAddrPort(ap)
 	}
@@ -453,14 +434,14 @@ func (h *h2) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	defer cancel()
 	if st.grpc {
 		if d, ok := parseGRPCTimeout(r.Header.Get("Grpc-Timeout")); ok {
-			st.deadline = st.start.Add(d)
+			st.req.Deadline = st.req.Start.Add(d)
 			var c2 context.CancelFunc
-			ctx, c2 = context.WithDeadline(ctx, st.deadline)
+			ctx, c2 = context.WithDeadline(ctx, st.req.Deadline)
 			defer c2()
 		}
 	}
+	st.ctx = ctx
 	defer func() {
-		h.release(st)
 		if st.timer != nil {
 			st.timer.Stop()
 		}
@@ -534,37 +515,17 @@ func (h *h2) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		// the stream reset, the client a 413.
 		r.Body = http.MaxBytesReader(w, r.Body, p.maxBody)
 	}
-	if p.reserve != nil {
-		st.bytes = p.reserve(int(max(r.ContentLength, -1)))
+	st.req.Length = int(max(r.ContentLength, -1))
+	if !p.gate.Admit(&st.req, st) {
+		h.refused(w, st)
+		return
 	}
-	o.Admission = true
-	err := p.admit.TryAcquire(st.bytes)
-	st.admittedAt = st.start
-	if err == nil && r.Context().Err() != nil {
+	if !st.req.Waited() && r.Context().Err() != nil {
 		// Reset as it was admitted, without a wait: the admission is
 		// undone, and the stream counted as one reset before it.
-		p.admit.Release(st.bytes)
-		o.Kind, o.Status, o.Admission = ClientReset, StatusClientClosed, false
+		p.gate.Withdraw(&st.req)
 		return
 	}
-	if err == limiter.ErrMustWait {
-		err = p.admit.Acquire(ctx, st.bytes)
-		st.admittedAt = time.Now()
-		// A permit handed over as the stream was cancelled (the client
-		// left, or its deadline passed, while it waited) would send the
-		// upstream a request nobody reads and count a service time of
-		// nothing: one more look, as the HTTP/1.1 path takes.
-		if err == nil && ctx.Err() != nil {
-			p.admit.Release(st.bytes)
-			err = ctx.Err()
-		}
-	}
-	if err != nil {
-		h.rejected(w, r, st, err)
-		return
-	}
-	st.held.Store(true)
-	o.Admitted = true
 	cw := &clientWriter{ResponseWriter: w, g: g}
 	// UpstreamTimeout bounds what the permit is held for: the whole
 	// exchange, or a gRPC call's wait for its headers. Whoever the stream
@@ -577,7 +538,7 @@ func (h *h2) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// stream reset, which ends the handler and frees the permit. Without
 	// the reset the write would wait as long as the client likes, its
 	// permit held, and a fixed pool of one blocked.
-	st.timer = time.AfterFunc(p.timeout-time.Since(st.admittedAt), func() {
+	st.timer = time.AfterFunc(p.timeout-time.Since(st.req.AdmittedAt), func() {
 		if body != nil && body.reading.Load() {
 			st.stalled.Store(true)
 		}
@@ -683,14 +644,18 @@ func (h *h2) headersArrived(resp *http.Response) error {
 		return nil
 	}
 	st.headersAt = time.Now()
-	st.outcome.UpstreamStatus = resp.StatusCode
-	st.outcome.Status = resp.StatusCode
+	st.req.Record.UpstreamStatus = resp.StatusCode
+	st.req.Record.Status = resp.StatusCode
 	if st.grpc {
 		st.timer.Stop()
-		h.releasePermit(st)
+		// The rest of a gRPC stream holds no worker, but it holds its
+		// buffers (69-73 KiB held by a client that reads nothing), and
+		// without its reservation the streams a connection may open could
+		// hold memory that the memory bulkhead never saw.
+		h.p.gate.ReleasePermit(&st.req, st.headersAt)
 	}
 	if h.p.timing {
-		resp.Header.Add("Server-Timing", serverTiming(st.admittedAt.Sub(st.start), st.headersAt.Sub(st.admittedAt)))
+		resp.Header.Add("Server-Timing", string(st.req.AppendServerTiming(nil, st.headersAt)))
 	}
 	return nil
 }
@@ -699,6 +664,8 @@ func (h *h2) headersArrived(resp *http.Response) error {
 func (h *h2) failed(w http.ResponseWriter, r *http.Request, err error) {
 	st := streamOf(r.Context())
 	st.headersAt = time.Now()
+	// The upstream's part ended here, whatever the answer's writing takes.
+	st.req.ServedAt = st.headersAt
 	var tooLarge *http.MaxBytesError
 	switch {
 	case errors.As(err, &tooLarge):
@@ -721,45 +688,31 @@ func (h *h2) failed(w http.ResponseWriter, r *http.Request, err error) {
 		// own timer also says.
 		st.expired = true
 		h.answer(w, st, ClientClosed, 0, "deadline exceeded\n")
-		st.outcome.Status = StatusClientClosed
+		st.req.Record.Status = StatusClientClosed
 	case errors.Is(err, context.Canceled):
-		st.outcome.Kind, st.outcome.Status = ClientClosed, StatusClientClosed
+		st.req.Record.Kind, st.req.Record.Status = ClientClosed, StatusClientClosed
 	default:
 		h.p.log.Debug("upstream failed", "err", err, "protocol", "h2c")
-		st.outcome.UpstreamErr = err
+		st.req.Record.UpstreamErr = err
 		h.answer(w, st, UpstreamError, http.StatusBadGateway, msgUpstreamError)
 	}
 }
 
-// rejected answers a stream the Admitter did not admit.
-func (h *h2) rejected(w http.ResponseWriter, r *http.Request, st *stream, err error) {
-	now := time.Now()
-	st.outcome.Queue = now.Sub(st.start)
-	switch {
-	case errors.Is(err, limiter.ErrQueueFull):
-		h.answer(w, st, RejectedQueueFull, 0, msgQueueFull)
-	case errors.Is(err, limiter.ErrQueueTimeout):
-		h.answer(w, st, RejectedQueueTimeout, 0, msgQueueTimeout)
-	case errors.Is(err, limiter.ErrBulkheadFull):
-		h.answer(w, st, RejectedBulkhead, 0, msgBulkheadFull)
-	case errors.Is(err, limiter.ErrTooLarge) && r.ContentLength > 0:
-		// As on HTTP/1.1: a declared body larger than the whole memory
-		// bulkhead is too large, not back pressure.
-		h.answer(w, st, BadRequest, http.StatusRequestEntityTooLarge, msgBodyTooLarge)
-	case errors.Is(err, limiter.ErrMemoryFull):
-		h.answer(w, st, RejectedMemory, 0, msgMemoryFull)
-	case r.Context().Err() == nil && errors.Is(err, context.DeadlineExceeded):
+// refused answers a stream admission refused, as its Outcome's kind says.
+func (h *h2) refused(w http.ResponseWriter, st *stream) {
+	switch kind := st.req.Record.Kind; {
+	case st.req.Expired():
 		// The call's own deadline passed in the queue. The client's own
 		// timer says DEADLINE_EXCEEDED; whichever it hears first, ours
 		// must say the same.
 		st.expired = true
 		h.answer(w, st, ClientClosed, 0, "deadline exceeded while queued\n")
-		st.outcome.Status = StatusClientClosed
-	case errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded):
-		st.outcome.Kind, st.outcome.Status = ClientClosed, StatusClientClosed
+		st.req.Record.Status = StatusClientClosed
+	case kind == ClientClosed:
+		// Reset by its client, or its connection gone: nobody to answer.
 	default:
-		h.p.log.Error("admitter failed", "err", err)
-		h.answer(w, st, InternalError, http.StatusInternalServerError, msgInternal)
+		a := refusals[kind]
+		h.answer(w, st, kind, a.status, a.msg)
 	}
 }
 
@@ -802,7 +755,7 @@ func grpcCode(k Kind) int {
 // body. A gRPC answer is headers alone, which no window holds up.
 func (h *h2) answer(w http.ResponseWriter, st *stream, kind Kind, status int, msg string) {
 	p := h.p
-	o := &st.outcome
+	o := &st.req.Record
 	o.Kind = kind
 	st.answered = true
 	hdr := w.Header()
@@ -811,21 +764,12 @@ func (h *h2) answer(w http.ResponseWriter, st *stream, kind Kind, status int, ms
 	}
 	hdr.Set(string(headerOutcome), kind.String())
 	if kind.Rejection() {
-		status = p.rejectStatus
-		secs := int64(1)
-		if p.retryAfter != nil {
-			secs = max(int64((p.retryAfter(kind)+time.Second-1)/time.Second), 1)
-		}
-		hdr.Set(string(headerRetryAfter), strconv.FormatInt(secs, 10))
+		var retryAfter int64
+		status, retryAfter = p.rejection(kind)
+		hdr.Set(string(headerRetryAfter), strconv.FormatInt(retryAfter, 10))
 	}
 	if p.timing {
-		var service time.Duration
-		queue := o.Queue
-		if !st.admittedAt.IsZero() && o.Admitted {
-			queue = st.admittedAt.Sub(st.start)
-			service = time.Since(st.admittedAt)
-		}
-		hdr.Set("Server-Timing", serverTiming(queue, service))
+		hdr.Set("Server-Timing", string(st.req.AppendServerTiming(nil, time.Now())))
 	}
 	if st.grpc {
 		hdr.Set("Content-Type", "application/grpc")
@@ -841,7 +785,7 @@ func (h *h2) answer(w http.ResponseWriter, st *stream, kind Kind, status int, ms
 	}
 	hdr.Set("Content-Type", textPlain)
 	o.Status = status
-	if !h.reserveAnswer(st) {
+	if !p.gate.ReserveAnswer(&st.req, RequestOverheadBytes) {
 		hdr.Set("Content-Length", "0")
 		w.WriteHeader(status)
 		return
@@ -863,30 +807,13 @@ func (h *h2) answer(w http.ResponseWriter, st *stream, kind Kind, status int, ms
 	_ = rc.Flush()
 }
 
-// reserveAnswer reserves RequestOverheadBytes for a plain answer's body,
-// unless the stream holds its request's reservation still, and reports
-// whether the body may be sent.
-func (h *h2) reserveAnswer(st *stream) bool {
-	if st.held.Load() || st.kept > 0 || h.p.reserve == nil {
-		return true
-	}
-	if _, ok := h.p.admit.(bytesReleaser); !ok || h.p.reserver == nil {
-		return true
-	}
-	if !h.p.reserver.TryReserve(RequestOverheadBytes) {
-		return false
-	}
-	st.answering = RequestOverheadBytes
-	return true
-}
-
 // drained ends a gRPC stream under way that the drain's end cut: its
 // trailers carry UNAVAILABLE and Loomgate-Outcome, after whatever of the
 // upstream's messages went out. A gRPC client takes them as the server
 // going away; a message cut in two, it takes as the stream's end with
 // that status all the same.
 func (h *h2) drained(w http.ResponseWriter, st *stream) {
-	o := &st.outcome
+	o := &st.req.Record
 	o.Kind = DrainTimeout
 	hdr := w.Header()
 	hdr.Set(http.TrailerPrefix+"Grpc-Status", strconv.Itoa(grpcUnavailable))
@@ -894,34 +821,14 @@ func (h *h2) drained(w http.ResponseWriter, st *stream) {
 	hdr.Set(http.TrailerPrefix+string(headerOutcome), DrainTimeout.String())
 }
 
-// finish completes a stream's Outcome and reports it.
+// finish ends a stream: a client that left before the upstream's headers
+// came is the stream's end, whatever else went wrong after.
 func (h *h2) finish(st *stream, r *http.Request) {
-	now := time.Now()
-	o := &st.outcome
-	o.Total = now.Sub(st.start)
-	o.Bytes = st.bytes
-	if o.Admitted {
-		o.Queue = st.admittedAt.Sub(st.start)
-		end := now
-		if st.grpc && !st.headersAt.IsZero() {
-			end = st.headersAt
-		}
-		o.Service = end.Sub(st.admittedAt)
-	}
+	o := &st.req.Record
 	if o.Kind == OK && r.Context().Err() != nil && st.headersAt.IsZero() {
 		o.Kind, o.Status = ClientClosed, StatusClientClosed
 	}
-	o.Method, o.Target = []byte(r.Method), []byte(r.RequestURI)
-	h.p.observe(o)
-}
-
-// serverTiming is addServerTiming's header value.
-func serverTiming(queue, upstream time.Duration) string {
-	b := append([]byte("queue;dur="), nil...)
-	b = appendMillis(b, queue)
-	b = append(b, ", upstream;dur="...)
-	b = appendMillis(b, upstream)
-	return string(b)
+	h.p.gate.Finish(&st.req, time.Now())
 }
 
 // parseGRPCTimeout reads grpc-timeout: at most 8 digits and a unit.

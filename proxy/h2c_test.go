@@ -484,18 +484,19 @@ func TestGRPCManyCallsOneConnection(t *testing.T) {
 // request's context has ended: the worst timing of a permit freed as a
 // queued stream is cancelled.
 type lateAdmitter struct {
+	limiter.Policy
 	granted, released atomic.Int64
 }
 
-func (a *lateAdmitter) TryAcquire(int64) error { return limiter.ErrMustWait }
+func (a *lateAdmitter) Admit(time.Time, *limiter.Request) error { return limiter.ErrMustWait }
 
-func (a *lateAdmitter) Acquire(ctx context.Context, _ int64) error {
+func (a *lateAdmitter) Wait(ctx context.Context, _ *limiter.Request) error {
 	<-ctx.Done()
 	a.granted.Add(1)
 	return nil
 }
 
-func (a *lateAdmitter) Release(int64) { a.released.Add(1) }
+func (a *lateAdmitter) Leave(time.Time, *limiter.Request, int64) { a.released.Add(1) }
 
 // TestH2CStreamCancelledAsItIsAdmittedNeverReachesTheUpstream: a stream
 // whose client left (or whose deadline passed) while it waited is not
@@ -508,7 +509,7 @@ func TestH2CStreamCancelledAsItIsAdmittedNeverReachesTheUpstream(t *testing.T) {
 		io.WriteString(w, "ok")
 	})
 	adm := &lateAdmitter{}
-	tp := startProxy(t, up, limiter.Config{Mode: limiter.Unbounded}, func(c *Config) { c.Admitter = adm })
+	tp := startProxy(t, up, limiter.Config{Mode: limiter.Unbounded}, func(c *Config) { adm.Policy, c.Policy = c.Policy, adm })
 	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
 	defer cancel()
 	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+tp.addr+"/left", nil)

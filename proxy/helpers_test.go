@@ -144,7 +144,7 @@ func startProxy(t *testing.T, upstreamURL string, lcfg limiter.Config, edit func
 	rec := newRecorder()
 	cfg := Config{
 		Upstream:        upstreamURL,
-		Admitter:        lim,
+		Policy:          lim,
 		Observer:        rec,
 		UpstreamTimeout: 5 * time.Second,
 		MaxConns:        lim.Stats().Limit,

@@ -20,51 +20,19 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/loomgate/loomgate/field"
+	"github.com/loomgate/loomgate/internal/admission"
 	"github.com/loomgate/loomgate/internal/header"
 	"github.com/loomgate/loomgate/internal/listen"
 	"github.com/loomgate/loomgate/internal/peer"
 	"github.com/loomgate/loomgate/internal/rawio"
 	"github.com/loomgate/loomgate/internal/sniff"
 	"github.com/loomgate/loomgate/limiter"
+	"github.com/loomgate/loomgate/route"
 )
 
-// Admitter decides when a request may go to the upstream; limiter.Limiter
-// is one. TryAcquire admits at once, rejects (limiter's Err values) or
-// answers limiter.ErrMustWait; only then does the proxy make the context of
-// a wait and call Acquire, which blocks until the request is admitted,
-// rejected or ctx ends because the client left. Every nil return of either
-// is matched by one Release with the same bytes.
-type Admitter interface {
-	TryAcquire(bytes int64) error
-	Acquire(ctx context.Context, bytes int64) error
-	Release(bytes int64)
-}
-
-// reserver is what an Admitter may also offer: more bytes for a request
-// already admitted, granted at once or refused, never waited for. With it
-// the proxy charges the response bodies it buffers and streams those that
-// do not fit; limiter.Limiter has it.
-type reserver interface {
-	TryReserve(bytes int64) bool
-}
-
-// bytesReleaser is what an Admitter may also offer: the bytes of a request
-// whose permit was released without them (Release(0)), returned at its
-// end. With it a gRPC stream keeps its reservation past its headers;
-// limiter.Limiter has it.
-type bytesReleaser interface {
-	ReleaseBytes(bytes int64)
-}
-
-// clockedAdmitter is what an Admitter may also offer: TryAcquire and Release
-// at a clock reading the proxy has taken anyway (the request's start, the
-// end of its response), so that admission reads no clock of its own; a
-// clock reading costs as much as the rest of a pass-through admission.
-// limiter.Limiter has it.
-type clockedAdmitter interface {
-	TryAcquireAt(now time.Time, bytes int64) error
-	ReleaseAt(now time.Time, bytes int64)
-}
+// Observer receives each request's Outcome once, after its response.
+// Observe is called concurrently and on the request's path: it must be quick.
+type Observer = admission.Observer
 
 // Sizes that bound what one request can hold in the proxy's memory.
 const (
@@ -88,10 +56,15 @@ const (
 type Config struct {
 	// Upstream is the service's address as http://host:port. Required.
 	Upstream string
-	// Admitter admits requests. Required.
-	Admitter Admitter
+	// Policy admits requests, whatever their protocol: a *limiter.Limiter,
+	// or a *limiter.DryRun. Required.
+	Policy limiter.Policy
 	// Observer receives each request's Outcome. If nil, outcomes are dropped.
 	Observer Observer
+	// Classes sorts requests into route classes, once each, as they meet
+	// admission: the Outcome's Class. If nil, automatically (method and
+	// first path segment; see route.Parse).
+	Classes *route.Classes
 	// UpstreamTimeout bounds an admitted request from admission to the
 	// upstream's last response byte, and the writing of its response (a
 	// client that reads it slower is cut off, counted ClientTimeout). If
@@ -133,17 +106,11 @@ type Config struct {
 	// the Retry-After header; it is rounded up to whole seconds, at least 1.
 	// If nil, 1 second.
 	RetryAfter func(Kind) time.Duration
-	// Reserve returns the bytes a request reserves from the Admitter, given
+	// Reserve returns the bytes a request reserves from the Policy, given
 	// its declared body length (-1 when unknown); RequestBytes is the
 	// proxy's own measure. If nil, 0. Independently of it, a response body
-	// the proxy buffers is charged when its headers arrive, if the
-	// Admitter has a TryReserve(bytes int64) bool method.
+	// the proxy buffers is charged when its headers arrive.
 	Reserve func(contentLength int) int64
-	// Shadow, when set, is a dry run: every request also arrives at the
-	// shadow, which decides what its policy would have done, while the
-	// Admitter (then one that holds nothing back) admits it for real. If
-	// nil, no dry run.
-	Shadow *limiter.Shadow
 	// MaxUpgraded bounds the upgraded connections (WebSocket) open at
 	// once; a handshake beyond it is answered like a rejection, counted
 	// RejectedUpgraded. If zero, unbounded. See upgrade.go.
@@ -159,8 +126,9 @@ type Config struct {
 
 // Proxy forwards requests to one upstream. Create it with New.
 type Proxy struct {
-	admit    Admitter
-	observer Observer
+	// gate is the admission path of every request, whatever its protocol.
+	gate     *admission.Gate
+	policy   limiter.Policy
 	timeout  time.Duration
 	bodyIdle time.Duration
 	maxBody  int64
@@ -168,10 +136,6 @@ type Proxy struct {
 	// rejectStatus answers admission's rejections: 503 or 429.
 	rejectStatus int
 	retryAfter   func(Kind) time.Duration
-	reserve      func(int) int64
-	reserver     reserver        // nil: response bodies are buffered uncharged
-	clocked      clockedAdmitter // nil: the Admitter reads its own clock
-	shadow       *limiter.Shadow
 	log          *slog.Logger
 
 	client *fasthttp.HostClient
@@ -247,8 +211,8 @@ func (cfg Config) Validate() error {
 	if _, err := ParseUpstream(cfg.Upstream); err != nil {
 		bad("Upstream", err.Error())
 	}
-	if cfg.Admitter == nil {
-		bad("Admitter", "is nil")
+	if cfg.Policy == nil {
+		bad("Policy", "is nil")
 	}
 	for _, d := range []struct {
 		field string
@@ -290,23 +254,18 @@ func New(cfg Config) (*Proxy, error) {
 	u, _ := url.Parse(cfg.Upstream)
 	host := u.Host
 	p := &Proxy{
-		admit:        cfg.Admitter,
-		observer:     cfg.Observer,
+		policy:       cfg.Policy,
 		timeout:      cfg.UpstreamTimeout,
 		bodyIdle:     cfg.BodyTimeout,
 		maxBody:      cfg.MaxBodyBytes,
 		timing:       cfg.ServerTiming,
 		rejectStatus: cmp.Or(cfg.RejectStatus, fasthttp.StatusServiceUnavailable),
 		retryAfter:   cfg.RetryAfter,
-		reserve:      cfg.Reserve,
 		log:          cfg.Logger,
 		host:         host,
-		shadow:       cfg.Shadow,
 
 		maxClientConns: cfg.MaxClientConns,
 	}
-	p.reserver, _ = cfg.Admitter.(reserver)
-	p.clocked, _ = cfg.Admitter.(clockedAdmitter)
 	p.upgrades.max = int64(cfg.MaxUpgraded)
 	p.upgrades.idle = cfg.UpgradedIdleTimeout
 	p.upgrades.closed = cfg.UpgradedClosed
@@ -326,6 +285,9 @@ func New(cfg Config) (*Proxy, error) {
 	if p.log == nil {
 		p.log = slog.Default()
 	}
+	p.gate = admission.New(admission.Config{
+		Policy: cfg.Policy, Observer: cfg.Observer, Classes: cfg.Classes, Reserve: cfg.Reserve, Logger: p.log,
+	})
 	maxConns := cfg.MaxConns
 	if maxConns == 0 {
 		maxConns = math.MaxInt32
@@ -486,9 +448,6 @@ func (p *Proxy) Shutdown(ctx context.Context) error {
 // leftAtCut is what a drain's end found unfinished.
 type leftAtCut struct {
 	queued, inFlight, streams int64
-	// unknown is set when the Admitter does not say what it holds: then
-	// something may be left.
-	unknown bool
 }
 
 // any reports whether requests were left: queued, or holding a permit.
@@ -497,19 +456,15 @@ type leftAtCut struct {
 // h2.drained) and leaves the drain complete: a watch may last for hours,
 // and no drain would ever be complete beside it.
 func (l leftAtCut) any() bool {
-	return l.unknown || l.queued > 0 || l.inFlight > 0
+	return l.queued > 0 || l.inFlight > 0
 }
 
 // left is what is unfinished now: the requests queued and admitted, and
 // the HTTP/2 streams open, among them gRPC streams past their headers,
 // which are cut short too.
 func (p *Proxy) left() leftAtCut {
-	l := leftAtCut{streams: p.h2.open.Load(), unknown: true}
-	if a, ok := p.admit.(interface{ Stats() limiter.Stats }); ok {
-		st := a.Stats()
-		l.queued, l.inFlight, l.unknown = st.Queued, st.InFlight, false
-	}
-	return l
+	st := p.policy.Stats()
+	return leftAtCut{queued: st.Queued, inFlight: st.InFlight, streams: p.h2.open.Load()}
 }
 
 // cutGrace is how long the requests cut short at a drain's end have to
@@ -536,9 +491,7 @@ func (p *Proxy) cutShort() bool {
 		p.log.Info("drain's time is up with no request queued or in flight; closing the connections left, and ending the gRPC streams past their headers with UNAVAILABLE",
 			"http2_streams", left.streams)
 	}
-	if w, ok := p.admit.(interface{ RejectWaiting() }); ok {
-		w.RejectWaiting()
-	}
+	p.policy.RejectWaiting()
 	p.upstreams.Cut()
 	p.clients.cutReads()
 	grace, cancel := context.WithTimeout(context.Background(), cutGrace)
@@ -582,7 +535,7 @@ func (p *Proxy) refuseBareLF(c net.Conn) {
 	start := time.Now()
 	_ = c.SetWriteDeadline(start.Add(time.Second))
 	_, _ = c.Write(bareLFAnswer)
-	p.observe(&Outcome{Kind: BadRequest, Status: fasthttp.StatusBadRequest, Total: time.Since(start), Remote: c.RemoteAddr()})
+	p.gate.Observe(&Outcome{Kind: BadRequest, Status: fasthttp.StatusBadRequest, Total: time.Since(start), Remote: c.RemoteAddr()})
 	if tc, ok := c.(*net.TCPConn); ok {
 		// Closing with the request unread would reset the connection, and
 		// a reset can overtake the answer: end the answer, then read what
@@ -780,67 +733,26 @@ func (p *Proxy) admitRequest(ctx *fasthttp.RequestCtx, e *exchange) bool {
 		e.respond(ctx, fasthttp.StatusRequestEntityTooLarge, BadRequest, msgBodyTooLarge)
 		return false
 	}
-	if p.reserve != nil {
-		length := declared
-		if length == -2 {
-			// fasthttp's "identity": neither Content-Length nor chunked,
-			// which in a request means no body at all (RFC 9112, 6.3).
-			length = 0
-		}
-		e.bytes = p.reserve(max(length, -1))
+	length := declared
+	if length == -2 {
+		// fasthttp's "identity": neither Content-Length nor chunked,
+		// which in a request means no body at all (RFC 9112, 6.3).
+		length = 0
 	}
+	e.req.Length = max(length, -1)
 	upgrade := isUpgrade(&req.Header)
 	e.upgrading = upgrade
 	if upgrade && !p.upgrades.reserve() {
-		e.rejectedAt = e.start
-		e.respond(ctx, fasthttp.StatusServiceUnavailable, RejectedUpgraded, msgUpgradedFull)
+		e.refused(ctx, RejectedUpgraded)
 		return false
 	}
 	e.upgradePlace = upgrade
-	if p.shadow != nil {
-		e.ticket = p.shadow.Arrive(e.bytes)
-	}
-	e.asked = true
-	// Admitted at once, the request did not queue: its admission is its
-	// start, and needs no clock read of its own.
-	e.admittedAt = e.start
-	var err error
-	if p.clocked != nil {
-		err = p.clocked.TryAcquireAt(e.start, e.bytes)
-	} else {
-		err = p.admit.TryAcquire(e.bytes)
-	}
-	if err == limiter.ErrMustWait {
-		err = p.wait(ctx.Conn(), e.bytes)
-		e.admittedAt = time.Now()
-	}
-	if err != nil {
+	if !p.gate.Admit(&e.req, e) {
 		e.releaseUpgradePlace()
-		e.rejected(ctx, err)
+		e.refused(ctx, e.req.Record.Kind)
 		return false
 	}
-	e.admitted = true
 	return true
-}
-
-// wait is the slow path of admission: the request waits, and its client is
-// watched so that a client who leaves ends the wait.
-func (p *Proxy) wait(conn net.Conn, bytes int64) error {
-	ctx, done := p.departures.Wait(conn)
-	defer done()
-	if err := p.admit.Acquire(ctx, bytes); err != nil {
-		return err
-	}
-	// The watch peeks each waiter 50 ms after it queued, then less and
-	// less often, and a queue that moves faster admits most before their
-	// first peek: one more look at admission keeps a client that left
-	// while queued from reaching the upstream. Only requests that waited
-	// pay for it; one admitted at once never comes here.
-	if peer.Gone(conn) {
-		p.admit.Release(bytes)
-		return context.Canceled
-	}
-	return nil
 }
 
 // handleExpect runs for a request with "Expect: 100-continue" before its
@@ -856,7 +768,7 @@ func (p *Proxy) handleExpect(ctx *fasthttp.RequestCtx) (status int) {
 	e.begin(ctx)
 	// fasthttp stamps the request's time only once its body is read;
 	// until then ctx.Time is the previous request's.
-	e.start = time.Now()
+	e.req.Start = time.Now()
 	defer e.recoverExpect(ctx, &status)
 	if !p.admitRequest(ctx, e) {
 		return ctx.Response.StatusCode()
@@ -873,7 +785,6 @@ func (p *Proxy) handleExpect(ctx *fasthttp.RequestCtx) (status int) {
 		_ = ctx.Conn().SetReadDeadline(aLongTimeAgo)
 	}
 	_ = ctx.Conn().SetWriteDeadline(now.Add(p.timeout))
-	e.continuedCtx = ctx
 	ctx.SetUserValue(continuedKey{}, (*continued)(e))
 	return fasthttp.StatusContinue
 }
@@ -895,7 +806,7 @@ type continued exchange
 // send its body, or did not read the 100); one that is not has left.
 func (c *continued) Close() error {
 	e := (*exchange)(c)
-	ctx := e.continuedCtx
+	ctx := e.ctx
 	kind, status := ClientTimeout, fasthttp.StatusRequestTimeout
 	if peer.Gone(ctx.Conn()) {
 		kind, status = ClientClosed, StatusClientClosed
@@ -1013,32 +924,20 @@ func (p *Proxy) observeUnhandled(ctx *fasthttp.RequestCtx, kind Kind, status int
 	e := p.exchanges.Get().(*exchange)
 	now := time.Now()
 	e.begin(ctx)
-	e.start = now
+	e.req.Start = now
 	if c, ok := ctx.Conn().(interface{ ReadDeadline() time.Time }); ok {
 		if d := c.ReadDeadline(); !d.IsZero() {
 			if start := d.Add(-p.server.ReadTimeout); start.Before(now) && now.Sub(start) <= p.server.ReadTimeout+time.Second {
-				e.start = start
+				e.req.Start = start
 			}
 		}
 	}
+	o := &e.req.Record
 	if len(ctx.Request.Header.RawHeaders()) == 0 {
-		e.method, e.target = e.method[:0], e.target[:0]
+		o.Method, o.Target = nil, nil
 	}
-	e.outcome = Outcome{Kind: kind, Status: status, Remote: ctx.RemoteAddr()}
+	o.Kind, o.Status = kind, status
 	e.finish(now)
-}
-
-func (p *Proxy) observe(o *Outcome) {
-	if p.observer == nil {
-		return
-	}
-	defer func() {
-		// An observer's bug must cost a measurement, not the process.
-		if r := recover(); r != nil {
-			p.log.Error("observer panicked", "panic", r)
-		}
-	}()
-	p.observer.Observe(o)
 }
 
 // dialAside dials the upstream on a goroutine of its own. Dialling takes

@@ -161,7 +161,7 @@ func (e *exchange) upgrade(ctx *fasthttp.RequestCtx) {
 	req.Header.SetBytesV(fasthttp.HeaderUpgrade, proto)
 	req.URI().DisablePathNormalizing = true
 
-	deadline := e.admittedAt.Add(p.timeout)
+	deadline := e.req.AdmittedAt.Add(p.timeout)
 	conn, err := (&net.Dialer{Deadline: deadline}).Dial("tcp", p.client.Addr)
 	if err != nil {
 		e.releaseUpgradePlace()
@@ -198,9 +198,9 @@ func (e *exchange) upgrade(ctx *fasthttp.RequestCtx) {
 		e.upstreamFailed(ctx, err)
 		return
 	}
-	e.servedAt = time.Now()
+	e.req.ServedAt = time.Now()
 	status := resp.StatusCode()
-	e.outcome.UpstreamStatus = status
+	e.req.Record.UpstreamStatus = status
 	if status == fasthttp.StatusSwitchingProtocols && peer.Peek(ctx.Conn()) != peer.Open {
 		// The client closed, half-closed or reset while the upstream
 		// worked on its handshake: nobody is there to take the 101, whose
@@ -248,10 +248,10 @@ func (e *exchange) upgrade(ctx *fasthttp.RequestCtx) {
 	t.stop = make(chan struct{})
 	// The place is the tunnel's now, given back when it closes.
 	e.upgradePlace = false
-	e.outcome.Status = status
+	e.req.Record.Status = status
 	// The handshake is done: its permit goes back and its Outcome is
 	// reported now, whatever the tunnel does next.
-	e.finish(e.servedAt)
+	e.finish(e.req.ServedAt)
 	p.upgrades.npending.Add(1)
 	p.upgrades.pending.Store(t.client, t)
 	ctx.HijackSetNoResponse(true)

@@ -224,7 +224,7 @@ func (c Config) Validate() error {
 	if _, err := route.Parse(c.Routes); err != nil {
 		bad("Routes", "%v", err)
 	}
-	// A placeholder admitter and registerer: what is checked here is the
+	// A placeholder policy and registerer: what is checked here is the
 	// configuration, not the wiring.
 	// The limiter checks the fields of the mode it runs; checking both
 	// modes' settings as if each were in force makes a flip of the mode
@@ -239,9 +239,12 @@ func (c Config) Validate() error {
 	default:
 		limiterProblems = c.Limiter().Validate()
 	}
+	// Pass-through admits without holding anything: a stand-in, as
+	// Validate never calls it.
+	pass, _ := limiter.New(limiter.Config{Mode: limiter.Unbounded})
 	parts := []error{
 		limiterProblems, asUnbounded.Validate(),
-		proxy.Config{Upstream: c.Upstream, Admitter: noAdmitter{}, MaxBodyBytes: int64(c.MaxBodyBytes), RejectStatus: c.RejectStatus}.Validate(),
+		proxy.Config{Upstream: c.Upstream, Policy: pass, MaxBodyBytes: int64(c.MaxBodyBytes), RejectStatus: c.RejectStatus}.Validate(),
 		advice.Config{
 			State: func() advice.State { return advice.State{} }, UpstreamMetricsURL: c.UpstreamMetricsURL,
 			Settings: advice.Settings{MemoryBudgetBytes: int64(c.MemoryBudgetBytes)},

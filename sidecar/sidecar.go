@@ -138,13 +138,12 @@ func build(cfg Config, opts Options) (*Sidecar, error) {
 	if err != nil {
 		return nil, err
 	}
+	var policy limiter.Policy = lim
 	if cfg.DryRun {
 		// The configured policy decides in the shadow; what admits for
 		// real holds nothing back, and only counts in flight and bytes.
-		s.shadow = limiter.NewShadow(lim, s.dryRunDecision)
-		if lim, err = limiter.New(limiter.Config{Mode: limiter.Unbounded}); err != nil {
-			return nil, err
-		}
+		dry := limiter.NewDryRun(lim, s.dryRunDecision)
+		policy, s.shadow, lim = dry, dry.Shadow(), dry.Held()
 	}
 	s.limiter = lim
 	stats := lim.Stats()
@@ -228,12 +227,12 @@ func build(cfg Config, opts Options) (*Sidecar, error) {
 	if err != nil {
 		return nil, err
 	}
-	policy, state := s.controlled(lim)
+	moved, state := s.controlled(lim)
 	if cfg.Mode == limiter.Adaptive && opts.Controller != nil {
-		s.plugged = plug(opts.Controller, policy, state)
+		s.plugged = plug(opts.Controller, moved, state)
 	} else if cfg.Mode == limiter.Adaptive {
 		s.adaptive, err = adaptive.New(adaptive.Config{
-			SetLimit: policy.SetLimit,
+			SetLimit: moved.SetLimit,
 			State:    state,
 			Estimate: func() adaptive.Estimate {
 				e := s.advisor.Snapshot().Figures.Estimate
@@ -263,8 +262,9 @@ func build(cfg Config, opts Options) (*Sidecar, error) {
 	}
 	s.proxy, err = proxy.New(proxy.Config{
 		Upstream:        cfg.Upstream,
-		Admitter:        lim,
+		Policy:          policy,
 		Observer:        observe,
+		Classes:         routes,
 		UpstreamTimeout: cfg.UpstreamTimeout,
 		HeaderTimeout:   cfg.HeaderTimeout,
 		BodyTimeout:     cfg.BodyTimeout,
@@ -279,7 +279,6 @@ func build(cfg Config, opts Options) (*Sidecar, error) {
 		// memory bulkhead.
 		Reserve:    proxy.RequestBytes,
 		RetryAfter: s.retryAfter,
-		Shadow:     s.shadow,
 		// An upgraded connection holds no permit after its 101; it is
 		// bounded and timed on its own.
 		MaxUpgraded:         cfg.MaxUpgraded,
@@ -676,11 +675,3 @@ func limitChangeReasons() []string {
 	}
 	return names
 }
-
-// noAdmitter stands in for the limiter when only a configuration is
-// checked (Config.Validate).
-type noAdmitter struct{}
-
-func (noAdmitter) TryAcquire(int64) error               { return nil }
-func (noAdmitter) Acquire(context.Context, int64) error { return nil }
-func (noAdmitter) Release(int64)                        {}
