@@ -36,7 +36,9 @@ type Config struct {
 	// (adaptive): each snapshot takes it as Settings.Workers. If nil, the
 	// Settings stand as given.
 	Limit func() int
-	// Routes classifies requests. If nil, automatically (route.Parse("")).
+	// Routes are the route classes the records' Class indexes: the ones
+	// the proxy classified them by, whose names the figures carry. If nil,
+	// automatic ones (route.Parse("")).
 	Routes *route.Classes
 	// State returns current admission state. Required.
 	State func() State
@@ -156,21 +158,17 @@ func New(cfg Config) (*Advisor, error) {
 }
 
 // Record adds one finished request, at its End (the clock is read only if
-// End is zero), and returns its route class (an index of Routes), or -1
-// for a request that never reached admission: the adaptive controller
-// weighs routes by the same classes, without classifying again. It does
-// not allocate.
-func (a *Advisor) Record(o *outcome.Record) (class int) {
+// End is zero), in its route class (o.Class, an index of Routes, which the
+// proxy classified it into as it met admission). It does not allocate.
+func (a *Advisor) Record(o *outcome.Record) {
 	if !o.Admission {
-		return -1
+		return
 	}
 	now := o.End
 	if now.IsZero() {
 		now = time.Now()
 	}
-	class = a.cfg.Routes.Class(o.Method, o.Target)
-	a.window.record(now, class, o)
-	return class
+	a.window.record(now, o.Class, o)
 }
 
 // Probing marks the window from now, until Probing(false), as the time

@@ -147,10 +147,9 @@ func build(cfg Config, opts Options) (*Sidecar, error) {
 	}
 	s.limiter = lim
 	stats := lim.Stats()
-	routes, err := route.Parse(cfg.Routes)
-	if err != nil {
-		return nil, err
-	}
+	// Read and checked once, with the rest of the configuration; each
+	// request is classified once, as it meets admission.
+	routes := cfg.Routes.Classes()
 	// The advice describes what is really in force: in a dry run, that is
 	// pass-through, beside the mode it counts for; in adaptive mode, the
 	// limit of the moment (the shadow's, in a dry run of it).
@@ -252,7 +251,7 @@ func build(cfg Config, opts Options) (*Sidecar, error) {
 			return nil, err
 		}
 	}
-	obs := &observer{metrics: s.metrics, advisor: s.advisor, adaptive: s.adaptive, probe: s.probe, health: s.health}
+	obs := &observer{metrics: s.metrics, advisor: s.advisor, adaptive: s.adaptive, probe: s.probe, health: s.health, routes: routes}
 	if cfg.AccessLog == "json" {
 		obs.access = slog.New(slog.NewJSONHandler(opts.AccessLog, nil))
 	}
@@ -475,15 +474,16 @@ type observer struct {
 	probe    *probe.Controller    // nil when LOOMGATE_PROBE is off
 	access   *slog.Logger         // nil when the access log is off
 	health   *upstreamHealth
+	routes   *route.Classes // what each Outcome's Class indexes
 }
 
 func (o *observer) Observe(out *proxy.Outcome) {
 	o.metrics.Record(out)
 	o.health.observe(out)
-	class := o.advisor.Record(out)
+	o.advisor.Record(out)
 	if out.Admitted && out.Answered() {
 		if o.adaptive != nil {
-			o.adaptive.Record(class, out.Service)
+			o.adaptive.Record(out.Class, out.Service)
 		}
 		if o.probe != nil {
 			o.probe.Record(out.Service)
@@ -500,13 +500,17 @@ func (o *observer) Observe(out *proxy.Outcome) {
 // not, and a goroutine that needs more than its 4 KiB stack holds 8 KiB
 // from then on.
 func (o *observer) log(out *proxy.Outcome) {
-	remote := ""
+	remote, class := "", ""
 	if out.Remote != nil {
 		remote = out.Remote.String()
+	}
+	if names := o.routes.Names(); out.Admission && out.Class < len(names) {
+		class = names[out.Class]
 	}
 	o.access.LogAttrs(context.Background(), slog.LevelInfo, "request",
 		slog.String("method", string(out.Method)),
 		slog.String("target", string(out.Target)),
+		slog.String("route", class),
 		slog.String("remote", remote),
 		slog.Int("status", out.Status),
 		slog.Int("upstream_status", out.UpstreamStatus),
