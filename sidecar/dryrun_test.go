@@ -155,7 +155,7 @@ func TestDryRunInFrontOfAFullPool(t *testing.T) {
 	for {
 		// Shadow waits end up to the queue timeout after the load.
 		would = gathered(t, dry.Sidecar, "loomgate_dry_run_requests_total", "rejected_queue_timeout")
-		if dry.shadow.Limiter().Stats().Queued == 0 || time.Now().After(deadline) {
+		if dry.policy.decides.Stats().Queued == 0 || time.Now().After(deadline) {
 			break
 		}
 		time.Sleep(100 * time.Millisecond)
