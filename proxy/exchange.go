@@ -15,31 +15,21 @@ import (
 
 	"github.com/loomgate/loomgate/internal/admission"
 	"github.com/loomgate/loomgate/internal/header"
-	"github.com/loomgate/loomgate/internal/outcome"
 	"github.com/loomgate/loomgate/internal/peer"
 )
 
-// What the proxy says in its own responses: short, plain and free of
-// internal error text, which could leak addresses or versions.
+// What the proxy says in its own answers on HTTP/1.1 alone: short, plain
+// and free of internal error text, which could leak addresses or
+// versions. The answers every protocol gives are admission's (see
+// admission.Gate.Answer).
 const (
-	textPlain          = "text/plain; charset=utf-8"
-	msgBodyTooLarge    = "request body too large\n"
+	textPlain          = admission.TextPlain
 	msgHeadersTooLarge = "request headers too large\n"
 	msgMalformed       = "malformed request\n"
 	msgBareLF          = "malformed request: end lines with CRLF\n"
 	msgVersion         = "HTTP version not supported: send HTTP/1.1\n"
 	msgCoding          = "transfer coding not supported: send chunked or Content-Length\n"
 	msgConnect         = "CONNECT is not supported: this is a reverse proxy, not a tunnel\n"
-	msgReadTimeout     = "request timeout: the request was not sent in time\n"
-	msgQueueFull       = "overloaded: queue full\n"
-	msgQueueTimeout    = "overloaded: queue wait timed out\n"
-	msgBulkheadFull    = "overloaded: bulkhead full\n"
-	msgMemoryFull      = "overloaded: in-flight memory limit reached\n"
-	msgClientClosed    = "client closed request\n"
-	msgUpstreamError   = "bad gateway: upstream unavailable\n"
-	msgUpstreamTimeout = "gateway timeout: upstream too slow\n"
-	msgDrained         = "shutting down: the drain's time is up\n"
-	msgInternal        = "internal error\n"
 	msgNoFiles         = "service unavailable: the proxy is out of file descriptors\n"
 )
 
@@ -300,27 +290,23 @@ func (e *exchange) refused(ctx *fasthttp.RequestCtx, kind Kind) {
 	case ClientClosed:
 		// Nobody is left to read an answer; close rather than write one.
 		ctx.SetConnectionClose()
+		e.respond(ctx, fasthttp.StatusServiceUnavailable, kind, e.p.message(kind))
+		return
 	}
-	a := refusals[kind]
-	e.respond(ctx, a.status, kind, a.msg)
+	e.answer(ctx, kind)
 }
 
-// refusals are the answers to the requests admission refuses, and to an
-// upgrade beyond MaxUpgraded, by kind; a rejection's status is
-// RejectStatus whatever it says here (see rejection).
-var refusals = [outcome.NumKinds]struct {
-	status int
-	msg    string
-}{
-	RejectedQueueFull:    {fasthttp.StatusServiceUnavailable, msgQueueFull},
-	RejectedQueueTimeout: {fasthttp.StatusServiceUnavailable, msgQueueTimeout},
-	RejectedBulkhead:     {fasthttp.StatusServiceUnavailable, msgBulkheadFull},
-	RejectedMemory:       {fasthttp.StatusServiceUnavailable, msgMemoryFull},
-	RejectedUpgraded:     {fasthttp.StatusServiceUnavailable, msgUpgradedFull},
-	BadRequest:           {fasthttp.StatusRequestEntityTooLarge, msgBodyTooLarge},
-	// Answered, on HTTP/1.1, to a client that left: no one reads it.
-	ClientClosed:  {fasthttp.StatusServiceUnavailable, msgClientClosed},
-	InternalError: {fasthttp.StatusInternalServerError, msgInternal},
+// answer answers with the proxy's own answer to kind, the one every
+// protocol gives (see admission.Gate.Answer).
+func (e *exchange) answer(ctx *fasthttp.RequestCtx, kind Kind) {
+	status, msg, _ := e.p.gate.Answer(kind)
+	e.respond(ctx, status, kind, msg)
+}
+
+// message is the text of the answer to kind.
+func (p *Proxy) message(kind Kind) string {
+	_, msg, _ := p.gate.Answer(kind)
+	return msg
 }
 
 // upstreamFailed answers an admitted request whose upstream did not deliver
@@ -335,7 +321,7 @@ func (e *exchange) upstreamFailed(ctx *fasthttp.RequestCtx, err error) {
 		// The upstream saw part of a body and then a broken stream; that
 		// connection is gone, the client gets the real reason.
 		ctx.SetConnectionClose()
-		e.respond(ctx, fasthttp.StatusRequestEntityTooLarge, BadRequest, msgBodyTooLarge)
+		e.answer(ctx, BadRequest)
 	case e.reqBody.cause != nil:
 		// The client's fault, whichever way: its connection is out of step
 		// and is closed. The cause is judged on its own, as the client's
@@ -344,15 +330,15 @@ func (e *exchange) upstreamFailed(ctx *fasthttp.RequestCtx, err error) {
 		ctx.SetConnectionClose()
 		switch cause := e.reqBody.cause; {
 		case isTimeout(cause):
-			e.respond(ctx, fasthttp.StatusRequestTimeout, ClientTimeout, msgReadTimeout)
+			e.answer(ctx, ClientTimeout)
 		case clientGone(cause):
-			e.respond(ctx, fasthttp.StatusBadRequest, ClientClosed, msgClientClosed)
+			e.respond(ctx, fasthttp.StatusBadRequest, ClientClosed, e.p.message(ClientClosed))
 		default:
 			e.respond(ctx, fasthttp.StatusBadRequest, BadRequest, msgMalformed)
 		}
 	case isTimeout(err):
 		e.req.Record.UpstreamErr = err
-		e.respond(ctx, fasthttp.StatusGatewayTimeout, UpstreamTimeout, msgUpstreamTimeout)
+		e.answer(ctx, UpstreamTimeout)
 	case errors.Is(err, syscall.EMFILE), errors.Is(err, syscall.ENFILE):
 		// The dial failed for want of a descriptor of the proxy's own
 		// (unbounded client connections took them all): the upstream is
@@ -362,7 +348,7 @@ func (e *exchange) upstreamFailed(ctx *fasthttp.RequestCtx, err error) {
 	default:
 		e.p.log.Debug("upstream failed", "err", err)
 		e.req.Record.UpstreamErr = err
-		e.respond(ctx, fasthttp.StatusBadGateway, UpstreamError, msgUpstreamError)
+		e.answer(ctx, UpstreamError)
 	}
 }
 
@@ -399,7 +385,7 @@ func (e *exchange) respond(ctx *fasthttp.RequestCtx, status int, kind Kind, msg 
 	setOutcomeHeader(&out.Header, kind)
 	if kind.Rejection() {
 		var retryAfter int64
-		status, retryAfter = e.p.rejection(kind)
+		status, _, retryAfter = e.p.gate.Answer(kind)
 		e.scratch = strconv.AppendInt(e.scratch[:0], retryAfter, 10)
 		out.Header.SetCanonical(headerRetryAfter, e.scratch)
 	}
@@ -435,16 +421,6 @@ func lingerOnClose(conn net.Conn) {
 // reads and throws away after the answer to keep the connection; with
 // more left, it closes the connection.
 const unreadBodyKept = 256 << 10
-
-// rejection is the status and Retry-After (in whole seconds, at least 1)
-// of the answer to a rejection of kind.
-func (p *Proxy) rejection(kind Kind) (status int, retryAfter int64) {
-	if p.retryAfter == nil {
-		return p.rejectStatus, 1
-	}
-	d := p.retryAfter(kind)
-	return p.rejectStatus, max(int64((d+time.Second-1)/time.Second), 1)
-}
 
 // addServerTiming adds the request's Server-Timing (see
 // admission.Request.AppendServerTiming). For a streamed body the
@@ -584,7 +560,7 @@ func (e *exchange) answerPanic(ctx *fasthttp.RequestCtx, r any) {
 		e.req.ServedAt = time.Now()
 	}
 	ctx.Response.Reset()
-	e.respond(ctx, fasthttp.StatusInternalServerError, InternalError, msgInternal)
+	e.answer(ctx, InternalError)
 }
 
 // requestBody is the part of a request body still on the client's

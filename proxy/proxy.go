@@ -21,6 +21,7 @@ import (
 
 	"github.com/loomgate/loomgate/field"
 	"github.com/loomgate/loomgate/internal/admission"
+	"github.com/loomgate/loomgate/internal/h2c"
 	"github.com/loomgate/loomgate/internal/header"
 	"github.com/loomgate/loomgate/internal/listen"
 	"github.com/loomgate/loomgate/internal/peer"
@@ -145,7 +146,7 @@ type Proxy struct {
 	exchanges  sync.Pool
 	departures peer.Departures
 	upgrades   upgrades
-	h2         *h2 // HTTP/2 with prior knowledge
+	h2         *h2c.Server // HTTP/2 with prior knowledge
 	// upstreams are the upstream connections, HTTP/1 and HTTP/2: cut when
 	// a drain's time is up (see Shutdown), and cut is set then.
 	upstreams rawio.Group
@@ -286,7 +287,8 @@ func New(cfg Config) (*Proxy, error) {
 		p.log = slog.Default()
 	}
 	p.gate = admission.New(admission.Config{
-		Policy: cfg.Policy, Observer: cfg.Observer, Classes: cfg.Classes, Reserve: cfg.Reserve, Logger: p.log,
+		Policy: cfg.Policy, Observer: cfg.Observer, Classes: cfg.Classes, Reserve: cfg.Reserve,
+		RejectStatus: cfg.RejectStatus, RetryAfter: cfg.RetryAfter, Logger: p.log,
 	})
 	maxConns := cfg.MaxConns
 	if maxConns == 0 {
@@ -343,7 +345,12 @@ func New(cfg Config) (*Proxy, error) {
 		ConnState:    p.connState,
 	}
 	p.exchanges.New = func() any { return &exchange{p: p} }
-	p.h2 = newH2(p, cfg.Upstream)
+	p.h2 = h2c.New(h2c.Config{
+		Gate: p.gate, Upstream: cfg.Upstream, Dial: p.dialH2,
+		UpstreamTimeout: p.timeout, HeaderTimeout: headerTimeout, BodyTimeout: p.bodyIdle,
+		MaxBodyBytes: p.maxBody, MaxHeaderBytes: MaxHeaderBytes, AnswerBytes: RequestOverheadBytes,
+		ServerTiming: p.timing, Cut: p.cut.Load, Closed: p.connDone, Logger: p.log,
+	})
 	return p, nil
 }
 
@@ -377,7 +384,7 @@ func (p *Proxy) Serve(ln net.Listener) error {
 	// HTTP/2 connections go to p.h2; fasthttp gets the rest, raw. A
 	// connection that sends nothing in the header timeout is closed
 	// without an answer, as fasthttp would.
-	sn := sniff.New(l, p.h2.serve, p.server.ReadTimeout, l.ConnClosed)
+	sn := sniff.New(l, p.h2.Serve, p.server.ReadTimeout, l.ConnClosed)
 	sn.RefuseBareLF(p.refuseBareLF)
 	err := p.server.Serve(rawListener{sn, &p.clients})
 	p.mu.Lock()
@@ -428,7 +435,7 @@ func (p *Proxy) Shutdown(ctx context.Context) error {
 		p.upgrades.drain(ctx)
 		drained <- nil
 	}()
-	go func() { drained <- p.h2.shutdown(ctx) }()
+	go func() { drained <- p.h2.Shutdown(ctx) }()
 	err := p.server.ShutdownWithContext(ctx)
 	for range 2 {
 		err = cmp.Or(err, <-drained)
@@ -441,7 +448,7 @@ func (p *Proxy) Shutdown(ctx context.Context) error {
 			err = ctx.Err()
 		}
 	}
-	p.h2.close()
+	p.h2.Close()
 	return err
 }
 
@@ -464,7 +471,7 @@ func (l leftAtCut) any() bool {
 // which are cut short too.
 func (p *Proxy) left() leftAtCut {
 	st := p.policy.Stats()
-	return leftAtCut{queued: st.Queued, inFlight: st.InFlight, streams: p.h2.open.Load()}
+	return leftAtCut{queued: st.Queued, inFlight: st.InFlight, streams: p.h2.Open()}
 }
 
 // cutGrace is how long the requests cut short at a drain's end have to
@@ -498,7 +505,7 @@ func (p *Proxy) cutShort() bool {
 	defer cancel()
 	h2done := make(chan struct{})
 	go func() {
-		_ = p.h2.shutdown(grace)
+		_ = p.h2.Shutdown(grace)
 		close(h2done)
 	}()
 	// The answers are waited for here, not by fasthttp's shutdown: its
@@ -509,7 +516,7 @@ func (p *Proxy) cutShort() bool {
 	// connections falls as the answers go out; one still inside its
 	// headers keeps it up to cutGrace. HTTP/2 connections are the h2
 	// shutdown's: a GOAWAY, the streams' answers, then the close.
-	for p.ClientConns() > p.h2.conns.Load() && grace.Err() == nil {
+	for p.ClientConns() > p.h2.Conns() && grace.Err() == nil {
 		time.Sleep(5 * time.Millisecond)
 	}
 	<-h2done
@@ -730,7 +737,7 @@ func (p *Proxy) admitRequest(ctx *fasthttp.RequestCtx, e *exchange) bool {
 		// The rest of the body is still coming; closing is cheaper than
 		// reading it to keep the connection.
 		ctx.SetConnectionClose()
-		e.respond(ctx, fasthttp.StatusRequestEntityTooLarge, BadRequest, msgBodyTooLarge)
+		e.answer(ctx, BadRequest)
 		return false
 	}
 	length := declared
@@ -851,7 +858,7 @@ func (p *Proxy) handleMalformed(ctx *fasthttp.RequestCtx, err error) {
 	case errors.As(err, &small):
 		status, msg = fasthttp.StatusRequestHeaderFieldsTooLarge, msgHeadersTooLarge
 	case errors.Is(err, fasthttp.ErrBodyTooLarge):
-		status, msg = fasthttp.StatusRequestEntityTooLarge, msgBodyTooLarge
+		status, msg = fasthttp.StatusRequestEntityTooLarge, p.message(BadRequest)
 	case errors.Is(err, fasthttp.ErrUnsupportedTransferEncoding):
 		// fasthttp's sentinel, where an unknown coding has an error of its
 		// own (below), is what a request gets for Transfer-Encoding in
@@ -871,7 +878,7 @@ func (p *Proxy) handleMalformed(ctx *fasthttp.RequestCtx, err error) {
 		// half-closed with its request unfinished. Answered
 		// in case it still reads; recorded as nginx's 499, as for a client
 		// that leaves later.
-		kind, msg, recorded = ClientClosed, msgClientClosed, StatusClientClosed
+		kind, msg, recorded = ClientClosed, p.message(ClientClosed), StatusClientClosed
 	case errors.As(err, &netErr) && netErr.Timeout() && header.BareLFBlock(err):
 		// A complete header block with bare LF line ends: fasthttp frames
 		// a block only at its CRLFCRLF and waited for one. The client did
@@ -882,7 +889,7 @@ func (p *Proxy) handleMalformed(ctx *fasthttp.RequestCtx, err error) {
 		// Headers or a small body that did not arrive in time: a client
 		// that did not send its request in time. (A connection that sent
 		// nothing is closed by fasthttp and never reaches here.)
-		status, kind, msg = fasthttp.StatusRequestTimeout, ClientTimeout, msgReadTimeout
+		status, kind, msg = fasthttp.StatusRequestTimeout, ClientTimeout, p.message(ClientTimeout)
 	}
 	// A request admitted by handleExpect whose body then failed to arrive
 	// was counted when fasthttp reset it (see continued.Close).
@@ -962,6 +969,16 @@ func dialAside(addr string, timeout time.Duration, g *rawio.Group) (net.Conn, er
 	// Its reads and writes do not wake the runtime's monitor thread (see
 	// rawListener).
 	return rawio.WrapIn(d.conn, g), nil
+}
+
+// dialH2 dials the upstream for HTTP/2, its reads and writes raw as on
+// HTTP/1 (see rawListener).
+func (p *Proxy) dialH2(ctx context.Context, network, addr string) (net.Conn, error) {
+	c, err := (&net.Dialer{Timeout: p.timeout}).DialContext(ctx, network, addr)
+	if err != nil {
+		return nil, &ConnectError{Err: err}
+	}
+	return rawio.WrapIn(c, &p.upstreams), nil
 }
 
 // rawListener hands fasthttp connections whose reads and writes are raw

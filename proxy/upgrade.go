@@ -30,8 +30,6 @@ import (
 // on their own instead (MaxUpgraded), counted, and timed.
 
 const (
-	// msgUpgradedFull answers a handshake beyond MaxUpgraded.
-	msgUpgradedFull = "overloaded: upgraded connections limit reached\n"
 	// closeGrace bounds what a tunnel does once it is told to stop: the
 	// rest of a WebSocket frame in flight, then the close frames.
 	closeGrace = time.Second
@@ -214,7 +212,7 @@ func (e *exchange) upgrade(ctx *fasthttp.RequestCtx) {
 		conn.Close()
 		e.releaseUpgradePlace()
 		ctx.SetConnectionClose()
-		e.respond(ctx, fasthttp.StatusBadRequest, ClientClosed, msgClientClosed)
+		e.respond(ctx, fasthttp.StatusBadRequest, ClientClosed, p.message(ClientClosed))
 		return
 	}
 	out := &ctx.Response.Header

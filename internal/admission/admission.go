@@ -56,6 +56,12 @@ type Config struct {
 	// proxy's own reserves nothing either (see ReserveAnswer); a response
 	// body is charged whatever it is (see Reserve).
 	Reserve func(length int) int64
+	// RejectStatus answers a rejection: 503 or 429. If zero, 503.
+	RejectStatus int
+	// RetryAfter returns the delay a rejected client is told to wait, for
+	// the Retry-After header; it is rounded up to whole seconds, at least
+	// 1. If nil, 1 second.
+	RetryAfter func(outcome.Kind) time.Duration
 	// Logger receives a policy's failure and an observer's panic. If nil,
 	// slog.Default().
 	Logger *slog.Logger
@@ -64,16 +70,21 @@ type Config struct {
 // Gate is the admission path every request takes. It is safe for
 // concurrent use; each Request is one goroutine's at a time.
 type Gate struct {
-	policy   limiter.Policy
-	observer Observer
-	classes  *route.Classes
-	reserve  func(int) int64
-	log      *slog.Logger
+	policy       limiter.Policy
+	observer     Observer
+	classes      *route.Classes
+	reserve      func(int) int64
+	rejectStatus int
+	retryAfter   func(outcome.Kind) time.Duration
+	log          *slog.Logger
 }
 
 // New returns a Gate; cfg.Policy must be set.
 func New(cfg Config) *Gate {
-	g := &Gate{policy: cfg.Policy, observer: cfg.Observer, classes: cfg.Classes, reserve: cfg.Reserve, log: cfg.Logger}
+	g := &Gate{
+		policy: cfg.Policy, observer: cfg.Observer, classes: cfg.Classes, reserve: cfg.Reserve,
+		rejectStatus: cmp.Or(cfg.RejectStatus, 503), retryAfter: cfg.RetryAfter, log: cfg.Logger,
+	}
 	if g.classes == nil {
 		g.classes, _ = route.Parse("")
 	}

@@ -1,4 +1,28 @@
-package proxy
+// Package h2c serves the proxy's HTTP/2 with prior knowledge (h2c, gRPC's
+// way on cleartext), which arrives on the traffic listener like HTTP/1.1:
+// the sniffer (internal/sniff) tells it by its preface and the proxy hands
+// the connection to a Server here, a net/http server that speaks
+// unencrypted HTTP/2. fasthttp has no HTTP/2, and its HTTP/1.1 path is
+// left as it was.
+//
+// Each stream is a request: it meets the same admission (queue, bulkhead,
+// memory; package internal/admission), ends in one outcome, and goes to
+// the upstream over h2c (net/http's Transport, through
+// httputil.ReverseProxy: trailers, TE and flushing as HTTP/2 needs them).
+//
+// How a stream counts. A plain HTTP/2 request holds its permit until its
+// response's last byte, as an HTTP/1.1 request does, and UpstreamTimeout
+// bounds it. A gRPC call (content-type application/grpc) holds its permit
+// until the upstream's response headers, which a gRPC server sends with
+// its first message: for a unary call that is its answer, for a streaming
+// call the start of the stream. The rest of a stream holds no permit, as
+// an upgraded connection after its 101: a watch that lasts an hour must
+// not hold a worker for an hour, nor count an hour of service time in the
+// histograms and the advice, which see admission to the response headers.
+// UpstreamTimeout bounds the wait for the headers; the call's own
+// grpc-timeout bounds the whole of it, queue included, and goes upstream
+// as what remains of it.
+package h2c
 
 import (
 	"context"
@@ -19,34 +43,11 @@ import (
 
 	"github.com/loomgate/loomgate/internal/admission"
 	"github.com/loomgate/loomgate/internal/h2guard"
+	"github.com/loomgate/loomgate/internal/outcome"
 	"github.com/loomgate/loomgate/internal/rawio"
 )
 
-// HTTP/2 with prior knowledge (h2c, gRPC's way on cleartext) arrives on the
-// traffic listener like HTTP/1.1; the sniffer (internal/sniff) tells it by its
-// preface and hands the connection to a net/http server that speaks
-// unencrypted HTTP/2. fasthttp has no HTTP/2, and its HTTP/1.1 path is
-// left as it was.
-//
-// Each stream is a request: it meets the same admission (queue, bulkhead,
-// memory), ends in one Outcome, and goes to the upstream over h2c
-// (net/http's Transport, through httputil.ReverseProxy: trailers, TE and
-// flushing as HTTP/2 needs them).
-//
-// How a stream counts. A plain HTTP/2 request holds its permit until its
-// response's last byte, as an HTTP/1.1 request does, and UpstreamTimeout
-// bounds it. A gRPC call (content-type application/grpc) holds its permit
-// until the upstream's response headers, which a gRPC server sends with
-// its first message: for a unary call that is its answer, for a streaming
-// call the start of the stream. The rest of a stream holds no permit, as
-// an upgraded connection after its 101: a watch that lasts an hour must
-// not hold a worker for an hour, nor count an hour of service time in the
-// histograms and the advice, which see admission to the response headers.
-// UpstreamTimeout bounds the wait for the headers; the call's own
-// grpc-timeout bounds the whole of it, queue included, and goes upstream
-// as what remains of it.
-
-// maxStreams is the most streams a client may open at once on one HTTP/2
+// MaxStreams is the most streams a client may open at once on one HTTP/2
 // connection (SETTINGS_MAX_CONCURRENT_STREAMS): Go's default, and the
 // RFC's advice of no fewer than 100 (RFC 9113, 6.5.2) with room. A gRPC
 // client puts every call on one connection and holds the calls beyond it
@@ -58,15 +59,15 @@ import (
 // this (its fix of CVE-2023-44487). It was 10,000: 40,000 streams whose
 // client granted no window, on 4 connections, held a 256 MiB sidecar at
 // its limit.
-const maxStreams = 250
+const MaxStreams = 250
 
-// streamReceiveWindow is what a client may send of a stream's body ahead
+// StreamReceiveWindow is what a client may send of a stream's body ahead
 // of its handler's reads (the stream's flow-control window, RFC 9113's
 // initial 64 KiB): a stream waiting in the queue holds that much of its
-// body, which its reservation covers (RequestOverheadBytes, and the body's
-// declared length or UnknownBodyBytes). Go's default is 1 MiB, four
+// body, which its reservation covers (proxy.RequestOverheadBytes, and the
+// body's declared length or proxy.UnknownBodyBytes). Go's default is 1 MiB, four
 // reservations' worth held for nobody while the stream waits.
-const streamReceiveWindow = 64 << 10
+const StreamReceiveWindow = 64 << 10
 
 // A client's budget of streams reset before their answer (premature
 // resets, as HAProxy counts them: HEADERS then RST_STREAM is the rapid
@@ -79,8 +80,8 @@ const streamReceiveWindow = 64 << 10
 // that was not admitted is never forwarded, whatever the budget (see
 // ServeHTTP).
 const (
-	resetBurst = 2 * maxStreams
-	resetRate  = maxStreams / 10
+	resetBurst = 2 * MaxStreams
+	resetRate  = MaxStreams / 10
 )
 
 // settleMax bounds a stream's wait, before its admission, for the frames
@@ -133,9 +134,40 @@ func (b *copyBuffers) Put(buf []byte) {
 	}
 }
 
-// h2 serves the HTTP/2 connections of a Proxy.
-type h2 struct {
-	p    *Proxy
+// Config describes a Server.
+type Config struct {
+	// Gate admits each stream and finishes its record.
+	Gate *admission.Gate
+	// Upstream is the service's address, http://host:port.
+	Upstream string
+	// Dial opens a connection to the upstream.
+	Dial func(ctx context.Context, network, addr string) (net.Conn, error)
+	// UpstreamTimeout, HeaderTimeout and BodyTimeout are the proxy's (see
+	// proxy.Config): each bounds a stream as it bounds an HTTP/1.1
+	// request.
+	UpstreamTimeout, HeaderTimeout, BodyTimeout time.Duration
+	// MaxBodyBytes is the largest request body accepted.
+	MaxBodyBytes int64
+	// MaxHeaderBytes bounds a request's header block.
+	MaxHeaderBytes int
+	// AnswerBytes is what an answer of the proxy's own reserves while it
+	// waits for its client's flow-control window, as a request does.
+	AnswerBytes int64
+	// ServerTiming adds the Server-Timing header to every response.
+	ServerTiming bool
+	// Cut reports whether a drain's time is up (see proxy.Proxy.Shutdown).
+	Cut func() bool
+	// Closed is told of each client connection's close.
+	Closed func()
+	// Logger receives the process log.
+	Logger *slog.Logger
+}
+
+// Server serves the HTTP/2 connections of a proxy.
+type Server struct {
+	cfg  Config
+	gate *admission.Gate
+	log  *slog.Logger
 	srv  *http.Server
 	ln   *connQueue
 	rp   *httputil.ReverseProxy
@@ -155,20 +187,13 @@ type h2 struct {
 	lastEndLog atomic.Int64
 }
 
-func newH2(p *Proxy, upstream string) *h2 {
-	h := &h2{p: p, ln: newConnQueue()}
-	target, _ := url.Parse(upstream)
+// New returns a Server; Serve hands it connections.
+func New(cfg Config) *Server {
+	h := &Server{cfg: cfg, gate: cfg.Gate, log: cfg.Logger, ln: newConnQueue()}
+	target, _ := url.Parse(cfg.Upstream)
 	target.Path, target.RawPath = "", ""
-	dialer := &net.Dialer{Timeout: p.timeout}
 	h.tr = &http.Transport{
-		// Raw reads and writes, as on HTTP/1 (see rawListener).
-		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
-			c, err := dialer.DialContext(ctx, network, addr)
-			if err != nil {
-				return nil, &ConnectError{Err: err}
-			}
-			return rawio.WrapIn(c, &p.upstreams), nil
-		},
+		DialContext:           cfg.Dial,
 		ResponseHeaderTimeout: 0, // bounded by the stream's context
 		DisableCompression:    true,
 		IdleConnTimeout:       90 * time.Second,
@@ -191,37 +216,37 @@ func newH2(p *Proxy, upstream string) *h2 {
 		BufferPool:     new(copyBuffers),
 		ModifyResponse: h.headersArrived,
 		ErrorHandler:   h.failed,
-		ErrorLog:       slog.NewLogLogger(p.log.Handler(), slog.LevelDebug),
+		ErrorLog:       slog.NewLogLogger(cfg.Logger.Handler(), slog.LevelDebug),
 	}
 	protos := new(http.Protocols)
 	protos.SetUnencryptedHTTP2(true)
 	h.srv = &http.Server{
 		Handler:        h,
 		Protocols:      protos,
-		MaxHeaderBytes: MaxHeaderBytes,
+		MaxHeaderBytes: cfg.MaxHeaderBytes,
 		IdleTimeout:    90 * time.Second,
 		HTTP2: &http.HTTP2Config{
-			MaxConcurrentStreams:      maxStreams,
-			MaxReceiveBufferPerStream: streamReceiveWindow,
+			MaxConcurrentStreams:      MaxStreams,
+			MaxReceiveBufferPerStream: StreamReceiveWindow,
 		},
 		ConnContext: func(ctx context.Context, c net.Conn) context.Context {
 			return context.WithValue(ctx, connKey{}, c)
 		},
-		ErrorLog: slog.NewLogLogger(p.log.Handler(), slog.LevelDebug),
+		ErrorLog: slog.NewLogLogger(cfg.Logger.Handler(), slog.LevelDebug),
 	}
 	h.guard = h2guard.Config{
-		HeaderTimeout: p.server.ReadTimeout,
+		HeaderTimeout: cfg.HeaderTimeout,
 		// What a stream's client may take to read its response, as on
 		// HTTP/1.1, where it is the connection's write timeout: here
 		// the whole connection's, when none of its streams can move.
-		StallTimeout: p.timeout,
+		StallTimeout: cfg.UpstreamTimeout,
 		ResetBurst:   resetBurst,
 		ResetRate:    resetRate,
 		// net/http's own reckoning of its bound on a header block.
-		MaxHeaderListSize: MaxHeaderBytes + 320,
-		OutcomeHeader:     strings.ToLower(string(headerOutcome)),
-		OwnOutcome:        BadRequest.String(),
-		TimeoutOutcome:    ClientTimeout.String(),
+		MaxHeaderListSize: uint32(cfg.MaxHeaderBytes) + 320,
+		OutcomeHeader:     strings.ToLower(admission.OutcomeHeader),
+		OwnOutcome:        outcome.BadRequest.String(),
+		TimeoutOutcome:    outcome.ClientTimeout.String(),
 		Answered:          h.ownAnswer,
 		TimedOut:          h.headerTimedOut,
 		Ended:             h.ended,
@@ -242,35 +267,42 @@ func guardOf(r *http.Request) *h2guard.Conn {
 
 // ownAnswer counts an answer Go's server gave on its own (a 431 or 400,
 // before any handler), which the guard marked with Loomgate-Outcome.
-func (h *h2) ownAnswer(c *h2guard.Conn, a h2guard.Answer) {
+func (h *Server) ownAnswer(c *h2guard.Conn, a h2guard.Answer) {
 	now := time.Now()
-	h.p.gate.Observe(&Outcome{Kind: BadRequest, Status: a.Status, Method: []byte(a.Method), Target: []byte(a.Path),
+	h.gate.Observe(&outcome.Record{Kind: outcome.BadRequest, Status: a.Status, Method: []byte(a.Method), Target: []byte(a.Path),
 		Remote: c.RemoteAddr(), Total: now.Sub(a.Start), End: now})
 }
 
 // headerTimedOut counts a stream whose header block was not whole within
 // HeaderTimeout: answered 408, as on HTTP/1.1, and its connection ended.
-func (h *h2) headerTimedOut(c *h2guard.Conn, start time.Time) {
+func (h *Server) headerTimedOut(c *h2guard.Conn, start time.Time) {
 	now := time.Now()
-	h.p.gate.Observe(&Outcome{Kind: ClientTimeout, Status: http.StatusRequestTimeout, Remote: c.RemoteAddr(), Total: now.Sub(start), End: now})
+	h.gate.Observe(&outcome.Record{Kind: outcome.ClientTimeout, Status: http.StatusRequestTimeout, Remote: c.RemoteAddr(), Total: now.Sub(start), End: now})
 }
 
 // ended logs a connection the guard ended, at most one line every ten
 // seconds: an attack ends them by the thousand.
-func (h *h2) ended(c *h2guard.Conn, r h2guard.Reason) {
+func (h *Server) ended(c *h2guard.Conn, r h2guard.Reason) {
 	now := time.Now().UnixNano()
 	last := h.lastEndLog.Load()
 	if now-last < int64(10*time.Second) || !h.lastEndLog.CompareAndSwap(last, now) {
 		return
 	}
-	h.p.log.Warn("ended an HTTP/2 connection with a GOAWAY (ENHANCE_YOUR_CALM); more may follow unlogged for ten seconds",
+	h.log.Warn("ended an HTTP/2 connection with a GOAWAY (ENHANCE_YOUR_CALM); more may follow unlogged for ten seconds",
 		"reason", r.String(), "remote", c.RemoteAddr().String())
 }
 
-// serve hands a connection that opened with the HTTP/2 preface to the
+// Open is the number of streams being served, whether or not they hold a
+// permit.
+func (h *Server) Open() int64 { return h.open.Load() }
+
+// Conns is the number of client connections being served.
+func (h *Server) Conns() int64 { return h.conns.Load() }
+
+// Serve hands a connection that opened with the HTTP/2 preface to the
 // HTTP/2 server, under its guard, and returns: its end is reported by its
 // Close. It is no request: nothing is admitted or reported for it.
-func (h *h2) serve(c net.Conn) {
+func (h *Server) Serve(c net.Conn) {
 	h.once.Do(func() { go h.srv.Serve(h.ln) })
 	g := h2guard.New(rawio.Wrap(c), &h.guard)
 	hc := &h2Conn{Conn: g, g: g, h: h}
@@ -282,14 +314,14 @@ func (h *h2) serve(c net.Conn) {
 
 // shutdown ends the HTTP/2 side: a GOAWAY to each connection, and streams
 // in flight finish until ctx ends. close then closes what is left.
-func (h *h2) shutdown(ctx context.Context) error {
+func (h *Server) Shutdown(ctx context.Context) error {
 	h.ln.Close()
 	return h.srv.Shutdown(ctx)
 }
 
 // close closes the connections a shutdown left open, once their streams
 // were cut short (see Proxy.cutShort) or answered.
-func (h *h2) close() {
+func (h *Server) Close() {
 	h.srv.Close()
 	h.tr.CloseIdleConnections()
 }
@@ -300,7 +332,7 @@ func (h *h2) close() {
 type h2Conn struct {
 	net.Conn
 	g    *h2guard.Conn
-	h    *h2
+	h    *Server
 	once sync.Once
 }
 
@@ -308,7 +340,7 @@ func (c *h2Conn) Close() error {
 	err := c.Conn.Close()
 	c.once.Do(func() {
 		c.h.conns.Add(-1)
-		c.h.p.connDone()
+		c.h.cfg.Closed()
 	})
 	return err
 }
@@ -419,10 +451,10 @@ func isGRPC(contentType string) bool {
 }
 
 // ServeHTTP serves one HTTP/2 stream.
-func (h *h2) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+func (h *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	h.open.Add(1)
 	defer h.open.Add(-1)
-	p := h.p
+	cfg := &h.cfg
 	st := &stream{grpc: isGRPC(r.Header.Get("Content-Type")), r: r}
 	st.req.Begin(time.Now())
 	o := &st.req.Record
@@ -433,7 +465,7 @@ func (h *h2) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithCancel(r.Context())
 	defer cancel()
 	if st.grpc {
-		if d, ok := parseGRPCTimeout(r.Header.Get("Grpc-Timeout")); ok {
+		if d, ok := ParseGRPCTimeout(r.Header.Get("Grpc-Timeout")); ok {
 			st.req.Deadline = st.req.Start.Add(d)
 			var c2 context.CancelFunc
 			ctx, c2 = context.WithDeadline(ctx, st.req.Deadline)
@@ -446,7 +478,7 @@ func (h *h2) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			st.timer.Stop()
 		}
 		rec := recover()
-		if rec != nil && st.grpc && h.p.cut.Load() && !st.timedOut.Load() && r.Context().Err() == nil {
+		if rec != nil && st.grpc && h.cfg.Cut() && !st.timedOut.Load() && r.Context().Err() == nil {
 			// A gRPC stream under way that the drain's end cut (its
 			// upstream connection): it ends with trailers that say so,
 			// and that a gRPC client takes as "try again, elsewhere",
@@ -458,16 +490,16 @@ func (h *h2) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			// ReverseProxy's way to abort a response already under way.
 			switch {
 			case st.stalled.Load():
-				o.Kind = ClientTimeout
-			case st.timedOut.Load(), h.p.cut.Load():
-				o.Kind = UpstreamTimeout
+				o.Kind = outcome.ClientTimeout
+			case st.timedOut.Load(), h.cfg.Cut():
+				o.Kind = outcome.UpstreamTimeout
 			case r.Context().Err() != nil, st.callExpired():
 				// Also a call whose own deadline ended it: the upstream,
 				// told of it by grpc-timeout, resets the stream as the
 				// client does, whichever comes first.
-				o.Kind, o.Status = ClientClosed, StatusClientClosed
+				o.Kind, o.Status = outcome.ClientClosed, outcome.StatusClientClosed
 			default:
-				o.Kind = UpstreamError
+				o.Kind = outcome.UpstreamError
 			}
 		}
 		h.finish(st, r)
@@ -492,12 +524,12 @@ func (h *h2) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		// its client or for it: never forwarded, and kept out of what
 		// admission and the advice measure. On a connection the guard
 		// is ending, the stream is reset: returning would answer it 200.
-		o.Kind, o.Status = ClientReset, StatusClientClosed
+		o.Kind, o.Status = outcome.ClientReset, outcome.StatusClientClosed
 		st.abort = r.Context().Err() == nil
 		return
 	}
-	if r.ContentLength > p.maxBody {
-		h.answer(w, st, BadRequest, http.StatusRequestEntityTooLarge, msgBodyTooLarge)
+	if r.ContentLength > cfg.MaxBodyBytes {
+		h.answerAs(w, st, outcome.BadRequest)
 		return
 	}
 	var body *idleBody
@@ -508,22 +540,22 @@ func (h *h2) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			// read, until UpstreamTimeout, and be blamed on the upstream.
 			// Not a gRPC call's: a client stream may be quiet between
 			// messages for as long as the call lives.
-			body = &idleBody{ReadCloser: r.Body, rc: http.NewResponseController(w), idle: p.bodyIdle, stalled: &st.stalled}
+			body = &idleBody{ReadCloser: r.Body, rc: http.NewResponseController(w), idle: cfg.BodyTimeout, stalled: &st.stalled}
 			r.Body = body
 		}
 		// A body of unknown length is cut at the limit: the upstream sees
 		// the stream reset, the client a 413.
-		r.Body = http.MaxBytesReader(w, r.Body, p.maxBody)
+		r.Body = http.MaxBytesReader(w, r.Body, cfg.MaxBodyBytes)
 	}
 	st.req.Length = int(max(r.ContentLength, -1))
-	if !p.gate.Admit(&st.req, st) {
+	if !h.gate.Admit(&st.req, st) {
 		h.refused(w, st)
 		return
 	}
 	if !st.req.Waited() && r.Context().Err() != nil {
 		// Reset as it was admitted, without a wait: the admission is
 		// undone, and the stream counted as one reset before it.
-		p.gate.Withdraw(&st.req)
+		h.gate.Withdraw(&st.req)
 		return
 	}
 	cw := &clientWriter{ResponseWriter: w, g: g}
@@ -538,7 +570,7 @@ func (h *h2) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// stream reset, which ends the handler and frees the permit. Without
 	// the reset the write would wait as long as the client likes, its
 	// permit held, and a fixed pool of one blocked.
-	st.timer = time.AfterFunc(p.timeout-time.Since(st.req.AdmittedAt), func() {
+	st.timer = time.AfterFunc(cfg.UpstreamTimeout-time.Since(st.req.AdmittedAt), func() {
 		if body != nil && body.reading.Load() {
 			st.stalled.Store(true)
 		}
@@ -638,7 +670,7 @@ func (b *idleBody) Read(p []byte) (int, error) {
 
 // headersArrived is the upstream's response headers: the Server-Timing
 // header, and for gRPC the permit's end.
-func (h *h2) headersArrived(resp *http.Response) error {
+func (h *Server) headersArrived(resp *http.Response) error {
 	st := streamOf(resp.Request.Context())
 	if st == nil {
 		return nil
@@ -652,16 +684,16 @@ func (h *h2) headersArrived(resp *http.Response) error {
 		// buffers (69-73 KiB held by a client that reads nothing), and
 		// without its reservation the streams a connection may open could
 		// hold memory that the memory bulkhead never saw.
-		h.p.gate.ReleasePermit(&st.req, st.headersAt)
+		h.gate.ReleasePermit(&st.req, st.headersAt)
 	}
-	if h.p.timing {
+	if h.cfg.ServerTiming {
 		resp.Header.Add("Server-Timing", string(st.req.AppendServerTiming(nil, st.headersAt)))
 	}
 	return nil
 }
 
 // failed answers a stream whose upstream did not deliver response headers.
-func (h *h2) failed(w http.ResponseWriter, r *http.Request, err error) {
+func (h *Server) failed(w http.ResponseWriter, r *http.Request, err error) {
 	st := streamOf(r.Context())
 	st.headersAt = time.Now()
 	// The upstream's part ended here, whatever the answer's writing takes.
@@ -669,50 +701,49 @@ func (h *h2) failed(w http.ResponseWriter, r *http.Request, err error) {
 	var tooLarge *http.MaxBytesError
 	switch {
 	case errors.As(err, &tooLarge):
-		h.answer(w, st, BadRequest, http.StatusRequestEntityTooLarge, msgBodyTooLarge)
+		h.answerAs(w, st, outcome.BadRequest)
 	case st.stalled.Load():
-		h.answer(w, st, ClientTimeout, http.StatusRequestTimeout, msgReadTimeout)
-	case st.grpc && h.p.cut.Load() && !st.timedOut.Load():
+		h.answerAs(w, st, outcome.ClientTimeout)
+	case st.grpc && h.cfg.Cut() && !st.timedOut.Load():
 		// A gRPC call still waiting for its headers when the drain's
 		// end cut the upstream's connections (see cutShort): UNAVAILABLE,
 		// as a stream under way is told (see drained).
-		h.answer(w, st, DrainTimeout, 0, msgDrained)
-	case st.timedOut.Load(), h.p.cut.Load():
+		h.answerAs(w, st, outcome.DrainTimeout)
+	case st.timedOut.Load(), h.cfg.Cut():
 		// Also a drain whose time is up, which cut the upstream's
 		// connections (see cutShort).
-		h.answer(w, st, UpstreamTimeout, http.StatusGatewayTimeout, msgUpstreamTimeout)
+		h.answerAs(w, st, outcome.UpstreamTimeout)
 	case st.callExpired():
 		// The call's own deadline (grpc-timeout), not UpstreamTimeout:
 		// the client chose to wait no longer, as one that gives up on
 		// HTTP/1.1 does, and its status is DEADLINE_EXCEEDED, which its
 		// own timer also says.
 		st.expired = true
-		h.answer(w, st, ClientClosed, 0, "deadline exceeded\n")
-		st.req.Record.Status = StatusClientClosed
+		h.answer(w, st, outcome.ClientClosed, 0, "deadline exceeded\n")
+		st.req.Record.Status = outcome.StatusClientClosed
 	case errors.Is(err, context.Canceled):
-		st.req.Record.Kind, st.req.Record.Status = ClientClosed, StatusClientClosed
+		st.req.Record.Kind, st.req.Record.Status = outcome.ClientClosed, outcome.StatusClientClosed
 	default:
-		h.p.log.Debug("upstream failed", "err", err, "protocol", "h2c")
+		h.log.Debug("upstream failed", "err", err, "protocol", "h2c")
 		st.req.Record.UpstreamErr = err
-		h.answer(w, st, UpstreamError, http.StatusBadGateway, msgUpstreamError)
+		h.answerAs(w, st, outcome.UpstreamError)
 	}
 }
 
 // refused answers a stream admission refused, as its Outcome's kind says.
-func (h *h2) refused(w http.ResponseWriter, st *stream) {
+func (h *Server) refused(w http.ResponseWriter, st *stream) {
 	switch kind := st.req.Record.Kind; {
 	case st.req.Expired():
 		// The call's own deadline passed in the queue. The client's own
 		// timer says DEADLINE_EXCEEDED; whichever it hears first, ours
 		// must say the same.
 		st.expired = true
-		h.answer(w, st, ClientClosed, 0, "deadline exceeded while queued\n")
-		st.req.Record.Status = StatusClientClosed
-	case kind == ClientClosed:
+		h.answer(w, st, outcome.ClientClosed, 0, "deadline exceeded while queued\n")
+		st.req.Record.Status = outcome.StatusClientClosed
+	case kind == outcome.ClientClosed:
 		// Reset by its client, or its connection gone: nobody to answer.
 	default:
-		a := refusals[kind]
-		h.answer(w, st, kind, a.status, a.msg)
+		h.answerAs(w, st, kind)
 	}
 }
 
@@ -726,20 +757,27 @@ const (
 )
 
 // grpcCode is the gRPC status of an answer of kind k.
-func grpcCode(k Kind) int {
+func grpcCode(k outcome.Kind) int {
 	switch {
-	case k.Rejection(), k == BadRequest:
+	case k.Rejection(), k == outcome.BadRequest:
 		// The only bad request answered here is a body over the limit,
 		// which gRPC's own servers call RESOURCE_EXHAUSTED too.
 		return grpcResourceExhausted
-	case k == UpstreamTimeout:
+	case k == outcome.UpstreamTimeout:
 		return grpcDeadlineExceeded
-	case k == UpstreamError, k == DrainTimeout:
+	case k == outcome.UpstreamError, k == outcome.DrainTimeout:
 		return grpcUnavailable
-	case k == ClientClosed:
+	case k == outcome.ClientClosed:
 		return grpcCancelled
 	}
 	return grpcInternal
+}
+
+// answerAs writes the proxy's own answer to kind, as every protocol gives
+// it (see admission.Gate.Answer).
+func (h *Server) answerAs(w http.ResponseWriter, st *stream, kind outcome.Kind) {
+	status, msg, _ := h.gate.Answer(kind)
+	h.answer(w, st, kind, status, msg)
 }
 
 // answer writes the proxy's own answer: for gRPC a trailers-only response
@@ -753,8 +791,7 @@ func grpcCode(k Kind) int {
 // a request does, and UpstreamTimeout bounds the wait, as it bounds a
 // response's; without room in the memory bulkhead it goes without its
 // body. A gRPC answer is headers alone, which no window holds up.
-func (h *h2) answer(w http.ResponseWriter, st *stream, kind Kind, status int, msg string) {
-	p := h.p
+func (h *Server) answer(w http.ResponseWriter, st *stream, kind outcome.Kind, status int, msg string) {
 	o := &st.req.Record
 	o.Kind = kind
 	st.answered = true
@@ -762,13 +799,13 @@ func (h *h2) answer(w http.ResponseWriter, st *stream, kind Kind, status int, ms
 	for k := range hdr {
 		delete(hdr, k) // nothing of the upstream's
 	}
-	hdr.Set(string(headerOutcome), kind.String())
+	hdr.Set(admission.OutcomeHeader, kind.String())
 	if kind.Rejection() {
 		var retryAfter int64
-		status, retryAfter = p.rejection(kind)
-		hdr.Set(string(headerRetryAfter), strconv.FormatInt(retryAfter, 10))
+		status, _, retryAfter = h.gate.Answer(kind)
+		hdr.Set("Retry-After", strconv.FormatInt(retryAfter, 10))
 	}
-	if p.timing {
+	if h.cfg.ServerTiming {
 		hdr.Set("Server-Timing", string(st.req.AppendServerTiming(nil, time.Now())))
 	}
 	if st.grpc {
@@ -783,15 +820,15 @@ func (h *h2) answer(w http.ResponseWriter, st *stream, kind Kind, status int, ms
 		w.WriteHeader(http.StatusOK)
 		return
 	}
-	hdr.Set("Content-Type", textPlain)
+	hdr.Set("Content-Type", admission.TextPlain)
 	o.Status = status
-	if !p.gate.ReserveAnswer(&st.req, RequestOverheadBytes) {
+	if !h.gate.ReserveAnswer(&st.req, h.cfg.AnswerBytes) {
 		hdr.Set("Content-Length", "0")
 		w.WriteHeader(status)
 		return
 	}
 	rc := http.NewResponseController(w)
-	_ = rc.SetWriteDeadline(time.Now().Add(p.timeout))
+	_ = rc.SetWriteDeadline(time.Now().Add(h.cfg.UpstreamTimeout))
 	// Flushed here, not by the server after the handler: the wait for
 	// the window is the handler's, under its deadline and the guard's
 	// watch, while the stream holds its reservation.
@@ -812,27 +849,28 @@ func (h *h2) answer(w http.ResponseWriter, st *stream, kind Kind, status int, ms
 // upstream's messages went out. A gRPC client takes them as the server
 // going away; a message cut in two, it takes as the stream's end with
 // that status all the same.
-func (h *h2) drained(w http.ResponseWriter, st *stream) {
+func (h *Server) drained(w http.ResponseWriter, st *stream) {
 	o := &st.req.Record
-	o.Kind = DrainTimeout
+	o.Kind = outcome.DrainTimeout
 	hdr := w.Header()
 	hdr.Set(http.TrailerPrefix+"Grpc-Status", strconv.Itoa(grpcUnavailable))
-	hdr.Set(http.TrailerPrefix+"Grpc-Message", strings.TrimSuffix(msgDrained, "\n"))
-	hdr.Set(http.TrailerPrefix+string(headerOutcome), DrainTimeout.String())
+	_, msg, _ := h.gate.Answer(outcome.DrainTimeout)
+	hdr.Set(http.TrailerPrefix+"Grpc-Message", strings.TrimSuffix(msg, "\n"))
+	hdr.Set(http.TrailerPrefix+admission.OutcomeHeader, outcome.DrainTimeout.String())
 }
 
 // finish ends a stream: a client that left before the upstream's headers
 // came is the stream's end, whatever else went wrong after.
-func (h *h2) finish(st *stream, r *http.Request) {
+func (h *Server) finish(st *stream, r *http.Request) {
 	o := &st.req.Record
-	if o.Kind == OK && r.Context().Err() != nil && st.headersAt.IsZero() {
-		o.Kind, o.Status = ClientClosed, StatusClientClosed
+	if o.Kind == outcome.OK && r.Context().Err() != nil && st.headersAt.IsZero() {
+		o.Kind, o.Status = outcome.ClientClosed, outcome.StatusClientClosed
 	}
-	h.p.gate.Finish(&st.req, time.Now())
+	h.gate.Finish(&st.req, time.Now())
 }
 
-// parseGRPCTimeout reads grpc-timeout: at most 8 digits and a unit.
-func parseGRPCTimeout(v string) (time.Duration, bool) {
+// ParseGRPCTimeout reads grpc-timeout: at most 8 digits and a unit.
+func ParseGRPCTimeout(v string) (time.Duration, bool) {
 	if len(v) < 2 || len(v) > 9 {
 		return 0, false
 	}
