@@ -615,3 +615,5 @@ func (b *requestBody) Read(p []byte) (int, error) {
 	}
 	return n, err
 }
+
+var _ io.Reader = (*exchange)(nil)
