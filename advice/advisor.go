@@ -16,8 +16,6 @@ import (
 	"github.com/loomgate/loomgate/field"
 	"github.com/loomgate/loomgate/route"
 	"github.com/loomgate/loomgate/series"
-
-	"github.com/loomgate/loomgate/internal/outcome"
 )
 
 // State is a snapshot of admission, read by the sampler.
@@ -153,20 +151,6 @@ func New(cfg Config) (*Advisor, error) {
 		cfg.Client = &http.Client{Transport: &http.Transport{MaxIdleConns: 1, IdleConnTimeout: time.Minute}}
 	}
 	return &Advisor{cfg: cfg, window: newWindow(time.Now()), memory: memory.NewFit(Window)}, nil
-}
-
-// Record adds one finished request, at its End (the clock is read only if
-// End is zero), in its route class (o.Class, an index of Routes, which the
-// proxy classified it into as it met admission). It does not allocate.
-func (a *Advisor) Record(o *outcome.Record) {
-	if !o.Admission {
-		return
-	}
-	now := o.End
-	if now.IsZero() {
-		now = time.Now()
-	}
-	a.window.record(now, o.Class, o)
 }
 
 // Probing marks the window from now, until Probing(false), as the time

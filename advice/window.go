@@ -385,6 +385,20 @@ func lowestMean(counts []uint32, share float64) float64 {
 	return sum / taken
 }
 
+// Record adds one finished request, at its End (the clock is read only if
+// End is zero), in its route class (o.Class, an index of Routes, which the
+// proxy classified it into as it met admission). It does not allocate.
+func (a *Advisor) Record(o *outcome.Record) {
+	if !o.Admission {
+		return
+	}
+	now := o.End
+	if now.IsZero() {
+		now = time.Now()
+	}
+	a.window.record(now, o.Class, o)
+}
+
 // record adds one finished request at now, in class. It allocates
 // nothing: it is called on every request.
 func (w *window) record(now time.Time, class int, s *outcome.Record) {

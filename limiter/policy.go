@@ -56,15 +56,6 @@ type Policy interface {
 	Stats() Stats
 }
 
-// Admit is TryAcquireAt for the Policy.
-func (l *Limiter) Admit(now time.Time, r *Request) error { return l.TryAcquireAt(now, r.Bytes) }
-
-// Wait is Acquire for the Policy.
-func (l *Limiter) Wait(ctx context.Context, r *Request) error { return l.Acquire(ctx, r.Bytes) }
-
-// Leave is ReleaseAt for the Policy.
-func (l *Limiter) Leave(now time.Time, _ *Request, bytes int64) { l.ReleaseAt(now, bytes) }
-
 // DryRun is a dry run of a Limiter: it admits every request, as Unbounded
 // mode without a bulkhead does, and runs the Limiter beside them as its
 // Shadow, which reports what its mode would have done with each. Nothing

@@ -4,8 +4,6 @@ import (
 	"cmp"
 	"context"
 	"time"
-
-	"github.com/valyala/fasthttp"
 )
 
 // Shutdown stops accepting connections and waits until every request in
@@ -112,7 +110,19 @@ func (p *Proxy) cutShort() bool {
 	}
 	p.policy.RejectWaiting()
 	p.upstreams.Cut()
-	p.clients.cutReads()
+	// What fasthttp reads before the handler (a small body, the body of
+	// one admitted after a 100 Continue) fails as at HeaderTimeout: the
+	// request is answered 408 and counted (see handleMalformed and
+	// continued.Close), and its connection closes, where it was dropped
+	// unanswered and uncounted when the process exited (after a 100
+	// Continue, with a permit held). A connection between requests closes
+	// without an answer, as at its idle timeout. A handler reads a client
+	// only for a body over 8 KiB, and a read blocked there ends as at
+	// UpstreamTimeout, whose deadline it also has (408); every later read
+	// sets its own deadline. One inside its header block is no request
+	// yet, and is closed unanswered (see handleMalformed). Answers being
+	// written are untouched: only reads are cut.
+	p.clients.CutReads(aLongTimeAgo)
 	grace, cancel := context.WithTimeout(context.Background(), cutGrace)
 	defer cancel()
 	h2done := make(chan struct{})
@@ -137,13 +147,3 @@ func (p *Proxy) cutShort() bool {
 
 // aLongTimeAgo is a deadline that has passed, whenever it is set.
 var aLongTimeAgo = time.Unix(1, 0)
-
-// closeIfCut makes an answer given after a drain's time is up its
-// connection's last: the drain waits for those connections to close as
-// the sign that their answers are out (see cutShort), and a connection
-// kept alive would hold it to cutGrace, then be closed by the exit.
-func (p *Proxy) closeIfCut(ctx *fasthttp.RequestCtx) {
-	if p.cut.Load() {
-		ctx.SetConnectionClose()
-	}
-}

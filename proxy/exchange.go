@@ -520,6 +520,15 @@ func (e *exchange) finish(now time.Time) {
 	e.p.exchanges.Put(e)
 }
 
+// releaseUpgradePlace gives back the upgraded connection's place e holds,
+// if it holds one.
+func (e *exchange) releaseUpgradePlace() {
+	if e.upgradePlace {
+		e.upgradePlace = false
+		e.p.upgrades.Unreserve()
+	}
+}
+
 // abandon ends an admitted request that never reached the upstream because
 // its body did not arrive, counting it as kind with status.
 func (e *exchange) abandon(kind Kind, status int) {

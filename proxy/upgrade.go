@@ -25,40 +25,6 @@ import (
 // of 200 would be 200 open dashboards. Upgraded connections are bounded
 // on their own instead (MaxUpgraded), counted, and timed.
 
-// releaseUpgradePlace gives back the upgraded connection's place e holds,
-// if it holds one.
-func (e *exchange) releaseUpgradePlace() {
-	if e.upgradePlace {
-		e.upgradePlace = false
-		e.p.upgrades.Unreserve()
-	}
-}
-
-// isUpgrade reports whether a request asks to switch protocols: Connection
-// names upgrade and Upgrade names a protocol. An upgrade to h2c is not
-// one: its HTTP/2 streams would pass the tunnel unadmitted, so such a
-// request goes as a plain HTTP/1.1 request (Upgrade is hop-by-hop), as
-// RFC 9113 lets a server answer it; h2c clients use prior knowledge.
-func isUpgrade(h *fasthttp.RequestHeader) bool {
-	if !h.ConnectionUpgrade() {
-		return false
-	}
-	v := h.Peek(fasthttp.HeaderUpgrade)
-	return len(v) > 0 && !hasToken(v, "h2c")
-}
-
-// hasToken reports whether a comma-separated list has tok, in any case.
-func hasToken(list []byte, tok string) bool {
-	for len(list) > 0 {
-		var t []byte
-		t, list, _ = bytes.Cut(list, []byte{','})
-		if bytes.EqualFold(bytes.TrimSpace(t), []byte(tok)) {
-			return true
-		}
-	}
-	return false
-}
-
 // upgrade forwards an admitted Upgrade request on a connection of its own
 // and, at a 101, turns the client's connection into a tunnel. The handler
 // reserved the upgraded connection's place; every path gives it back but
@@ -156,8 +122,31 @@ func (e *exchange) upgrade(ctx *fasthttp.RequestCtx) {
 	// The handshake is done: its permit goes back and its Outcome is
 	// reported now, whatever the tunnel does next.
 	e.finish(e.req.ServedAt)
+	client := ctx.Conn()
+	p.npending.Add(1)
+	p.pending.Store(client, t)
 	ctx.HijackSetNoResponse(true)
-	ctx.Hijack(t.Run)
+	ctx.Hijack(func(c net.Conn) {
+		p.handedOver(client)
+		t.Run(c)
+	})
+}
+
+// handedOver takes the tunnel of client off the pending ones: fasthttp
+// handed its connection over.
+func (p *Proxy) handedOver(client net.Conn) {
+	if _, ok := p.pending.LoadAndDelete(client); ok {
+		p.npending.Add(-1)
+	}
+}
+
+// abandoned ends the tunnel of c, if it has one, whose connection fasthttp
+// closed instead of handing it over. Called from connState.
+func (p *Proxy) abandoned(c net.Conn) {
+	if v, ok := p.pending.LoadAndDelete(c); ok {
+		p.npending.Add(-1)
+		v.(*tunnel.Tunnel).Abandon()
+	}
 }
 
 // writeRequest writes req to conn in one write.

@@ -86,12 +86,6 @@ type Set struct {
 	tunnels  map[*Tunnel]struct{}
 	draining bool
 	wg       sync.WaitGroup
-
-	// pending are tunnels whose connection fasthttp has yet to hand over,
-	// by client connection: if fasthttp closes it instead, connState
-	// ends the tunnel. npending spares every other close the look-up.
-	pending  sync.Map
-	npending atomic.Int64
 }
 
 // NewSet returns an empty Set.
@@ -132,20 +126,11 @@ func (u *Set) Unreserve() {
 	u.open.Add(-1)
 }
 
-// Abandoned ends a tunnel whose client connection was closed instead of
-// handed over (see Tunnel.Run), if c is one's.
-func (u *Set) Abandoned(c net.Conn) {
-	if u.npending.Load() == 0 {
-		// No tunnel waits for its connection: every other close is spared
-		// the look-up.
-		return
-	}
-	if v, ok := u.pending.LoadAndDelete(c); ok {
-		u.npending.Add(-1)
-		t := v.(*Tunnel)
-		t.up.Close()
-		u.Unreserve()
-	}
+// Abandon ends a tunnel whose client connection was closed instead of
+// handed over to Run.
+func (t *Tunnel) Abandon() {
+	t.up.Close()
+	t.u.Unreserve()
 }
 
 // Drain stops admitting handshakes, waits for the tunnels to close by
@@ -192,12 +177,9 @@ func (u *Set) Stats() Stats {
 // New returns the tunnel of a handshake the upstream answered 101 on up
 // (read through upR, which may hold what followed the 101), for the client
 // connection client, whose 101 is head; websocket is set for WebSocket. It
-// takes the handshake's place, and waits for Run.
+// takes the handshake's place, and waits for Run, or Abandon.
 func (u *Set) New(up net.Conn, upR *bufio.Reader, client net.Conn, head []byte, websocket bool) *Tunnel {
-	t := &Tunnel{u: u, up: up, upR: upR, client: client, head: head, websocket: websocket, stop: make(chan struct{})}
-	u.npending.Add(1)
-	u.pending.Store(client, t)
-	return t
+	return &Tunnel{u: u, up: up, upR: upR, client: client, head: head, websocket: websocket, stop: make(chan struct{})}
 }
 
 // Tunnel relays an upgraded connection both ways.
@@ -237,9 +219,6 @@ func (t *Tunnel) end() {
 // past the idle timeout, or a drain ends it.
 func (t *Tunnel) Run(c net.Conn) {
 	u := t.u
-	if _, ok := u.pending.LoadAndDelete(t.client); ok {
-		u.npending.Add(-1)
-	}
 	start := time.Now()
 	u.mu.Lock()
 	if u.tunnels == nil {
