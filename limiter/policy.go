@@ -59,9 +59,9 @@ type Policy interface {
 // DryRun is a dry run of a Limiter: it admits every request, as Unbounded
 // mode without a bulkhead does, and runs the Limiter beside them as its
 // Shadow, which reports what its mode would have done with each. Nothing
-// is held back: its Stats, peaks and request-seconds are of the requests
-// it admits for real, while the Limiter's own limit is what the mode
-// would enforce.
+// is held back: its Stats, and its Held limiter's peaks and
+// request-seconds, are of the requests it admits for real, while the
+// shadowed Limiter's own limit is what the mode would enforce.
 type DryRun struct {
 	held   *Limiter
 	shadow *Shadow
