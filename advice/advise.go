@@ -6,6 +6,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/loomgate/loomgate/advice/predict"
 	"github.com/loomgate/loomgate/limiter"
 )
 
@@ -403,7 +404,7 @@ func Advise(s Settings, f Figures) Recommendation {
 		alternatives = append(alternatives, Setting{Name: "memory budget", Limit: memCap})
 	}
 	for _, a := range alternatives {
-		r.Predictions = append(r.Predictions, Predict(a, d))
+		r.Predictions = append(r.Predictions, predict.Predict(a, d))
 	}
 	return speakMode(s, f, r)
 }
@@ -696,3 +697,14 @@ func RetryAfter(position int64, limit int, meanService, ceiling time.Duration) t
 	secs = math.Min(math.Max(secs, 1), top)
 	return time.Duration(secs) * time.Second
 }
+
+// The predictions are package predict's: what a setting would do to the
+// demand measured.
+type (
+	Setting     = predict.Setting
+	Prediction  = predict.Prediction
+	Course      = predict.Course
+	CoursePoint = predict.CoursePoint
+	Demand      = predict.Demand
+	RouteDemand = predict.RouteDemand
+)

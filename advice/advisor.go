@@ -3,8 +3,6 @@ package advice
 import (
 	"context"
 	"errors"
-	"fmt"
-	"io"
 	"log/slog"
 	"net/http"
 	"net/url"
@@ -14,13 +12,10 @@ import (
 	"time"
 	"unicode"
 
+	"github.com/loomgate/loomgate/advice/memory"
 	"github.com/loomgate/loomgate/field"
 	"github.com/loomgate/loomgate/route"
 	"github.com/loomgate/loomgate/series"
-	"github.com/prometheus/common/expfmt"
-	"github.com/prometheus/common/model"
-
-	"github.com/loomgate/loomgate/internal/outcome"
 )
 
 // State is a snapshot of admission, read by the sampler.
@@ -36,7 +31,9 @@ type Config struct {
 	// (adaptive): each snapshot takes it as Settings.Workers. If nil, the
 	// Settings stand as given.
 	Limit func() int
-	// Routes classifies requests. If nil, automatically (route.Parse("")).
+	// Routes are the route classes the records' Class indexes: the ones
+	// the proxy classified them by, whose names the figures carry. If nil,
+	// automatic ones (route.Parse("")).
 	Routes *route.Classes
 	// State returns current admission state. Required.
 	State func() State
@@ -74,6 +71,7 @@ const DefaultMemoryMetric = "process_resident_memory_bytes"
 type Advisor struct {
 	cfg          Config
 	window       *window
+	memory       *memory.Fit
 	scrapeErrors atomic.Int64
 
 	// The last snapshot, kept for a bucket's time: the estimate and the
@@ -152,25 +150,7 @@ func New(cfg Config) (*Advisor, error) {
 	if cfg.Client == nil {
 		cfg.Client = &http.Client{Transport: &http.Transport{MaxIdleConns: 1, IdleConnTimeout: time.Minute}}
 	}
-	return &Advisor{cfg: cfg, window: newWindow(time.Now())}, nil
-}
-
-// Record adds one finished request, at its End (the clock is read only if
-// End is zero), and returns its route class (an index of Routes), or -1
-// for a request that never reached admission: the adaptive controller
-// weighs routes by the same classes, without classifying again. It does
-// not allocate.
-func (a *Advisor) Record(o *outcome.Record) (class int) {
-	if !o.Admission {
-		return -1
-	}
-	now := o.End
-	if now.IsZero() {
-		now = time.Now()
-	}
-	class = a.cfg.Routes.Class(o.Method, o.Target)
-	a.window.record(now, class, o)
-	return class
+	return &Advisor{cfg: cfg, window: newWindow(time.Now()), memory: memory.NewFit(Window)}, nil
 }
 
 // Probing marks the window from now, until Probing(false), as the time
@@ -227,6 +207,7 @@ func (a *Advisor) Snapshot() Snapshot {
 		return a.snap
 	}
 	f := a.window.figures(now, a.cfg.Routes.Names())
+	f.UpstreamMemoryBytes, f.BytesPerRequest = a.memory.Figures()
 	settings := a.cfg.Settings
 	if a.cfg.Limit != nil {
 		settings.Workers = a.cfg.Limit()
@@ -241,10 +222,6 @@ func (a *Advisor) Snapshot() Snapshot {
 	a.snapTime = now
 	return a.snap
 }
-
-// maxScrapeBytes bounds what is read of the upstream's metrics page: a
-// large JVM exposes some hundreds of KiB.
-const maxScrapeBytes = 16 << 20
 
 // scrapeTimeout bounds one read of the upstream's metrics: a page that
 // takes longer is not worth waiting for every five seconds.
@@ -272,7 +249,9 @@ func (a *Advisor) Run(ctx context.Context) {
 			return
 		case now := <-t.C:
 			st := a.cfg.State()
-			a.window.sample(now, st.InFlight, st.Queued)
+			if a.window.sample(now, st.InFlight, st.Queued) {
+				a.memory.Sample(st.InFlight)
+			}
 		}
 	}
 }
@@ -288,7 +267,11 @@ func (a *Advisor) scrapeLoop(ctx context.Context) {
 			return
 		case <-t.C:
 		}
-		v, err := a.scrapeMemory(ctx)
+		// Bounded inside the interval, so that a hung endpoint never
+		// stacks scrapes up.
+		sctx, cancel := context.WithTimeout(ctx, min(a.cfg.ScrapeInterval, scrapeTimeout))
+		v, err := memory.Scrape(sctx, a.cfg.Client, a.cfg.UpstreamMetricsURL, a.cfg.UpstreamMemoryMetric)
+		cancel()
 		if err != nil {
 			if ctx.Err() != nil {
 				return
@@ -304,43 +287,6 @@ func (a *Advisor) scrapeLoop(ctx context.Context) {
 			}
 			continue
 		}
-		a.window.memoryReading(time.Now(), v)
+		a.memory.Reading(time.Now(), v)
 	}
-}
-
-// errNoSeries: the page was read but nothing matched the selector.
-var errNoSeries = errors.New("no series matches")
-
-// scrapeMemory reads the upstream's metrics page once and sums the selected
-// series.
-func (a *Advisor) scrapeMemory(ctx context.Context) (float64, error) {
-	// Bounded inside the interval, so that a hung endpoint never stacks
-	// scrapes up.
-	ctx, cancel := context.WithTimeout(ctx, min(a.cfg.ScrapeInterval, scrapeTimeout))
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, a.cfg.UpstreamMetricsURL, nil)
-	if err != nil {
-		return 0, err
-	}
-	// The classic text format: every client library serves it, and it is
-	// the one expfmt parses without negotiation.
-	req.Header.Set("Accept", "text/plain;version=0.0.4")
-	resp, err := a.cfg.Client.Do(req)
-	if err != nil {
-		return 0, err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return 0, fmt.Errorf("status %s", resp.Status)
-	}
-	parser := expfmt.NewTextParser(model.UTF8Validation)
-	families, err := parser.TextToMetricFamilies(io.LimitReader(resp.Body, maxScrapeBytes))
-	if err != nil {
-		return 0, err
-	}
-	v, n := a.cfg.UpstreamMemoryMetric.Sum(families)
-	if n == 0 {
-		return 0, fmt.Errorf("%w %s", errNoSeries, a.cfg.UpstreamMemoryMetric)
-	}
-	return v, nil
 }

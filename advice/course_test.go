@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/loomgate/loomgate/advice/predict"
 	"github.com/loomgate/loomgate/limiter"
 )
 
@@ -55,7 +56,7 @@ func TestOpenOverloadCourse(t *testing.T) {
 	for _, pt := range c.Points {
 		var got []time.Duration
 		for _, a := range arrivals {
-			if a.at > pt.At-CourseWindow && a.at <= pt.At {
+			if a.at > pt.At-predict.CourseWindow && a.at <= pt.At {
 				got = append(got, a.latency)
 			}
 		}

@@ -270,7 +270,7 @@ func TestRecordDoesNotAllocate(t *testing.T) {
 		t.Fatal(err)
 	}
 	s := &outcome.Record{Method: []byte("GET"), Target: []byte("/users/7?x=1"), Admission: true, Admitted: true, UpstreamStatus: 200, Service: 40 * time.Millisecond}
-	a.Record(s) // the class is made once
+	a.Record(s) // the window's first bucket is made once
 	if n := testing.AllocsPerRun(1000, func() { a.Record(s) }); n != 0 {
 		t.Errorf("Record allocates %v times per call; want 0", n)
 	}

@@ -6,6 +6,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/loomgate/loomgate/advice/predict"
 	"github.com/loomgate/loomgate/route"
 )
 
@@ -99,12 +100,6 @@ type RouteFigures struct {
 	// Capacity is the concurrency the route sustains while it queues
 	// inside, in unloaded service times; NaN when unknown.
 	Capacity float64
-}
-
-// weighted is a service time and how often it occurs.
-type weighted struct {
-	d time.Duration
-	w float64
 }
 
 // figures computes the window's figures and the estimate at now.
@@ -246,7 +241,7 @@ func (w *window) figures(now time.Time, names []string) Figures {
 			if i < len(windowBounds) {
 				upper = windowBounds[i]
 			}
-			rd.Service = append(rd.Service, weighted{d: seconds(scale * (lower + upper) / 2), w: float64(n)})
+			rd.Service = append(rd.Service, predict.Sample{Service: seconds(scale * (lower + upper) / 2), Weight: float64(n)})
 		}
 		f.demand = append(f.demand, rd)
 		// The route's part of the clients now: its answers' time in the
@@ -302,10 +297,6 @@ func (w *window) figures(now time.Time, names []string) Figures {
 			}
 		}
 	}
-	if w.memoryRead {
-		f.UpstreamMemoryBytes = w.memory
-	}
-	f.BytesPerRequest = w.bytesPerRequest
 	return f
 }
 

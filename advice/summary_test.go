@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/loomgate/loomgate/advice/predict"
 	"github.com/loomgate/loomgate/limiter"
 )
 
@@ -20,5 +21,13 @@ func TestNotEnoughTrafficCounts(t *testing.T) {
 		if !strings.HasPrefix(r.Summary, want) {
 			t.Errorf("%d requests: summary %q; want it to begin %q", n, r.Summary, want)
 		}
+	}
+}
+
+// TestWindowIsThePredictionsHorizon: the predictions of open demand tell
+// of the minute the figures cover.
+func TestWindowIsThePredictionsHorizon(t *testing.T) {
+	if Window != predict.Horizon {
+		t.Errorf("Window = %v, predict.Horizon = %v; want the same span", Window, predict.Horizon)
 	}
 }

@@ -101,9 +101,11 @@ func (s synth) run(a *Advisor, inFlight, queued *atomic.Int64) {
 	alive := make([]int, len(s.routes))
 	want := make([]int, len(s.routes))
 	phase := 0
+	// Each route's class, as the proxy classifies a request at admission.
 	samples := make([]outcome.Record, len(s.routes))
 	for i, r := range s.routes {
-		samples[i] = outcome.Record{Method: []byte("GET"), Target: []byte(r.path), Admission: true, Admitted: true, UpstreamStatus: 200}
+		class := a.Routes().Class([]byte("GET"), []byte(r.path))
+		samples[i] = outcome.Record{Method: []byte("GET"), Target: []byte(r.path), Class: class, Admission: true, Admitted: true, UpstreamStatus: 200}
 	}
 	draw := func(r synthRoute) time.Duration {
 		return r.lo + time.Duration(rng.Float64()*float64(r.hi-r.lo))
@@ -129,7 +131,7 @@ func (s synth) run(a *Advisor, inFlight, queued *atomic.Int64) {
 		q.arrived = now
 		if s.settings.Mode == limiter.Fixed && admitted >= s.settings.Workers {
 			if len(admitQ) >= s.settings.QueueSize {
-				a.Record(&outcome.Record{Kind: outcome.RejectedQueueFull, Method: []byte("GET"), Target: []byte(s.routes[q.route].path), Admission: true})
+				a.Record(&outcome.Record{Kind: outcome.RejectedQueueFull, Class: samples[q.route].Class, Admission: true})
 				if !q.open {
 					events.push(synthEvent{at: now + s.routes[q.route].think + s.routes[q.route].lo, kind: 0, req: synthReq{route: q.route}})
 				}

@@ -159,22 +159,3 @@ func routeVerdict(rt RouteFigures) string {
 	}
 	return ""
 }
-
-// Describe writes the setting the way the variables set it.
-func (s Setting) Describe() string {
-	switch {
-	case s.Adaptive && s.Limit > 0:
-		return fmt.Sprintf("MODE=adaptive, limit %d, QUEUE_SIZE=%d, QUEUE_TIMEOUT=%s", s.Limit, s.QueueSize, s.Wait)
-	case s.Adaptive:
-		return "MODE=adaptive, admission open"
-	case s.Fixed && s.QueueSize > 0:
-		return fmt.Sprintf("MODE=fixed, WORKERS=%d, QUEUE_SIZE=%d, QUEUE_TIMEOUT=%s", s.Limit, s.QueueSize, s.Wait)
-	case s.Fixed:
-		return fmt.Sprintf("MODE=fixed, WORKERS=%d, no queue", s.Limit)
-	case s.Limit > 0 && s.Wait > 0:
-		return fmt.Sprintf("MODE=unbounded, BULKHEAD=%d, BULKHEAD_WAIT=%s", s.Limit, s.Wait)
-	case s.Limit > 0:
-		return fmt.Sprintf("MODE=unbounded, BULKHEAD=%d", s.Limit)
-	}
-	return "MODE=unbounded, no bulkhead"
-}

@@ -35,10 +35,6 @@ const (
 	subBuckets = int(BucketWidth / time.Second)
 )
 
-// maxMemoryPoints bounds the memory readings kept for the fit: one per
-// scrape in the window, at the shortest interval worth using.
-const maxMemoryPoints = 256
-
 // classTotals is one route class's part of a bucket. Only answers the
 // upstream gave in full count: a refused connection or a quick 503 says
 // nothing of the work.
@@ -124,14 +120,6 @@ const (
 	numBuckets = 156
 )
 
-// memoryPoint is one reading of the upstream's memory, with the in-flight
-// requests averaged since the previous reading.
-type memoryPoint struct {
-	at       time.Time
-	inFlight float64
-	bytes    float64
-}
-
 // window keeps the sliding window. Record and the sampler feed it; every
 // method takes the time, so that tests give exact series.
 type window struct {
@@ -143,14 +131,6 @@ type window struct {
 
 	buckets [historyBuckets]bucket
 	live    [WindowBuckets]live
-
-	// In-flight samples since the previous memory reading.
-	sinceReadingSum, sinceReadingCount int64
-	points                             []memoryPoint
-	memory                             float64 // last reading
-	memoryRead                         bool
-	// bytesPerRequest is the slope of the last usable fit, 0 before one.
-	bytesPerRequest float64
 
 	// probing is set while a probe caps admission: the buckets it touches
 	// are marked probed. step, while a probe's step is measured, holds its
@@ -180,7 +160,7 @@ type stepPoint struct {
 const maxSteps = 16
 
 func newWindow(epoch time.Time) *window {
-	w := &window{epoch: epoch, points: make([]memoryPoint, 0, maxMemoryPoints)}
+	w := &window{epoch: epoch}
 	for i := range w.buckets {
 		w.buckets[i].n = -1
 	}
@@ -405,6 +385,20 @@ func lowestMean(counts []uint32, share float64) float64 {
 	return sum / taken
 }
 
+// Record adds one finished request, at its End (the clock is read only if
+// End is zero), in its route class (o.Class, an index of Routes, which the
+// proxy classified it into as it met admission). It does not allocate.
+func (a *Advisor) Record(o *outcome.Record) {
+	if !o.Admission {
+		return
+	}
+	now := o.End
+	if now.IsZero() {
+		now = time.Now()
+	}
+	a.window.record(now, o.Class, o)
+}
+
 // record adds one finished request at now, in class. It allocates
 // nothing: it is called on every request.
 func (w *window) record(now time.Time, class int, s *outcome.Record) {
@@ -478,20 +472,21 @@ func upstreamFailed(s *outcome.Record) bool {
 	return false
 }
 
-// sample adds one reading of the admission state at now.
-func (w *window) sample(now time.Time, inFlight, queued int64) {
+// sample adds one reading of the admission state at now, and reports
+// whether it counted: not before traffic began.
+func (w *window) sample(now time.Time, inFlight, queued int64) bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.first.IsZero() {
 		if inFlight+queued == 0 {
-			return
+			return false
 		}
 		w.first = now
 	}
 	n, sec := w.position(now)
 	b, l := w.current(n)
 	if b == nil {
-		return
+		return false
 	}
 	if w.probing {
 		b.probed = true
@@ -501,8 +496,7 @@ func (w *window) sample(now time.Time, inFlight, queued int64) {
 	b.queuedSum += queued
 	l.sec[sec].samples++
 	l.sec[sec].inFlightSum += inFlight
-	w.sinceReadingSum += inFlight
-	w.sinceReadingCount++
+	return true
 }
 
 // setProbing marks the buckets from now, until it is unset, as a probe's.

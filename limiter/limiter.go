@@ -421,6 +421,15 @@ func (l *Limiter) TryAcquireAt(now time.Time, bytes int64) error {
 	return ErrMustWait
 }
 
+// Admit is TryAcquireAt for the Policy.
+func (l *Limiter) Admit(now time.Time, r *Request) error { return l.TryAcquireAt(now, r.Bytes) }
+
+// Wait is Acquire for the Policy.
+func (l *Limiter) Wait(ctx context.Context, r *Request) error { return l.Acquire(ctx, r.Bytes) }
+
+// Leave is ReleaseAt for the Policy.
+func (l *Limiter) Leave(now time.Time, _ *Request, bytes int64) { l.ReleaseAt(now, bytes) }
+
 // admitLocked takes a permit if one is free and reports whether it did,
 // and otherwise whether a wait is out of the question: no waiting in this
 // mode, or the queue at its bound. The caller holds l.mu.

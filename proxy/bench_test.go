@@ -57,7 +57,7 @@ func benchProxy(tb testing.TB, up *benchUpstream, lcfg limiter.Config) (*fasthtt
 	}
 	p, err := New(Config{
 		Upstream:     "http://" + up.addr,
-		Admitter:     lim,
+		Policy:       lim,
 		Observer:     nopObserver{},
 		MaxConns:     lim.Stats().Limit,
 		ServerTiming: true,

@@ -14,6 +14,7 @@ import (
 	"golang.org/x/net/http2"
 	"golang.org/x/net/http2/hpack"
 
+	"github.com/loomgate/loomgate/internal/h2c"
 	"github.com/loomgate/loomgate/limiter"
 )
 
@@ -104,7 +105,7 @@ func holdingUpstream(t *testing.T, arrived *atomic.Int64) string {
 // queued behind a worker held at the upstream. A stream answered by the
 // proxy costs the same while its body waits, and reserves
 // RequestOverheadBytes for it: that must cover its state and the body the
-// client may send ahead (streamReceiveWindow).
+// client may send ahead (h2c.StreamReceiveWindow).
 func TestH2CStreamStateBytes(t *testing.T) {
 	if testing.Short() {
 		t.Skip("holds a thousand streams")
@@ -125,8 +126,8 @@ func TestH2CStreamStateBytes(t *testing.T) {
 		return dialHeld(t, tp.addr, conns, func(int) []byte { return h2Open(streams, "/queued") }, nil)
 	}, func() bool { return tp.limiter.Stats().Queued >= q+conns*streams })
 	t.Logf("an HTTP/2 stream waiting for admission: %.0f B outside its reservation (with a hundredth of its connection)", per)
-	if room := float64(RequestOverheadBytes - streamReceiveWindow); per > room && !raceEnabled {
-		t.Errorf("a stream holds %.0f B besides its body; the %d B an answer reserves cover %.0f beside the %d B window", per, RequestOverheadBytes, room, streamReceiveWindow)
+	if room := float64(RequestOverheadBytes - h2c.StreamReceiveWindow); per > room && !raceEnabled {
+		t.Errorf("a stream holds %.0f B besides its body; the %d B an answer reserves cover %.0f beside the %d B window", per, RequestOverheadBytes, room, h2c.StreamReceiveWindow)
 	}
 }
 

@@ -26,7 +26,7 @@ func Example() {
 
 	lim, _ := limiter.New(limiter.Config{Mode: limiter.Fixed, Workers: 10})
 	obs := printer{done: make(chan struct{})}
-	p, err := proxy.New(proxy.Config{Upstream: service.URL, Admitter: lim, Observer: obs, MaxConns: 10})
+	p, err := proxy.New(proxy.Config{Upstream: service.URL, Policy: lim, Observer: obs, MaxConns: 10})
 	if err != nil {
 		panic(err)
 	}

@@ -13,32 +13,23 @@ import (
 
 	"github.com/valyala/fasthttp"
 
+	"github.com/loomgate/loomgate/internal/admission"
 	"github.com/loomgate/loomgate/internal/header"
 	"github.com/loomgate/loomgate/internal/peer"
-	"github.com/loomgate/loomgate/limiter"
 )
 
-// What the proxy says in its own responses: short, plain and free of
-// internal error text, which could leak addresses or versions.
+// What the proxy says in its own answers on HTTP/1.1 alone: short, plain
+// and free of internal error text, which could leak addresses or
+// versions. The answers every protocol gives are admission's (see
+// admission.Gate.Answer).
 const (
-	textPlain          = "text/plain; charset=utf-8"
-	msgBodyTooLarge    = "request body too large\n"
+	textPlain          = admission.TextPlain
 	msgHeadersTooLarge = "request headers too large\n"
 	msgMalformed       = "malformed request\n"
 	msgBareLF          = "malformed request: end lines with CRLF\n"
 	msgVersion         = "HTTP version not supported: send HTTP/1.1\n"
 	msgCoding          = "transfer coding not supported: send chunked or Content-Length\n"
 	msgConnect         = "CONNECT is not supported: this is a reverse proxy, not a tunnel\n"
-	msgReadTimeout     = "request timeout: the request was not sent in time\n"
-	msgQueueFull       = "overloaded: queue full\n"
-	msgQueueTimeout    = "overloaded: queue wait timed out\n"
-	msgBulkheadFull    = "overloaded: bulkhead full\n"
-	msgMemoryFull      = "overloaded: in-flight memory limit reached\n"
-	msgClientClosed    = "client closed request\n"
-	msgUpstreamError   = "bad gateway: upstream unavailable\n"
-	msgUpstreamTimeout = "gateway timeout: upstream too slow\n"
-	msgDrained         = "shutting down: the drain's time is up\n"
-	msgInternal        = "internal error\n"
 	msgNoFiles         = "service unavailable: the proxy is out of file descriptors\n"
 )
 
@@ -59,14 +50,25 @@ var (
 // the response and its CloseWithError ends the request.
 type exchange struct {
 	p *Proxy
+	// What one request leaves for the next: the response's buffers and
+	// scratch space. The rest is one request's (exchangeState), cleared
+	// whole when it ends (see finish), so that nothing of one request,
+	// whatever field is added, reaches the next.
+	resp                         fasthttp.Response // the upstream's
+	buf, target, method, scratch []byte
+	names                        [][]byte
+	exchangeState
+}
 
-	start, admittedAt, servedAt time.Time
-	rejectedAt                  time.Time
-	asked, admitted             bool
-	bytes                       int64
-	outcome                     Outcome
-	// ticket is the request's place in a dry run's shadow, nil without.
-	ticket *limiter.Ticket
+// exchangeState is one request's part of an exchange.
+type exchangeState struct {
+	// req is the request on its way through admission: its times, its
+	// reservation, its Outcome.
+	req admission.Request
+	// ctx is the request's, for as long as the exchange is: fasthttp
+	// reuses it for the connection's next request only once this one's
+	// response is written.
+	ctx *fasthttp.RequestCtx
 	// fields are the request's fields prepareRequest rewrites, noted when
 	// admission checked its header block.
 	fields header.Fields
@@ -79,9 +81,6 @@ type exchange struct {
 	upgradePlace bool
 	// handedOff is set once fasthttp owns the exchange.
 	handedOff bool
-	// continuedCtx is the request's while handleExpect's admission waits
-	// for handle to take it up.
-	continuedCtx *fasthttp.RequestCtx
 	// ended is the client's connection when the client had sent its FIN
 	// by the time the response was ready: closed or half-closed.
 	ended net.Conn
@@ -89,8 +88,7 @@ type exchange struct {
 	// was all sent: the rest is still on the client's connection.
 	unsent bool
 
-	resp    fasthttp.Response // the upstream's
-	up      upstreamConn      // the connection resp arrives on
+	up      upstreamConn // the connection resp arrives on
 	reqBody requestBody
 	body    io.Reader // what Read serves: &buffered or the upstream's stream
 	// streaming is set when body is the upstream's stream, so that its
@@ -98,23 +96,37 @@ type exchange struct {
 	streaming bool
 	readErr   error
 	buffered  bytes.Reader
-
-	// Scratch space reused across requests.
-	buf, target, method, scratch []byte
-	names                        [][]byte
 }
 
 func (e *exchange) begin(ctx *fasthttp.RequestCtx) {
 	// fasthttp read the clock once the request was read, which is where a
 	// request's time starts: a clock read saved on every request.
-	e.start = ctx.Time()
-	if e.start.IsZero() {
-		e.start = time.Now() // fasthttp's LazyRequestTime, or a test's ctx
+	start := ctx.Time()
+	if start.IsZero() {
+		start = time.Now() // fasthttp's LazyRequestTime, or a test's ctx
 	}
+	e.req.Begin(start)
+	e.ctx = ctx
 	e.method = append(e.method[:0], ctx.Method()...)
 	e.target = append(e.target[:0], ctx.Request.Header.RequestURI()...)
-	e.outcome = Outcome{Kind: OK, Remote: ctx.RemoteAddr()}
+	o := &e.req.Record
+	o.Method, o.Target, o.Remote = e.method, e.target, ctx.RemoteAddr()
 }
+
+// Watch is the context of a wait for admission, which ends if the client
+// leaves (see internal/peer): the exchange is admission's Client.
+func (e *exchange) Watch() (context.Context, func()) {
+	return e.p.departures.Wait(e.ctx.Conn())
+}
+
+// Left looks once more, at admission after a wait: the watch peeks each
+// waiter 50 ms after it queued, then less and less often, and a queue
+// that moves faster admits most before their first peek. Only requests
+// that waited pay for it; one admitted at once never comes here.
+func (e *exchange) Left(context.Context) bool { return peer.Gone(e.ctx.Conn()) }
+
+// Header is the request's header field name.
+func (e *exchange) Header(name string) []byte { return e.ctx.Request.Header.Peek(name) }
 
 // forward sends the request upstream and arranges for the response.
 func (e *exchange) forward(ctx *fasthttp.RequestCtx) {
@@ -129,16 +141,16 @@ func (e *exchange) forward(ctx *fasthttp.RequestCtx) {
 	// Content-Type and a Date (replacing the service's own) the service
 	// never sent. There is no setter for the Date flag but this copy.
 	ctx.Response.Header.CopyTo(&resp.Header)
-	if err := e.roundTrip(req, e.admittedAt.Add(p.timeout)); err != nil {
+	if err := e.roundTrip(req, e.req.AdmittedAt.Add(p.timeout)); err != nil {
 		e.upstreamFailed(ctx, err)
 		return
 	}
-	e.outcome.UpstreamStatus = resp.StatusCode()
+	e.req.Record.UpstreamStatus = resp.StatusCode()
 
 	length := resp.Header.ContentLength()
 	switch {
 	case !e.hasBody():
-		e.servedAt = time.Now()
+		e.req.ServedAt = time.Now()
 		e.up.reusable = true
 		e.releaseUpstream()
 		e.buffered.Reset(nil)
@@ -148,7 +160,7 @@ func (e *exchange) forward(ctx *fasthttp.RequestCtx) {
 			e.upstreamFailed(ctx, err)
 			return
 		}
-		e.servedAt = time.Now()
+		e.req.ServedAt = time.Now()
 		e.buffered.Reset(resp.Body())
 		e.body = &e.buffered
 	default:
@@ -185,7 +197,7 @@ func (e *exchange) forward(ctx *fasthttp.RequestCtx) {
 	if e.age() >= clientCheckAfter {
 		switch peer.Peek(ctx.Conn()) {
 		case peer.Reset:
-			e.outcome.Kind = ClientClosed
+			e.req.Record.Kind = ClientClosed
 		case peer.Ended:
 			// Closed, or half-closed and still reading: only sending tells
 			// them apart. The header goes out at once, and a client that
@@ -202,26 +214,17 @@ func (e *exchange) forward(ctx *fasthttp.RequestCtx) {
 // taken for it: a streamed response's has none since admission, and reads
 // the clock.
 func (e *exchange) age() time.Duration {
-	if e.servedAt.IsZero() {
-		return time.Since(e.start)
+	if e.req.ServedAt.IsZero() {
+		return time.Since(e.req.Start)
 	}
-	return e.servedAt.Sub(e.start)
+	return e.req.ServedAt.Sub(e.req.Start)
 }
 
 // reserveResponse charges a response body about to be buffered to the
 // request's reservation, and reports false when the memory bulkhead cannot
 // take it. Admission could not charge it: the size is known only now.
 func (e *exchange) reserveResponse(length int) bool {
-	r := e.p.reserver
-	if r == nil {
-		return true
-	}
-	if !r.TryReserve(int64(length)) {
-		return false
-	}
-	// From here Release returns these bytes with the rest.
-	e.bytes += int64(length)
-	return true
+	return e.p.gate.Reserve(&e.req, int64(length))
 }
 
 // prepareRequest turns the client's request into the upstream's, in place.
@@ -269,45 +272,47 @@ func (e *exchange) prepareRequest(ctx *fasthttp.RequestCtx) {
 		// stops sending from an upstream that stops reading.
 		e.reqBody = requestBody{
 			r: ctx.Request.BodyStream(), max: e.p.maxBody, declared: int64(declared),
-			conn: ctx.Conn(), idle: e.p.bodyIdle, end: e.admittedAt.Add(e.p.timeout),
+			conn: ctx.Conn(), idle: e.p.bodyIdle, end: e.req.AdmittedAt.Add(e.p.timeout),
 		}
 		ctx.Request.SetBodyStream(&e.reqBody, declared)
 	}
 }
 
-// rejected answers a request the Admitter did not admit.
-func (e *exchange) rejected(ctx *fasthttp.RequestCtx, err error) {
-	e.rejectedAt = time.Now()
-	switch {
-	case errors.Is(err, limiter.ErrQueueFull):
-		e.respond(ctx, fasthttp.StatusServiceUnavailable, RejectedQueueFull, msgQueueFull)
-	case errors.Is(err, limiter.ErrQueueTimeout):
-		e.respond(ctx, fasthttp.StatusServiceUnavailable, RejectedQueueTimeout, msgQueueTimeout)
-	case errors.Is(err, limiter.ErrBulkheadFull):
-		e.respond(ctx, fasthttp.StatusServiceUnavailable, RejectedBulkhead, msgBulkheadFull)
-	case errors.Is(err, limiter.ErrTooLarge) && ctx.Request.Header.ContentLength() > 0:
-		// The declared body alone is more than the whole memory bulkhead:
-		// no wait and no retry would admit it, so it is a body too large
-		// (413, with no Retry-After), not back pressure. The rest of the
-		// body is still coming, and is not read.
+// refused answers a request refused for kind: by admission, or an upgrade
+// beyond MaxUpgraded.
+func (e *exchange) refused(ctx *fasthttp.RequestCtx, kind Kind) {
+	switch kind {
+	case BadRequest:
+		// The declared body alone is more than the whole memory bulkhead
+		// (see admission.Gate.Admit). The rest of the body is still
+		// coming, and is not read.
 		ctx.SetConnectionClose()
-		e.respond(ctx, fasthttp.StatusRequestEntityTooLarge, BadRequest, msgBodyTooLarge)
-	case errors.Is(err, limiter.ErrMemoryFull):
-		e.respond(ctx, fasthttp.StatusServiceUnavailable, RejectedMemory, msgMemoryFull)
-	case errors.Is(err, context.Canceled):
+	case ClientClosed:
 		// Nobody is left to read an answer; close rather than write one.
 		ctx.SetConnectionClose()
-		e.respond(ctx, fasthttp.StatusServiceUnavailable, ClientClosed, msgClientClosed)
-	default:
-		e.p.log.Error("admitter failed", "err", err)
-		e.respond(ctx, fasthttp.StatusInternalServerError, InternalError, msgInternal)
+		e.respond(ctx, fasthttp.StatusServiceUnavailable, kind, e.p.message(kind))
+		return
 	}
+	e.answer(ctx, kind)
+}
+
+// answer answers with the proxy's own answer to kind, the one every
+// protocol gives (see admission.Gate.Answer).
+func (e *exchange) answer(ctx *fasthttp.RequestCtx, kind Kind) {
+	status, msg, _ := e.p.gate.Answer(kind)
+	e.respond(ctx, status, kind, msg)
+}
+
+// message is the text of the answer to kind.
+func (p *Proxy) message(kind Kind) string {
+	_, msg, _ := p.gate.Answer(kind)
+	return msg
 }
 
 // upstreamFailed answers an admitted request whose upstream did not deliver
 // a response. Nothing has been sent to the client yet.
 func (e *exchange) upstreamFailed(ctx *fasthttp.RequestCtx, err error) {
-	e.servedAt = time.Now()
+	e.req.ServedAt = time.Now()
 	// Whatever is left on the connection is out of step: it is closed.
 	e.up.reusable = false
 	e.releaseUpstream()
@@ -316,7 +321,7 @@ func (e *exchange) upstreamFailed(ctx *fasthttp.RequestCtx, err error) {
 		// The upstream saw part of a body and then a broken stream; that
 		// connection is gone, the client gets the real reason.
 		ctx.SetConnectionClose()
-		e.respond(ctx, fasthttp.StatusRequestEntityTooLarge, BadRequest, msgBodyTooLarge)
+		e.answer(ctx, BadRequest)
 	case e.reqBody.cause != nil:
 		// The client's fault, whichever way: its connection is out of step
 		// and is closed. The cause is judged on its own, as the client's
@@ -325,15 +330,15 @@ func (e *exchange) upstreamFailed(ctx *fasthttp.RequestCtx, err error) {
 		ctx.SetConnectionClose()
 		switch cause := e.reqBody.cause; {
 		case isTimeout(cause):
-			e.respond(ctx, fasthttp.StatusRequestTimeout, ClientTimeout, msgReadTimeout)
+			e.answer(ctx, ClientTimeout)
 		case clientGone(cause):
-			e.respond(ctx, fasthttp.StatusBadRequest, ClientClosed, msgClientClosed)
+			e.respond(ctx, fasthttp.StatusBadRequest, ClientClosed, e.p.message(ClientClosed))
 		default:
 			e.respond(ctx, fasthttp.StatusBadRequest, BadRequest, msgMalformed)
 		}
 	case isTimeout(err):
-		e.outcome.UpstreamErr = err
-		e.respond(ctx, fasthttp.StatusGatewayTimeout, UpstreamTimeout, msgUpstreamTimeout)
+		e.req.Record.UpstreamErr = err
+		e.answer(ctx, UpstreamTimeout)
 	case errors.Is(err, syscall.EMFILE), errors.Is(err, syscall.ENFILE):
 		// The dial failed for want of a descriptor of the proxy's own
 		// (unbounded client connections took them all): the upstream is
@@ -342,8 +347,8 @@ func (e *exchange) upstreamFailed(ctx *fasthttp.RequestCtx, err error) {
 		e.respond(ctx, fasthttp.StatusServiceUnavailable, InternalError, msgNoFiles)
 	default:
 		e.p.log.Debug("upstream failed", "err", err)
-		e.outcome.UpstreamErr = err
-		e.respond(ctx, fasthttp.StatusBadGateway, UpstreamError, msgUpstreamError)
+		e.req.Record.UpstreamErr = err
+		e.answer(ctx, UpstreamError)
 	}
 }
 
@@ -374,16 +379,17 @@ func setOutcomeHeader(h *fasthttp.ResponseHeader, kind Kind) {
 // rejection's status is RejectStatus, whatever status says.
 func (e *exchange) respond(ctx *fasthttp.RequestCtx, status int, kind Kind, msg string) {
 	e.releaseUpstream()
-	e.outcome.Kind = kind
+	e.req.Record.Kind = kind
 	out := &ctx.Response
 	out.Header.SetContentType(textPlain)
 	setOutcomeHeader(&out.Header, kind)
 	if kind.Rejection() {
-		status = e.p.rejectStatus
-		e.scratch = strconv.AppendInt(e.scratch[:0], e.retryAfterSeconds(kind), 10)
+		var retryAfter int64
+		status, _, retryAfter = e.p.gate.Answer(kind)
+		e.scratch = strconv.AppendInt(e.scratch[:0], retryAfter, 10)
 		out.Header.SetCanonical(headerRetryAfter, e.scratch)
 	}
-	if cl := ctx.Request.Header.ContentLength(); !e.admitted && (kind.Rejection() || status == fasthttp.StatusRequestEntityTooLarge) &&
+	if cl := ctx.Request.Header.ContentLength(); !e.req.Admitted() && (kind.Rejection() || status == fasthttp.StatusRequestEntityTooLarge) &&
 		(ctx.Response.ConnectionClose() || cl == -1 || cl > unreadBodyKept) {
 		// A body declared, never read, and too large to throw away to
 		// keep the connection: closed at once with the body still
@@ -416,57 +422,21 @@ func lingerOnClose(conn net.Conn) {
 // more left, it closes the connection.
 const unreadBodyKept = 256 << 10
 
-func (e *exchange) retryAfterSeconds(kind Kind) int64 {
-	if e.p.retryAfter == nil {
-		return 1
-	}
-	d := e.p.retryAfter(kind)
-	s := int64((d + time.Second - 1) / time.Second)
-	return max(s, 1)
-}
-
-// addServerTiming writes "queue;dur=<ms>, upstream;dur=<ms>" (W3C Server
-// Timing). For a streamed body the upstream's time is measured to its
-// headers, the last moment before the header must be sent; the Outcome has
-// the time to its last byte.
+// addServerTiming adds the request's Server-Timing (see
+// admission.Request.AppendServerTiming). For a streamed body the
+// upstream's time is measured to its headers, the last moment before the
+// header must be sent; the Outcome has the time to its last byte.
 func (e *exchange) addServerTiming(ctx *fasthttp.RequestCtx) {
 	if !e.p.timing {
 		return
 	}
-	var queue, upstream time.Duration
-	if e.asked && !e.admitted {
-		queue = e.rejectedAt.Sub(e.start)
+	end := e.req.ServedAt
+	if end.IsZero() && e.req.Admitted() {
+		end = time.Now() // a streamed body: to its headers
 	}
-	if e.admitted {
-		queue = e.admittedAt.Sub(e.start)
-		end := e.servedAt
-		if end.IsZero() {
-			end = time.Now() // a streamed body: to its headers
-		}
-		upstream = end.Sub(e.admittedAt)
-	}
-	b := append(e.scratch[:0], "queue;dur="...)
-	b = appendMillis(b, queue)
-	b = append(b, ", upstream;dur="...)
-	b = appendMillis(b, upstream)
-	e.scratch = b
+	e.scratch = e.req.AppendServerTiming(e.scratch[:0], end)
 	// Added, not set: the upstream's own Server-Timing entries stay.
-	ctx.Response.Header.AddBytesKV(headerServerTiming, b)
-}
-
-// appendMillis writes d in milliseconds with three decimals, as
-// strconv.AppendFloat(b, ms, 'f', 3, 64) would (half a microsecond rounds
-// up), in integers: float formatting took more of a request's time than
-// the rest of the header's writing.
-func appendMillis(b []byte, d time.Duration) []byte {
-	if d < 0 {
-		b = append(b, '-')
-		d = -d
-	}
-	us := (d + time.Microsecond/2) / time.Microsecond
-	b = strconv.AppendInt(b, int64(us/1000), 10)
-	frac := us % 1000
-	return append(b, '.', byte('0'+frac/100), byte('0'+frac/10%10), byte('0'+frac%10))
+	ctx.Response.Header.AddBytesKV(headerServerTiming, e.scratch)
 }
 
 // handOff gives the exchange to fasthttp as the response body. It must be
@@ -474,7 +444,7 @@ func appendMillis(b []byte, d time.Duration) []byte {
 // closing returns it to the pool.
 func (e *exchange) handOff(ctx *fasthttp.RequestCtx, length, status int) {
 	ctx.Response.SetStatusCode(status)
-	e.outcome.Status = status
+	e.req.Record.Status = status
 	e.handedOff = true
 	ctx.Response.SetBodyStream(e, length)
 }
@@ -484,7 +454,7 @@ func (e *exchange) Read(b []byte) (int, error) {
 	n, err := e.body.Read(b)
 	if e.streaming && err != nil {
 		if err == io.EOF {
-			e.servedAt = time.Now()
+			e.req.ServedAt = time.Now()
 			e.up.reusable = true
 		} else {
 			e.readErr = err
@@ -499,11 +469,11 @@ func (e *exchange) CloseWithError(writeErr error) error {
 	now := time.Now()
 	if e.streaming {
 		e.releaseUpstream()
-		if e.servedAt.IsZero() {
-			e.servedAt = now
+		if e.req.ServedAt.IsZero() {
+			e.req.ServedAt = now
 		}
 	}
-	o := &e.outcome
+	o := &e.req.Record
 	switch {
 	case e.readErr != nil && isTimeout(e.readErr):
 		o.Kind, o.UpstreamErr = UpstreamTimeout, e.readErr
@@ -526,52 +496,22 @@ func (e *exchange) CloseWithError(writeErr error) error {
 	return nil
 }
 
-// finish completes the Outcome, releases what the request held, reports it
-// and returns the exchange to its pool.
+// finish ends the request (see admission.Gate.Finish) and returns the
+// exchange to its pool.
 func (e *exchange) finish(now time.Time) {
 	// A request that ends before its tunnel opens gives back the place it
 	// reserved, on whatever path it ended: its client left after a 100
 	// Continue, a panic, an answer of the proxy's own. Held on, each
 	// would shrink MaxUpgraded and MaxClientConns for good.
 	e.releaseUpgradePlace()
-	o := &e.outcome
-	o.Total = now.Sub(e.start)
-	o.End = now
-	o.Bytes = e.bytes
-	o.Admission, o.Admitted = e.asked, e.admitted
-	if e.admitted {
-		o.Queue = e.admittedAt.Sub(e.start)
-		o.Service = e.servedAt.Sub(e.admittedAt)
-		if e.p.clocked != nil {
-			e.p.clocked.ReleaseAt(now, e.bytes)
-		} else {
-			e.p.admit.Release(e.bytes)
-		}
-	} else if e.asked {
-		// Rejected: the whole wait was queueing, up to the rejection.
-		o.Queue = e.rejectedAt.Sub(e.start)
-	}
-	o.Method, o.Target = e.method, e.target
-	if e.ticket != nil {
-		e.ticket.Leave(o.Service)
-		e.ticket = nil
-	}
-	e.p.observe(o)
+	e.p.gate.Finish(&e.req, now)
 
 	// Only a bug leaves a connection here (a panic between the round trip
 	// and the hand-off); it is out of step, and closed.
 	e.up.reusable = false
 	e.releaseUpstream()
 	e.resp.Reset()
-	e.reqBody = requestBody{}
-	e.body, e.readErr = nil, nil
-	e.buffered.Reset(nil)
-	e.outcome = Outcome{}
-	e.start, e.admittedAt, e.servedAt = time.Time{}, time.Time{}, time.Time{}
-	e.asked, e.admitted, e.streaming, e.handedOff, e.bytes = false, false, false, false, 0
-	e.upgrading, e.upgradePlace, e.fields, e.unsent = false, false, 0, false
-	e.ended, e.continuedCtx = nil, nil
-	e.rejectedAt = time.Time{}
+	e.exchangeState = exchangeState{}
 	// Keep scratch buffers, but not a large body's: a pool full of 64 KiB
 	// buffers would be memory held for nothing.
 	if cap(e.buf) > 16<<10 {
@@ -580,12 +520,21 @@ func (e *exchange) finish(now time.Time) {
 	e.p.exchanges.Put(e)
 }
 
+// releaseUpgradePlace gives back the upgraded connection's place e holds,
+// if it holds one.
+func (e *exchange) releaseUpgradePlace() {
+	if e.upgradePlace {
+		e.upgradePlace = false
+		e.p.upgrades.Unreserve()
+	}
+}
+
 // abandon ends an admitted request that never reached the upstream because
 // its body did not arrive, counting it as kind with status.
 func (e *exchange) abandon(kind Kind, status int) {
 	now := time.Now()
-	e.servedAt = now
-	e.outcome.Kind, e.outcome.Status = kind, status
+	e.req.ServedAt = now
+	e.req.Record.Kind, e.req.Record.Status = kind, status
 	e.finish(now)
 }
 
@@ -616,11 +565,11 @@ func (e *exchange) answerPanic(ctx *fasthttp.RequestCtx, r any) {
 	if e.handedOff {
 		return // the response and its completion are already arranged
 	}
-	if e.admitted && e.servedAt.IsZero() {
-		e.servedAt = time.Now()
+	if e.req.Admitted() && e.req.ServedAt.IsZero() {
+		e.req.ServedAt = time.Now()
 	}
 	ctx.Response.Reset()
-	e.respond(ctx, fasthttp.StatusInternalServerError, InternalError, msgInternal)
+	e.answer(ctx, InternalError)
 }
 
 // requestBody is the part of a request body still on the client's
@@ -675,3 +624,5 @@ func (b *requestBody) Read(p []byte) (int, error) {
 	}
 	return n, err
 }
+
+var _ io.Reader = (*exchange)(nil)

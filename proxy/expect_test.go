@@ -93,7 +93,7 @@ func TestExpectContinueOnlyOnceAdmitted(t *testing.T) {
 func TestExpectContinueRejectedAnswers(t *testing.T) {
 	up := newUpstream(t, func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") })
 	tp := startProxy(t, up.URL, unbounded, func(c *Config) {
-		c.Admitter = fullAdmitter{}
+		c.Policy = fullAdmitter{c.Policy}
 		c.RejectStatus = http.StatusTooManyRequests
 	})
 	c := dial(t, tp.addr)
@@ -164,7 +164,7 @@ func itoa(n int64) string {
 func TestExpectContinuePanicAnswers500(t *testing.T) {
 	up := newUpstream(t, func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") })
 	tp := startProxy(t, up.URL, unbounded, func(c *Config) {
-		c.Admitter = panicAdmitter{}
+		c.Policy = panicAdmitter{c.Policy}
 		c.Logger = discardLogger()
 	})
 	resp, body := dial(t, tp.addr).roundTrip(t, expectUpload)

@@ -21,6 +21,7 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
+	"github.com/loomgate/loomgate/internal/h2c"
 	"github.com/loomgate/loomgate/limiter"
 )
 
@@ -249,7 +250,7 @@ func TestGRPCDeadlineAtTheUpstreamIsTheClients(t *testing.T) {
 		// whose handler returns at its deadline may.
 		up := h2cUpstream(t, func(w http.ResponseWriter, r *http.Request) {
 			left := 5 * time.Second
-			if d, ok := parseGRPCTimeout(r.Header.Get("Grpc-Timeout")); ok {
+			if d, ok := h2c.ParseGRPCTimeout(r.Header.Get("Grpc-Timeout")); ok {
 				left = d
 			}
 			w.Header().Set("Content-Type", "application/grpc")
@@ -441,7 +442,7 @@ func TestH2CBodyLimit(t *testing.T) {
 }
 
 // TestGRPCManyCallsOneConnection: of more calls than a connection may
-// carry at once on one connection, maxStreams reach admission and wait in
+// carry at once on one connection, h2c.MaxStreams reach admission and wait in
 // its queue; the rest wait in the client, which opens them as others end.
 // A connection could carry 10,000 streams: a client that granted them no
 // window held hundreds of megabytes outside the memory bulkhead.
@@ -461,16 +462,16 @@ func TestGRPCManyCallsOneConnection(t *testing.T) {
 		}()
 	}
 	deadline := time.Now().Add(5 * time.Second)
-	for tp.limiter.Stats().Queued < maxStreams-workers {
+	for tp.limiter.Stats().Queued < h2c.MaxStreams-workers {
 		if time.Now().After(deadline) {
-			t.Fatalf("queued %d of %d calls; want %d, all the connection carries past the %d workers", tp.limiter.Stats().Queued, calls, maxStreams-workers, workers)
+			t.Fatalf("queued %d of %d calls; want %d, all the connection carries past the %d workers", tp.limiter.Stats().Queued, calls, h2c.MaxStreams-workers, workers)
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
 	for range 20 {
 		st := tp.limiter.Stats()
-		if n := st.InFlight + st.Queued; n > maxStreams {
-			t.Fatalf("%d calls at admission; want at most the connection's %d streams", n, maxStreams)
+		if n := st.InFlight + st.Queued; n > h2c.MaxStreams {
+			t.Fatalf("%d calls at admission; want at most the connection's %d streams", n, h2c.MaxStreams)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
@@ -484,18 +485,19 @@ func TestGRPCManyCallsOneConnection(t *testing.T) {
 // request's context has ended: the worst timing of a permit freed as a
 // queued stream is cancelled.
 type lateAdmitter struct {
+	limiter.Policy
 	granted, released atomic.Int64
 }
 
-func (a *lateAdmitter) TryAcquire(int64) error { return limiter.ErrMustWait }
+func (a *lateAdmitter) Admit(time.Time, *limiter.Request) error { return limiter.ErrMustWait }
 
-func (a *lateAdmitter) Acquire(ctx context.Context, _ int64) error {
+func (a *lateAdmitter) Wait(ctx context.Context, _ *limiter.Request) error {
 	<-ctx.Done()
 	a.granted.Add(1)
 	return nil
 }
 
-func (a *lateAdmitter) Release(int64) { a.released.Add(1) }
+func (a *lateAdmitter) Leave(time.Time, *limiter.Request, int64) { a.released.Add(1) }
 
 // TestH2CStreamCancelledAsItIsAdmittedNeverReachesTheUpstream: a stream
 // whose client left (or whose deadline passed) while it waited is not
@@ -508,7 +510,7 @@ func TestH2CStreamCancelledAsItIsAdmittedNeverReachesTheUpstream(t *testing.T) {
 		io.WriteString(w, "ok")
 	})
 	adm := &lateAdmitter{}
-	tp := startProxy(t, up, limiter.Config{Mode: limiter.Unbounded}, func(c *Config) { c.Admitter = adm })
+	tp := startProxy(t, up, limiter.Config{Mode: limiter.Unbounded}, func(c *Config) { adm.Policy, c.Policy = c.Policy, adm })
 	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
 	defer cancel()
 	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+tp.addr+"/left", nil)

@@ -126,3 +126,28 @@ func remoteIP(a net.Addr) (netip.Addr, bool) {
 	addr, ok := netip.AddrFromSlice(ip)
 	return addr.Unmap(), ok
 }
+
+// isUpgrade reports whether a request asks to switch protocols: Connection
+// names upgrade and Upgrade names a protocol. An upgrade to h2c is not
+// one: its HTTP/2 streams would pass the tunnel unadmitted, so such a
+// request goes as a plain HTTP/1.1 request (Upgrade is hop-by-hop), as
+// RFC 9113 lets a server answer it; h2c clients use prior knowledge.
+func isUpgrade(h *fasthttp.RequestHeader) bool {
+	if !h.ConnectionUpgrade() {
+		return false
+	}
+	v := h.Peek(fasthttp.HeaderUpgrade)
+	return len(v) > 0 && !hasToken(v, "h2c")
+}
+
+// hasToken reports whether a comma-separated list has tok, in any case.
+func hasToken(list []byte, tok string) bool {
+	for len(list) > 0 {
+		var t []byte
+		t, list, _ = bytes.Cut(list, []byte{','})
+		if bytes.EqualFold(bytes.TrimSpace(t), []byte(tok)) {
+			return true
+		}
+	}
+	return false
+}

@@ -144,7 +144,7 @@ func startProxy(t *testing.T, upstreamURL string, lcfg limiter.Config, edit func
 	rec := newRecorder()
 	cfg := Config{
 		Upstream:        upstreamURL,
-		Admitter:        lim,
+		Policy:          lim,
 		Observer:        rec,
 		UpstreamTimeout: 5 * time.Second,
 		MaxConns:        lim.Stats().Limit,
@@ -240,3 +240,13 @@ func doGet(t *testing.T, addr, path string) (*http.Response, string) {
 }
 
 func discardLogger() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
+
+// The texts of the answers every protocol gives (admission.Gate.Answer),
+// as a client reads them.
+const (
+	msgBodyTooLarge    = "request body too large\n"
+	msgBulkheadFull    = "overloaded: bulkhead full\n"
+	msgInternal        = "internal error\n"
+	msgUpstreamError   = "bad gateway: upstream unavailable\n"
+	msgUpstreamTimeout = "gateway timeout: upstream too slow\n"
+)

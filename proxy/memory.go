@@ -1,6 +1,6 @@
 package proxy
 
-// What a request reserves from the Admitter, so that a memory bulkhead in
+// What a request reserves from the Policy, so that a memory bulkhead in
 // front of the proxy bounds what requests really hold. The reservation is
 // made on admission, before anything is known of the response, and a
 // response body the proxy buffers is added when its headers arrive (see

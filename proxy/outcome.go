@@ -41,9 +41,3 @@ var kindValues = func() (v [outcome.NumKinds][]byte) {
 	}
 	return v
 }()
-
-// Observer receives each request's Outcome once, after its response.
-// Observe is called concurrently and on the request's path: it must be quick.
-type Observer interface {
-	Observe(*Outcome)
-}

@@ -88,7 +88,7 @@ func BenchmarkH2C(b *testing.B) {
 	loomgate := func(b *testing.B) string {
 		lim, _ := limiter.New(limiter.Config{Mode: limiter.Unbounded})
 		p, err := New(Config{
-			Upstream: upURL, Admitter: lim, Observer: nopObserver{},
+			Upstream: upURL, Policy: lim, Observer: nopObserver{},
 			ServerTiming: true, Reserve: RequestBytes,
 		})
 		if err != nil {

@@ -515,16 +515,15 @@ func TestHeadAndNoBodyStatuses(t *testing.T) {
 }
 
 // panicAdmitter fails the way a bug would.
-type panicAdmitter struct{}
+type panicAdmitter struct{ limiter.Policy }
 
-func (panicAdmitter) TryAcquire(int64) error               { panic("bug") }
-func (panicAdmitter) Acquire(context.Context, int64) error { panic("bug") }
-func (panicAdmitter) Release(int64)                        {}
+func (panicAdmitter) Admit(time.Time, *limiter.Request) error      { panic("bug") }
+func (panicAdmitter) Wait(context.Context, *limiter.Request) error { panic("bug") }
 
 func TestPanicAnswers500(t *testing.T) {
 	up := newUpstream(t, func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") })
 	tp := startProxy(t, up.URL, unbounded, func(c *Config) {
-		c.Admitter = panicAdmitter{}
+		c.Policy = panicAdmitter{c.Policy}
 		c.Logger = discardLogger()
 	})
 	for range 2 {
@@ -543,7 +542,7 @@ func TestRetryAfterFromConfig(t *testing.T) {
 	up := newUpstream(t, func(w http.ResponseWriter, r *http.Request) {})
 	tp := startProxy(t, up.URL, limiter.Config{Mode: limiter.Unbounded, Bulkhead: 1}, func(c *Config) {
 		c.RetryAfter = func(k Kind) time.Duration { return 2100 * time.Millisecond }
-		c.Admitter = fullAdmitter{}
+		c.Policy = fullAdmitter{c.Policy}
 	})
 	resp, _ := doGet(t, tp.addr, "/")
 	if got := resp.Header.Get("Retry-After"); got != "3" {
@@ -551,11 +550,11 @@ func TestRetryAfterFromConfig(t *testing.T) {
 	}
 }
 
-type fullAdmitter struct{}
+// fullAdmitter rejects every request, as a full bulkhead does.
+type fullAdmitter struct{ limiter.Policy }
 
-func (fullAdmitter) TryAcquire(int64) error               { return limiter.ErrBulkheadFull }
-func (fullAdmitter) Acquire(context.Context, int64) error { return limiter.ErrBulkheadFull }
-func (fullAdmitter) Release(int64)                        {}
+func (fullAdmitter) Admit(time.Time, *limiter.Request) error      { return limiter.ErrBulkheadFull }
+func (fullAdmitter) Wait(context.Context, *limiter.Request) error { return limiter.ErrBulkheadFull }
 
 func waitFor(t *testing.T, cond func() bool) {
 	t.Helper()
@@ -629,7 +628,7 @@ func TestMaxBodyLimit(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg := Config{Upstream: "http://127.0.0.1:1", Admitter: lim}
+	cfg := Config{Upstream: "http://127.0.0.1:1", Policy: lim}
 	for n, ok := range map[int64]bool{2 << 30: true, MaxBodyLimit + 1: false, -1: false, 0: true} {
 		cfg.MaxBodyBytes = n
 		if err := cfg.Validate(); (err == nil) != ok {

@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"bufio"
+	"context"
 	"errors"
 	"io"
 	"net"
@@ -12,6 +13,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/loomgate/loomgate/internal/peer"
+	"github.com/loomgate/loomgate/internal/rawio"
 )
 
 // The exchange makes its own round trip on the HostClient's connection
@@ -435,4 +437,38 @@ func (e *exchange) releaseUpstream() {
 	}
 	u.cc, u.br, u.first, u.reusable = nil, nil, nil, false
 	u.pre = prefixReader{}
+}
+
+// dialAside dials the upstream on a goroutine of its own. Dialling takes
+// the deepest stack of a request's whole path, and a goroutine's stack,
+// once grown, stays grown while the request that grew it waits: dialled in
+// the request's goroutine, every connection's first request would leave
+// its client's goroutine with twice the stack for as long as it lives.
+func dialAside(addr string, timeout time.Duration, g *rawio.Group) (net.Conn, error) {
+	type dialed struct {
+		conn net.Conn
+		err  error
+	}
+	ch := make(chan dialed, 1)
+	go func() {
+		conn, err := fasthttp.DialTimeout(addr, timeout)
+		ch <- dialed{conn, err}
+	}()
+	d := <-ch
+	if d.err != nil {
+		return nil, &ConnectError{Err: d.err}
+	}
+	// Its reads and writes do not wake the runtime's monitor thread (see
+	// rawListener).
+	return rawio.WrapIn(d.conn, g), nil
+}
+
+// dialH2 dials the upstream for HTTP/2, its reads and writes raw as on
+// HTTP/1 (see rawListener).
+func (p *Proxy) dialH2(ctx context.Context, network, addr string) (net.Conn, error) {
+	c, err := (&net.Dialer{Timeout: p.timeout}).DialContext(ctx, network, addr)
+	if err != nil {
+		return nil, &ConnectError{Err: err}
+	}
+	return rawio.WrapIn(c, &p.upstreams), nil
 }

@@ -62,13 +62,30 @@ type pattern struct {
 // segment. Names are letters, digits, '_' and '-', at most 32 characters;
 // "other" is taken. An empty string is the automatic classification.
 func Parse(s string) (*Classes, error) {
-	r := &Classes{}
-	if strings.TrimSpace(s) == "" {
-		r.names.Store([]string{Other})
-		r.auto.Store(map[string]int{})
-		return r, nil
+	var p Patterns
+	if err := p.UnmarshalText([]byte(s)); err != nil {
+		return nil, err
 	}
-	names := []string{Other}
+	return p.Classes(), nil
+}
+
+// Patterns are route classes as Parse reads them, read and checked once:
+// named patterns, or none for the automatic classification (the zero
+// value). A configuration holds them, so that a mistake is reported with
+// the configuration's other problems, and Classes builds from them
+// without reading them again.
+type Patterns struct {
+	text     string
+	patterns []pattern
+}
+
+// UnmarshalText reads text as Parse does.
+func (p *Patterns) UnmarshalText(text []byte) error {
+	s := string(text)
+	*p = Patterns{text: s}
+	if strings.TrimSpace(s) == "" {
+		return nil
+	}
 	seen := map[string]bool{Other: true}
 	for _, item := range strings.Split(s, ",") {
 		item = strings.TrimSpace(item)
@@ -76,20 +93,20 @@ func Parse(s string) (*Classes, error) {
 		name, spec = strings.TrimSpace(name), strings.TrimSpace(spec)
 		switch {
 		case !ok || spec == "":
-			return nil, fmt.Errorf("%q is not name=pattern", item)
+			return fmt.Errorf("%q is not name=pattern", item)
 		case !validName(name):
-			return nil, fmt.Errorf("%q: a name is 1 to 32 letters, digits, '_' or '-'", name)
+			return fmt.Errorf("%q: a name is 1 to 32 letters, digits, '_' or '-'", name)
 		case seen[name]:
-			return nil, fmt.Errorf("%q is named twice (or is %q, which is taken)", name, Other)
+			return fmt.Errorf("%q is named twice (or is %q, which is taken)", name, Other)
 		}
 		seen[name] = true
-		p := pattern{name: name}
+		pt := pattern{name: name}
 		// A method comes first, if any; a path starts with "/".
 		if method, path, ok := strings.Cut(spec, " "); ok && !strings.HasPrefix(spec, "/") {
-			p.method, spec = []byte(strings.ToUpper(method)), strings.TrimSpace(path)
+			pt.method, spec = []byte(strings.ToUpper(method)), strings.TrimSpace(path)
 		}
 		if !strings.HasPrefix(spec, "/") {
-			return nil, fmt.Errorf("%s=%s: the path must start with /", name, spec)
+			return fmt.Errorf("%s=%s: the path must start with /", name, spec)
 		}
 		// A path is matched against a request's path, which has no query
 		// or fragment (Class cuts them off) and no space or control byte
@@ -99,25 +116,44 @@ func Parse(s string) (*Classes, error) {
 			return r == '?' || r == '#' || unicode.IsSpace(r) || unicode.IsControl(r)
 		}); i >= 0 {
 			c, _ := utf8.DecodeRuneInString(spec[i:])
-			return nil, fmt.Errorf("%s=%s: the path has %q, which no request's path has", name, spec, c)
+			return fmt.Errorf("%s=%s: the path has %q, which no request's path has", name, spec, c)
 		}
 		for seg := range strings.SplitSeq(strings.Trim(spec, "/"), "/") {
 			if seg != "" {
 				// "*" is a whole segment; it is no wildcard within one.
 				if seg != "*" && strings.Contains(seg, "*") {
-					return nil, fmt.Errorf("%s=%s: %q; * stands for one whole segment (/users/*/orders), not part of one", name, spec, seg)
+					return fmt.Errorf("%s=%s: %q; * stands for one whole segment (/users/*/orders), not part of one", name, spec, seg)
 				}
-				p.segments = append(p.segments, []byte(seg))
+				pt.segments = append(pt.segments, []byte(seg))
 			}
 		}
-		r.patterns = append(r.patterns, p)
-		names = append(names, name)
+		p.patterns = append(p.patterns, pt)
 	}
-	if len(r.patterns) > Max {
-		return nil, fmt.Errorf("%d routes; at most %d", len(r.patterns), Max)
+	if len(p.patterns) > Max {
+		return fmt.Errorf("%d routes; at most %d", len(p.patterns), Max)
+	}
+	return nil
+}
+
+// MarshalText writes the patterns as they were read.
+func (p Patterns) MarshalText() ([]byte, error) { return []byte(p.text), nil }
+
+// String returns the patterns as they were read.
+func (p Patterns) String() string { return p.text }
+
+// Classes returns Classes that sort requests by p: new ones, whose
+// automatic classes, if any, are their own.
+func (p Patterns) Classes() *Classes {
+	r := &Classes{patterns: p.patterns}
+	names := []string{Other}
+	if p.patterns == nil {
+		r.auto.Store(map[string]int{})
+	}
+	for _, pt := range p.patterns {
+		names = append(names, pt.name)
 	}
 	r.names.Store(names)
-	return r, nil
+	return r
 }
 
 func validName(s string) bool {

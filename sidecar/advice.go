@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/loomgate/loomgate/advice"
-	"github.com/loomgate/loomgate/limiter"
 	"github.com/loomgate/loomgate/metrics"
 	"github.com/loomgate/loomgate/proxy"
 )
@@ -311,7 +310,7 @@ func known(x float64) *float64 {
 
 func (s *Sidecar) advice(snap advice.Snapshot) AdviceDoc {
 	f, r, e := snap.Figures, snap.Recommendation, snap.Figures.Estimate
-	st := s.limiter.Stats()
+	st := s.Stats()
 	doc := AdviceDoc{
 		Time:    snap.Time,
 		Version: s.version,
@@ -576,14 +575,11 @@ func (s *Sidecar) probeText() string {
 //     the wait is one service time shared by all in flight.
 //
 // The ceiling is the longest the retry could itself wait before rejection:
-// QUEUE_TIMEOUT in fixed mode, BULKHEAD_WAIT in unbounded mode.
+// QUEUE_TIMEOUT in fixed and adaptive mode, BULKHEAD_WAIT in unbounded mode.
 func (s *Sidecar) retryAfter(kind proxy.Kind) time.Duration {
-	st := s.limiter.Stats()
+	st := s.Stats()
 	service := s.advisor.MeanService()
-	ceiling := s.cfg.BulkheadWait
-	if s.cfg.Mode != limiter.Unbounded {
-		ceiling = s.cfg.QueueTimeout
-	}
+	ceiling := s.policy.maxWait
 	switch kind {
 	case proxy.RejectedQueueFull, proxy.RejectedBulkhead:
 		return advice.RetryAfter(st.Queued+1, st.Limit, service, ceiling)

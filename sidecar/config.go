@@ -57,7 +57,7 @@ type Config struct {
 	LogLevel             LogLevel            `env:"LOG_LEVEL" envDefault:"info" help:"level of the process log on stderr" accepts:"debug, info, warn or error"`
 	UpstreamMetricsURL   string              `env:"UPSTREAM_METRICS_URL" envDefault:"" help:"optional: the service's own Prometheus endpoint, for its memory" accepts:"empty, or an http:// or https:// URL"`
 	UpstreamMemoryMetric series.Selector     `env:"UPSTREAM_MEMORY_METRIC" envDefault:"process_resident_memory_bytes" help:"the series to read there (summed)" accepts:"a metric name with optional = or != label matchers, e.g. jvm_memory_used_bytes{area=\"heap\"}"`
-	Routes               string              `env:"ROUTES" envDefault:"" help:"route classes the advice compares like with like: name=[METHOD ]/path/prefix pairs, * for one segment; empty: method and first path segment, the first 32 seen" accepts:"empty, or e.g. checkout=POST /api/checkout,search=/api/search,orders=/users/*/orders"`
+	Routes               route.Patterns      `env:"ROUTES" envDefault:"" help:"route classes the advice compares like with like: name=[METHOD ]/path/prefix pairs, * for one segment; empty: method and first path segment, the first 32 seen" accepts:"empty, or e.g. checkout=POST /api/checkout,search=/api/search,orders=/users/*/orders"`
 	MemoryBudgetBytes    Size                `env:"MEMORY_BUDGET_BYTES" envDefault:"0" help:"memory the advice may plan for, 0 = none" accepts:"a size in bytes, e.g. 0 or 2GiB"`
 	Pprof                bool                `env:"PPROF" envDefault:"false" help:"serve /debug/pprof/ on the admin listener, to clients on loopback only (kubectl port-forward arrives there)" accepts:"true or false"`
 }
@@ -222,10 +222,7 @@ func (c Config) Validate() error {
 	if c.UpstreamMemoryMetric.Name == "" {
 		bad("UpstreamMemoryMetric", "names no metric")
 	}
-	if _, err := route.Parse(c.Routes); err != nil {
-		bad("Routes", "%v", err)
-	}
-	// A placeholder admitter and registerer: what is checked here is the
+	// A placeholder policy and registerer: what is checked here is the
 	// configuration, not the wiring.
 	// The limiter checks the fields of the mode it runs; checking fixed's
 	// and unbounded's settings as if each were in force (adaptive's queue
@@ -240,9 +237,12 @@ func (c Config) Validate() error {
 	default:
 		limiterProblems = c.Limiter().Validate()
 	}
+	// Pass-through admits without holding anything: a stand-in, as
+	// Validate never calls it.
+	pass, _ := limiter.New(limiter.Config{Mode: limiter.Unbounded})
 	parts := []error{
 		limiterProblems, asUnbounded.Validate(),
-		proxy.Config{Upstream: c.Upstream, Admitter: noAdmitter{}, MaxBodyBytes: int64(c.MaxBodyBytes), RejectStatus: c.RejectStatus}.Validate(),
+		proxy.Config{Upstream: c.Upstream, Policy: pass, MaxBodyBytes: int64(c.MaxBodyBytes), RejectStatus: c.RejectStatus}.Validate(),
 		advice.Config{
 			State: func() advice.State { return advice.State{} }, UpstreamMetricsURL: c.UpstreamMetricsURL,
 			Settings: advice.Settings{MemoryBudgetBytes: int64(c.MemoryBudgetBytes)},

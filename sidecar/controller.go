@@ -5,24 +5,24 @@ import (
 	"time"
 
 	"github.com/loomgate/loomgate/adaptive"
-	"github.com/loomgate/loomgate/limiter"
-	"github.com/loomgate/loomgate/proxy"
 )
 
-// Controller moves the adaptive mode's limit in place of package
-// adaptive's controller. Options.Controller plugs one in, so that the lab
-// can run other algorithms behind the same proxy, limiter and queue, and
-// compare the controllers alone.
+// Controller moves the adaptive mode's limit. Package adaptive's is the
+// one the sidecar builds; Options.Controller plugs another in its place, so
+// that the lab can run other algorithms behind the same proxy, limiter and
+// queue, and compare the controllers alone. Either is built from the same
+// hooks, hears of the same requests and runs the same way.
 type Controller interface {
-	// Record is told of each request the upstream answered (below 500),
-	// with its service time: admission to last byte, without loomgate's
-	// queue.
-	Record(service time.Duration)
+	// Record is told of each request the upstream answered (below 500):
+	// its route class (an index of the route classes, for a controller
+	// that weighs routes by their cost; one that does not ignores it) and
+	// its service time, admission to last byte, without loomgate's queue.
+	Record(class int, service time.Duration)
 	// Run moves the limit until ctx ends.
 	Run(ctx context.Context)
 }
 
-// ControllerHooks are what a plugged Controller reads and moves.
+// ControllerHooks are what a Controller reads and moves.
 type ControllerHooks struct {
 	// SetLimit applies a limit; 0 opens admission.
 	SetLimit func(int)
@@ -30,22 +30,32 @@ type ControllerHooks struct {
 	State func() adaptive.State
 }
 
-// plug builds opts.Controller over policy, the limiter whose limit it
-// moves, sampling state (see Sidecar.controlled).
-func plug(newController func(ControllerHooks) Controller, policy *limiter.Limiter, state func() adaptive.State) Controller {
-	return newController(ControllerHooks{SetLimit: policy.SetLimit, State: state})
-}
-
-// pluggedObserver hands a plugged Controller the samples package adaptive's
-// controller gets from observer.Observe.
-type pluggedObserver struct {
-	proxy.Observer
-	controller Controller
-}
-
-func (o pluggedObserver) Observe(out *proxy.Outcome) {
-	o.Observer.Observe(out)
-	if out.Admitted && out.Answered() {
-		o.controller.Record(out.Service)
+// newController builds the controller that moves p's limit: plugged's, or
+// package adaptive's, which s.adaptive then is; nil where the limit is the
+// configuration's.
+func (s *Sidecar) newController(p *policy, plugged func(ControllerHooks) Controller) (Controller, error) {
+	if p.limit == nil {
+		return nil, nil
 	}
+	hooks := ControllerHooks{SetLimit: p.decides.SetLimit, State: p.controllerState}
+	if plugged != nil {
+		return plugged(hooks), nil
+	}
+	c, err := adaptive.New(adaptive.Config{
+		SetLimit: hooks.SetLimit,
+		State:    hooks.State,
+		Estimate: func() adaptive.Estimate {
+			e := s.advisor.Snapshot().Figures.Estimate
+			return adaptive.Estimate{Saturated: e.Saturated, Capacity: e.Capacity, LowerBound: e.LowerBound}
+		},
+		Min: s.cfg.AdaptiveMin, Max: s.cfg.AdaptiveMax,
+		Logger:   s.log,
+		OnChange: func(ch adaptive.Change) { s.metrics.LimitChanged(string(ch.Reason)) },
+		Paused:   func() bool { return s.probe != nil && s.probe.Active() },
+	})
+	if err != nil {
+		return nil, err
+	}
+	s.adaptive = c
+	return c, nil
 }

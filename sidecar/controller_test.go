@@ -19,7 +19,7 @@ type fixedController struct {
 	samples atomic.Int64
 }
 
-func (c *fixedController) Record(time.Duration) { c.samples.Add(1) }
+func (c *fixedController) Record(int, time.Duration) { c.samples.Add(1) }
 func (c *fixedController) Run(ctx context.Context) {
 	c.hooks.SetLimit(c.limit)
 	<-ctx.Done()

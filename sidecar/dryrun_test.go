@@ -1,13 +1,22 @@
 package sidecar
 
 import (
+	"context"
 	"io"
 	"net/http"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/coder/websocket"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+
 	"github.com/loomgate/loomgate/internal/upstreamtest"
+	"github.com/loomgate/loomgate/metrics"
 )
 
 // TestDryRunCountsWhatTheModeWouldDo: the same burst of 40 requests at
@@ -147,7 +156,7 @@ func TestDryRunInFrontOfAFullPool(t *testing.T) {
 	for {
 		// Shadow waits end up to the queue timeout after the load.
 		would = gathered(t, dry.Sidecar, "loomgate_dry_run_requests_total", "rejected_queue_timeout")
-		if dry.shadow.Limiter().Stats().Queued == 0 || time.Now().After(deadline) {
+		if dry.policy.decides.Stats().Queued == 0 || time.Now().After(deadline) {
 			break
 		}
 		time.Sleep(100 * time.Millisecond)
@@ -166,4 +175,100 @@ func TestDryRunInFrontOfAFullPool(t *testing.T) {
 	if n := gathered(t, dry.Sidecar, "loomgate_requests_total", "rejected_queue_timeout"); n != 0 {
 		t.Errorf("dry run rejected %v requests for real; want none", n)
 	}
+}
+
+// TestDryRunCountsEveryProtocol: a dry run counts what its mode would do
+// with every request, whatever its protocol. Through a fixed sidecar of one
+// worker, 20 requests one after another over HTTP/1.1, 20 over h2c, 20
+// gRPC calls and 5 WebSocket handshakes: each is counted once in
+// loomgate_dry_run_requests_total, admitted or queued, as it is in
+// loomgate_requests_total.
+func TestDryRunCountsEveryProtocol(t *testing.T) {
+	gs := grpc.NewServer()
+	healthpb.RegisterHealthServer(gs, health.NewServer())
+	upAddr := h2cServer(t, func(w http.ResponseWriter, r *http.Request) {
+		switch {
+		case strings.HasPrefix(r.Header.Get("Content-Type"), "application/grpc"):
+			gs.ServeHTTP(w, r)
+		case r.Header.Get("Upgrade") != "":
+			c, err := websocket.Accept(w, r, nil)
+			if err == nil {
+				c.Close(websocket.StatusNormalClosure, "")
+			}
+		default:
+			io.WriteString(w, "ok")
+		}
+	})
+	s := start(t, testConfig(t, "LOOMGATE_UPSTREAM=http://"+upAddr, "LOOMGATE_MODE=fixed", "LOOMGATE_WORKERS=1",
+		"LOOMGATE_DRY_RUN=true"))
+	counted := func() int {
+		n := 0
+		for _, w := range metrics.DryRunDecisions {
+			n += int(gathered(t, s.Sidecar, "loomgate_dry_run_requests_total", w))
+		}
+		return n
+	}
+	// Each request's decision is counted as it arrives, or, had it queued,
+	// once the shadow admits it: a service time later at most.
+	expect := func(protocol string, want int) {
+		t.Helper()
+		deadline := time.Now().Add(10 * time.Second)
+		for counted() != want && time.Now().Before(deadline) {
+			time.Sleep(10 * time.Millisecond)
+		}
+		if got := counted(); got != want {
+			t.Errorf("after the %s requests, the dry run counted %d decisions; want %d, one a request", protocol, got, want)
+		}
+		if got := int(gathered(t, s.Sidecar, "loomgate_requests_total", "ok")); got != want {
+			t.Errorf("after the %s requests, loomgate_requests_total{outcome=ok} = %d; want %d", protocol, got, want)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+
+	for range 20 {
+		if got := get(t, s.URL+"/h1"); got != http.StatusOK {
+			t.Fatalf("HTTP/1.1 status %d; want 200", got)
+		}
+	}
+	expect("HTTP/1.1", 20)
+
+	protos := new(http.Protocols)
+	protos.SetUnencryptedHTTP2(true)
+	h2c := &http.Client{Transport: &http.Transport{Protocols: protos}}
+	defer h2c.CloseIdleConnections()
+	for range 20 {
+		resp, err := h2c.Get(s.URL + "/h2c")
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK || resp.ProtoMajor != 2 {
+			t.Fatalf("h2c: %s, status %d; want HTTP/2.0, 200", resp.Proto, resp.StatusCode)
+		}
+	}
+	expect("h2c", 40)
+
+	cc, err := grpc.NewClient(strings.TrimPrefix(s.URL, "http://"), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cc.Close()
+	hc := healthpb.NewHealthClient(cc)
+	for range 20 {
+		if _, err := hc.Check(ctx, &healthpb.HealthCheckRequest{}); err != nil {
+			t.Fatalf("gRPC Check = %v", err)
+		}
+	}
+	expect("gRPC", 60)
+
+	for range 5 {
+		ws, _, err := websocket.Dial(ctx, "ws"+strings.TrimPrefix(s.URL, "http")+"/ws", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ws.CloseNow()
+	}
+	expect("WebSocket", 65)
 }

@@ -9,6 +9,8 @@ import (
 	"net"
 	"runtime"
 	"strings"
+
+	"github.com/loomgate/loomgate/internal/procs"
 )
 
 // StatusPageURL is where a browser on this machine finds the status page
@@ -49,7 +51,7 @@ func Main(ctx context.Context, environ []string, stdout, stderr io.Writer, versi
 func MainWithController(ctx context.Context, environ []string, stdout, stderr io.Writer, version string, controller func(ControllerHooks) Controller) int {
 	cfg, err := ParseEnv(environ)
 	gomaxprocs, set := lookupEnv(environ, "GOMAXPROCS")
-	procs, perr := ReadProcs(gomaxprocs, set, runtime.GOMAXPROCS(0))
+	ps, perr := procs.Read(gomaxprocs, set, runtime.GOMAXPROCS(0))
 	if perr != nil {
 		// Reported with the LOOMGATE_ variables' problems, so that all
 		// are fixed in one round.
@@ -66,17 +68,17 @@ func MainWithController(ctx context.Context, environ []string, stdout, stderr io
 	}
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: cfg.LogLevel}))
 	warnUnprefixed(log, environ)
-	cpuLimit := ReadCPULimit()
-	if one := UnderCPULimit(procs, cpuLimit); one != procs {
-		procs = one
+	cpuLimit := procs.ReadCPULimit()
+	if one := procs.UnderCPULimit(ps, cpuLimit); one != ps {
+		ps = one
 		runtime.GOMAXPROCS(one.N)
-		go followCPULimit(ctx, ReadCPULimit, cpuLimitCheck, func(limit float64) {
+		go procs.FollowCPULimit(ctx, procs.ReadCPULimit, procs.CPULimitCheck, func(limit float64) {
 			runtime.SetDefaultGOMAXPROCS()
 			log.Info("CPU limit raised above one CPU: Go's default Ps again", "GOMAXPROCS", runtime.GOMAXPROCS(0), "cpu_limit", limit)
 		})
 	}
-	// What a CPU figure of this process is read against; see Procs.
-	log.Info("Go runtime Ps; set GOMAXPROCS to choose", "GOMAXPROCS", procs.N, "from", procs.Source, "cpus", runtime.NumCPU(), "cpu_limit", cpuLimit)
+	// What a CPU figure of this process is read against; see procs.Ps.
+	log.Info("Go runtime Ps; set GOMAXPROCS to choose", "GOMAXPROCS", ps.N, "from", ps.Source, "cpus", runtime.NumCPU(), "cpu_limit", cpuLimit)
 	// A container's limit is the runtime's too, unless GOMEMLIMIT says
 	// otherwise: the collector then works harder near the limit instead of
 	// letting garbage grow into it and the kernel's OOM killer.

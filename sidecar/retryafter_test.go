@@ -61,7 +61,7 @@ func TestRetryAfterFromLiveState(t *testing.T) {
 			// three waiting.
 			ctx := context.Background()
 			for range 2 {
-				if err := s.limiter.Acquire(ctx, 0); err != nil {
+				if err := s.policy.held.Acquire(ctx, 0); err != nil {
 					t.Fatal(err)
 				}
 			}
@@ -70,8 +70,8 @@ func TestRetryAfterFromLiveState(t *testing.T) {
 			if cfg.Mode == limiter.Fixed || cfg.BulkheadWait > 0 {
 				for range 3 {
 					waiters.Go(func() {
-						if s.limiter.Acquire(waitCtx, 0) == nil {
-							s.limiter.Release(0)
+						if s.policy.held.Acquire(waitCtx, 0) == nil {
+							s.policy.held.Release(0)
 						}
 					})
 				}
@@ -88,8 +88,8 @@ func TestRetryAfterFromLiveState(t *testing.T) {
 			}
 			stopWaiting()
 			waiters.Wait()
-			s.limiter.Release(0)
-			s.limiter.Release(0)
+			s.policy.held.Release(0)
+			s.policy.held.Release(0)
 		}
 	})
 }

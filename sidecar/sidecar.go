@@ -56,26 +56,26 @@ type Options struct {
 // Sidecar is the proxy with its limiter, metrics and admin endpoints: what
 // `loomgate proxy` runs, and what the demo and the tests run in-process.
 type Sidecar struct {
-	cfg      Config
-	version  string
-	log      *slog.Logger
-	limiter  *limiter.Limiter
+	cfg     Config
+	version string
+	log     *slog.Logger
+	// policy is the admission policy the configuration chose.
+	policy   *policy
 	proxy    *proxy.Proxy
 	registry *prometheus.Registry
 	metrics  *metrics.Metrics
 	advisor  *advice.Advisor
-	// adaptive moves the limit in adaptive mode; nil in the others, and
-	// when plugged moves it instead (Options.Controller).
+	// controller moves the limit in adaptive mode; nil in the others.
+	controller Controller
+	// adaptive is package adaptive's controller when it is the one
+	// (Options.Controller plugs none in its place): /advice shows its
+	// limit and changes, and a probe hands it what it finds.
 	adaptive *adaptive.Controller
-	plugged  Controller
 	// probe finds out what an upstream seen only at its present load
 	// does with fewer admitted; nil when LOOMGATE_PROBE is off.
 	probe *probe.Controller
-	// shadow runs the configured policy in a dry run; nil without one.
-	// limiter then admits everyone.
-	shadow *limiter.Shadow
-	admin  *http.Server
-	ready  atomic.Bool
+	admin *http.Server
+	ready atomic.Bool
 	// health follows whether the upstream answers: the log, the status
 	// page and /readyz read it.
 	health *upstreamHealth
@@ -134,50 +134,33 @@ func build(cfg Config, opts Options) (*Sidecar, error) {
 	}
 	s := &Sidecar{cfg: cfg, version: opts.Version, log: opts.Logger, registry: prometheus.NewRegistry()}
 	s.health = newUpstreamHealth(s.log, cfg.Upstream, cfg.ReadyFollowsUpstream)
-	lim, err := limiter.New(cfg.Limiter())
+	pol, err := s.newPolicy(cfg)
 	if err != nil {
 		return nil, err
 	}
-	if cfg.DryRun {
-		// The configured policy decides in the shadow; what admits for
-		// real holds nothing back, and only counts in flight and bytes.
-		s.shadow = limiter.NewShadow(lim, s.dryRunDecision)
-		if lim, err = limiter.New(limiter.Config{Mode: limiter.Unbounded}); err != nil {
-			return nil, err
-		}
-	}
-	s.limiter = lim
+	s.policy = pol
+	lim := pol.held
 	stats := lim.Stats()
-	routes, err := route.Parse(cfg.Routes)
-	if err != nil {
-		return nil, err
-	}
+	// Read and checked once, with the rest of the configuration; each
+	// request is classified once, as it meets admission.
+	routes := cfg.Routes.Classes()
 	// The advice describes what is really in force: in a dry run, that is
-	// pass-through, beside the mode it counts for; in adaptive mode, the
-	// limit of the moment (the shadow's, in a dry run of it).
+	// pass-through (no memory bulkhead either), beside the mode it counts
+	// for; in adaptive mode, the limit of the moment (the shadow's, in a
+	// dry run of it).
 	settings := advice.Settings{
 		Mode:    cfg.Mode,
 		Workers: cfg.Workers, QueueSize: cfg.QueueSize, QueueTimeout: cfg.QueueTimeout,
 		Bulkhead: cfg.Bulkhead, BulkheadWait: cfg.BulkheadWait,
-		MaxInFlightBytes:  int64(cfg.MaxInFlightBytes),
+		MaxInFlightBytes:  stats.MaxBytes,
 		MemoryBudgetBytes: int64(cfg.MemoryBudgetBytes),
 		OverheadBytes:     proxy.RequestOverheadBytes,
 		Probe:             cfg.ProbeOn(),
 		AdaptiveMin:       cfg.AdaptiveMin, AdaptiveMax: cfg.AdaptiveMax,
 		DryRun: cfg.DryRun,
 	}
-	var limitNow func() int
-	switch {
-	case cfg.DryRun && cfg.Mode == limiter.Adaptive:
-		settings.MaxInFlightBytes = 0
-		limitNow = func() int { return s.shadow.Limiter().Stats().Limit }
-	case cfg.DryRun:
-		settings.MaxInFlightBytes = 0
-	case cfg.Mode == limiter.Adaptive:
-		limitNow = func() int { return lim.Stats().Limit }
-	}
 	s.advisor, err = advice.New(advice.Config{
-		Limit:    limitNow,
+		Limit:    pol.limit,
 		Settings: settings,
 		Routes:   routes,
 		State: func() advice.State {
@@ -201,11 +184,8 @@ func build(cfg Config, opts Options) (*Sidecar, error) {
 		Version:          s.version,
 		State: func() metrics.State {
 			st := lim.Stats()
-			limit := st.Limit
-			if s.shadow != nil {
-				// A dry run's limit is the policy's, which it shadows.
-				limit = s.shadow.Limiter().Stats().Limit
-			}
+			// The limit is the mode's: in a dry run, the one it shadows.
+			limit := pol.decides.Stats().Limit
 			return metrics.State{InFlight: st.InFlight, Queued: st.Queued, Bytes: st.Bytes, Limit: int64(limit), Probe: int64(st.Probe)}
 		},
 		TakePeaks:          lim.TakePeaks,
@@ -228,43 +208,23 @@ func build(cfg Config, opts Options) (*Sidecar, error) {
 	if err != nil {
 		return nil, err
 	}
-	policy, state := s.controlled(lim)
-	if cfg.Mode == limiter.Adaptive && opts.Controller != nil {
-		s.plugged = plug(opts.Controller, policy, state)
-	} else if cfg.Mode == limiter.Adaptive {
-		s.adaptive, err = adaptive.New(adaptive.Config{
-			SetLimit: policy.SetLimit,
-			State:    state,
-			Estimate: func() adaptive.Estimate {
-				e := s.advisor.Snapshot().Figures.Estimate
-				return adaptive.Estimate{Saturated: e.Saturated, Capacity: e.Capacity, LowerBound: e.LowerBound}
-			},
-			Min: cfg.AdaptiveMin, Max: cfg.AdaptiveMax,
-			Logger:   s.log,
-			OnChange: func(ch adaptive.Change) { s.metrics.LimitChanged(string(ch.Reason)) },
-			Paused:   func() bool { return s.probe != nil && s.probe.Active() },
-		})
-		if err != nil {
-			return nil, err
-		}
+	if s.controller, err = s.newController(pol, opts.Controller); err != nil {
+		return nil, err
 	}
 	if cfg.ProbeOn() {
 		if s.probe, err = s.newProbe(lim); err != nil {
 			return nil, err
 		}
 	}
-	obs := &observer{metrics: s.metrics, advisor: s.advisor, adaptive: s.adaptive, probe: s.probe, health: s.health}
+	obs := &observer{metrics: s.metrics, advisor: s.advisor, controller: s.controller, probe: s.probe, health: s.health, routes: routes}
 	if cfg.AccessLog == "json" {
 		obs.access = slog.New(slog.NewJSONHandler(opts.AccessLog, nil))
 	}
-	var observe proxy.Observer = obs
-	if s.plugged != nil {
-		observe = pluggedObserver{Observer: obs, controller: s.plugged}
-	}
 	s.proxy, err = proxy.New(proxy.Config{
 		Upstream:        cfg.Upstream,
-		Admitter:        lim,
-		Observer:        observe,
+		Policy:          pol.admits,
+		Observer:        obs,
+		Classes:         routes,
 		UpstreamTimeout: cfg.UpstreamTimeout,
 		HeaderTimeout:   cfg.HeaderTimeout,
 		BodyTimeout:     cfg.BodyTimeout,
@@ -279,7 +239,6 @@ func build(cfg Config, opts Options) (*Sidecar, error) {
 		// memory bulkhead.
 		Reserve:    proxy.RequestBytes,
 		RetryAfter: s.retryAfter,
-		Shadow:     s.shadow,
 		// An upgraded connection holds no permit after its 101; it is
 		// bounded and timed on its own.
 		MaxUpgraded:         cfg.MaxUpgraded,
@@ -374,15 +333,9 @@ func (s *Sidecar) Run(ctx context.Context, ln, adminLn net.Listener) error {
 		s.advisor.Run(runCtx)
 		return nil
 	})
-	if s.adaptive != nil {
+	if s.controller != nil {
 		g.Go(func() error {
-			s.adaptive.Run(runCtx)
-			return nil
-		})
-	}
-	if s.plugged != nil {
-		g.Go(func() error {
-			s.plugged.Run(runCtx)
+			s.controller.Run(runCtx)
 			return nil
 		})
 	}
@@ -397,9 +350,9 @@ func (s *Sidecar) Run(ctx context.Context, ln, adminLn net.Listener) error {
 			return nil
 		})
 	}
-	if s.shadow != nil {
+	if s.policy.beside != nil {
 		g.Go(func() error {
-			s.tellShadow(runCtx)
+			s.policy.beside(runCtx)
 			return nil
 		})
 	}
@@ -431,9 +384,7 @@ func (s *Sidecar) Run(ctx context.Context, ln, adminLn net.Listener) error {
 	if err == nil {
 		err = drainErr
 	}
-	if s.shadow != nil {
-		s.shadow.Close()
-	}
+	s.policy.close()
 	return err
 }
 
@@ -458,8 +409,8 @@ func (s *Sidecar) shutdown() error {
 	return err
 }
 
-// Stats is the limiter's state now.
-func (s *Sidecar) Stats() limiter.Stats { return s.limiter.Stats() }
+// Stats is admission's state now: what is held for real.
+func (s *Sidecar) Stats() limiter.Stats { return s.policy.held.Stats() }
 
 // Gatherer is the sidecar's Prometheus registry, what /metrics serves.
 func (s *Sidecar) Gatherer() prometheus.Gatherer { return s.registry }
@@ -470,21 +421,22 @@ func (s *Sidecar) Config() Config { return s.cfg }
 // observer turns proxy Outcomes into metrics, the advice's window and
 // access log lines.
 type observer struct {
-	metrics  *metrics.Metrics
-	advisor  *advice.Advisor
-	adaptive *adaptive.Controller // nil outside adaptive mode
-	probe    *probe.Controller    // nil when LOOMGATE_PROBE is off
-	access   *slog.Logger         // nil when the access log is off
-	health   *upstreamHealth
+	metrics    *metrics.Metrics
+	advisor    *advice.Advisor
+	controller Controller        // nil outside adaptive mode
+	probe      *probe.Controller // nil when LOOMGATE_PROBE is off
+	access     *slog.Logger      // nil when the access log is off
+	health     *upstreamHealth
+	routes     *route.Classes // what each Outcome's Class indexes
 }
 
 func (o *observer) Observe(out *proxy.Outcome) {
 	o.metrics.Record(out)
 	o.health.observe(out)
-	class := o.advisor.Record(out)
+	o.advisor.Record(out)
 	if out.Admitted && out.Answered() {
-		if o.adaptive != nil {
-			o.adaptive.Record(class, out.Service)
+		if o.controller != nil {
+			o.controller.Record(out.Class, out.Service)
 		}
 		if o.probe != nil {
 			o.probe.Record(out.Service)
@@ -501,13 +453,17 @@ func (o *observer) Observe(out *proxy.Outcome) {
 // not, and a goroutine that needs more than its 4 KiB stack holds 8 KiB
 // from then on.
 func (o *observer) log(out *proxy.Outcome) {
-	remote := ""
+	remote, class := "", ""
 	if out.Remote != nil {
 		remote = out.Remote.String()
+	}
+	if names := o.routes.Names(); out.Admission && out.Class < len(names) {
+		class = names[out.Class]
 	}
 	o.access.LogAttrs(context.Background(), slog.LevelInfo, "request",
 		slog.String("method", string(out.Method)),
 		slog.String("target", string(out.Target)),
+		slog.String("route", class),
 		slog.String("remote", remote),
 		slog.Int("status", out.Status),
 		slog.Int("upstream_status", out.UpstreamStatus),
@@ -534,7 +490,9 @@ func (s *Sidecar) newProbe(lim *limiter.Limiter) (*probe.Controller, error) {
 			return probe.State{InFlight: st.InFlight, Queued: st.Queued}
 		},
 		Wanted: func() bool {
-			if s.adaptive != nil && s.adaptive.Limit() > 0 || s.plugged != nil {
+			// A controller learns the upstream by its own means: package
+			// adaptive's by its trials, once it has a limit.
+			if s.controller != nil && (s.adaptive == nil || s.adaptive.Limit() > 0) {
 				return false
 			}
 			// Ten seconds of traffic first: a calm start gives way to the
@@ -579,27 +537,6 @@ func probeResults() []string {
 	return rs
 }
 
-// controlled returns the limiter an adaptive controller moves and what it
-// samples of admission's state. In a dry run it moves the shadow's limit,
-// whose queue says whether the limit would bind, but reads the requests
-// the upstream really holds, lim's: the controller judges a limit by the
-// throughput the upstream gives, in-flight over service time, and the
-// shadow's in-flight is capped by its limit while the service times are
-// those of the load the upstream really gets. Read off the shadow, each
-// step up seemed to raise throughput in proportion, and the limit ran away.
-func (s *Sidecar) controlled(lim *limiter.Limiter) (*limiter.Limiter, func() adaptive.State) {
-	if s.shadow == nil {
-		return lim, func() adaptive.State {
-			st := lim.Stats()
-			return adaptive.State{InFlight: st.InFlight, Queued: st.Queued}
-		}
-	}
-	policy := s.shadow.Limiter()
-	return policy, func() adaptive.State {
-		return adaptive.State{InFlight: lim.Stats().InFlight, Queued: policy.Stats().Queued}
-	}
-}
-
 // shadowEvery is how often a dry run's shadow hears the upstream's
 // capacity while it queues requests, and shadowIdleEvery while it does
 // not. Until it first hears, a full pool's stretched service times build
@@ -615,7 +552,7 @@ const (
 // estimate has it, until ctx ends: the most it serves at once, and no less
 // than it was seen to serve without queueing (a pool grown since the
 // estimate's capacity was measured).
-func (s *Sidecar) tellShadow(ctx context.Context) {
+func (s *Sidecar) tellShadow(ctx context.Context, shadow *limiter.Shadow) {
 	t := time.NewTicker(shadowEvery)
 	defer t.Stop()
 	var told time.Time
@@ -624,7 +561,7 @@ func (s *Sidecar) tellShadow(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case now := <-t.C:
-			if s.shadow.Limiter().Stats().Queued == 0 && now.Sub(told) < shadowIdleEvery {
+			if shadow.Limiter().Stats().Queued == 0 && now.Sub(told) < shadowIdleEvery {
 				continue
 			}
 			told = now
@@ -639,7 +576,7 @@ func (s *Sidecar) tellShadow(ctx context.Context) {
 			// capacity is no more than this, and it is what is known.
 			c = max(e.CapacityAtMost, e.LowerBound)
 		}
-		s.shadow.SetCapacity(c)
+		shadow.SetCapacity(c)
 	}
 }
 
@@ -675,11 +612,3 @@ func limitChangeReasons() []string {
 	}
 	return names
 }
-
-// noAdmitter stands in for the limiter when only a configuration is
-// checked (Config.Validate).
-type noAdmitter struct{}
-
-func (noAdmitter) TryAcquire(int64) error               { return nil }
-func (noAdmitter) Acquire(context.Context, int64) error { return nil }
-func (noAdmitter) Release(int64)                        {}

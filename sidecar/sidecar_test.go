@@ -195,7 +195,7 @@ func benchmarkObserve(b *testing.B, environ ...string) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	obs := &observer{metrics: s.metrics, advisor: s.advisor, adaptive: s.adaptive}
+	obs := &observer{metrics: s.metrics, advisor: s.advisor, controller: s.controller}
 	o := proxy.Outcome{Kind: proxy.OK, Status: 200, UpstreamStatus: 200, Admission: true, Admitted: true,
 		Queue: time.Millisecond, Service: 40 * time.Millisecond, Total: 42 * time.Millisecond,
 		Method: []byte("GET"), Target: []byte("/users/7?x=1")}

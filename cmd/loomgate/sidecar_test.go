@@ -238,7 +238,7 @@ func TestAccessLogJSON(t *testing.T) {
 	if err := json.Unmarshal([]byte(lines.String()), &entry); err != nil {
 		t.Fatalf("access log line %q: %v", lines.String(), err)
 	}
-	for key, want := range map[string]any{"msg": "request", "method": "GET", "target": "/items?id=7", "status": 200.0, "upstream_status": 200.0, "outcome": "ok"} {
+	for key, want := range map[string]any{"msg": "request", "method": "GET", "target": "/items?id=7", "route": "GET /items", "status": 200.0, "upstream_status": 200.0, "outcome": "ok"} {
 		if entry[key] != want {
 			t.Errorf("access log %s = %v; want %v", key, entry[key], want)
 		}

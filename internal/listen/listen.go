@@ -171,3 +171,38 @@ func retryable(err error) bool {
 	}
 	return false
 }
+
+// Conns are the client connections a server holds, so that a drain's end
+// can cut their reads. Each costs a map entry from its accept to its
+// close, nothing per request. The zero value is ready.
+type Conns struct {
+	mu    sync.Mutex
+	conns map[net.Conn]struct{}
+}
+
+// Add notes c, accepted.
+func (cc *Conns) Add(c net.Conn) {
+	cc.mu.Lock()
+	if cc.conns == nil {
+		cc.conns = make(map[net.Conn]struct{})
+	}
+	cc.conns[c] = struct{}{}
+	cc.mu.Unlock()
+}
+
+// Remove forgets c, closed or taken over.
+func (cc *Conns) Remove(c net.Conn) {
+	cc.mu.Lock()
+	delete(cc.conns, c)
+	cc.mu.Unlock()
+}
+
+// CutReads sets every connection's read deadline to at, a time passed:
+// each read under way, or to come, fails as at a timeout.
+func (cc *Conns) CutReads(at time.Time) {
+	cc.mu.Lock()
+	defer cc.mu.Unlock()
+	for c := range cc.conns {
+		_ = c.SetReadDeadline(at)
+	}
+}

@@ -72,11 +72,16 @@ const StatusClientClosed = 499
 // observer must copy what it keeps beyond the call that hands it one.
 type Record struct {
 	Kind Kind
+	// Class is the request's route class, an index of the route classes
+	// the proxy sorts requests into (route.Classes): set once, as the
+	// request met admission (Admission), and read from here by whatever
+	// keeps figures by route.
+	Class int
 	// Status is the status code written to the client, or StatusClientClosed.
 	Status int
 	// UpstreamStatus is the upstream's status code, 0 if it did not answer.
 	UpstreamStatus int
-	// Admission is set when the request reached the Admitter, admitted or
+	// Admission is set when the request met the admission policy, admitted or
 	// not; a request refused before (a bad request) has no queue wait.
 	Admission bool
 	// Admitted is set when the request was admitted and went upstream.
@@ -94,7 +99,7 @@ type Record struct {
 	// that needs the time of day takes rather than reading the clock again.
 	// Zero when the producer did not read it.
 	End time.Time
-	// Bytes is what the request reserved from the Admitter.
+	// Bytes is what the request reserved from the admission policy.
 	Bytes int64
 	// Method and Target are the request line's method and target, and
 	// Remote the client's address; valid only during the call.

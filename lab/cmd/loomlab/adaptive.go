@@ -35,23 +35,36 @@ func labController(environ []string) (func(sidecar.ControllerHooks) sidecar.Cont
 		return nil, nil
 	case adaptivematrix.ControllerEnvoy:
 		return func(h sidecar.ControllerHooks) sidecar.Controller {
-			return reference.NewEnvoy(reference.EnvoyConfig{SetLimit: h.SetLimit})
+			return classless{reference.NewEnvoy(reference.EnvoyConfig{SetLimit: h.SetLimit})}
 		}, nil
 	case adaptivematrix.ControllerGradient2:
 		return func(h sidecar.ControllerHooks) sidecar.Controller {
-			return reference.NewGradient2(reference.Gradient2Config{
+			return classless{reference.NewGradient2(reference.Gradient2Config{
 				SetLimit: h.SetLimit,
 				InFlight: func() int64 { return h.State().InFlight },
-			})
+			})}
 		}, nil
 	case adaptivematrix.ControllerPoolOracle:
 		return func(h sidecar.ControllerHooks) sidecar.Controller {
-			return adaptivematrix.PoolOracle{SetLimit: h.SetLimit, UpstreamURL: upstream}
+			return classless{adaptivematrix.PoolOracle{SetLimit: h.SetLimit, UpstreamURL: upstream}}
 		}, nil
 	}
 	return nil, fmt.Errorf("LOOMLAB_CONTROLLER=%q: want %s, %s or %s", name,
 		adaptivematrix.ControllerEnvoy, adaptivematrix.ControllerGradient2, adaptivematrix.ControllerPoolOracle)
 }
+
+// classless plugs in a controller of the lab's, which takes every answer's
+// service time alike, whatever its route class: as the algorithms it
+// follows were published.
+type classless struct {
+	c interface {
+		Record(service time.Duration)
+		Run(ctx context.Context)
+	}
+}
+
+func (c classless) Record(_ int, service time.Duration) { c.c.Record(service) }
+func (c classless) Run(ctx context.Context)             { c.c.Run(ctx) }
 
 // runAdaptiveMatrix is --scenario adaptive: every case of the matrix, or
 // those --cases names, through every arm, --rounds times; the table to stdout, and with

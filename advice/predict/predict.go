@@ -1,7 +1,16 @@
-package advice
+// Package predict is the model the advice predicts with: what an
+// admission setting (a fixed pool and its queue, a bulkhead, adaptive
+// admission) would do to a measured demand, closed (clients that wait for
+// their answers) or open (arrivals whatever the latency), route by route,
+// each route's service times as they were measured. It is a simulation of
+// the requests, not a formula: queues, pools inside the upstream that
+// routes share, rejections and the course of an overload that has no
+// steady state.
+package predict
 
 import (
 	"cmp"
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"slices"
@@ -195,7 +204,7 @@ type RouteDemand struct {
 	// of in flight plus queued, time-averaged.
 	Clients int
 	// Service is its unloaded service time distribution.
-	Service []weighted
+	Service []Sample
 	// Capacity is a bottleneck behind this route alone (its pool), 0 or
 	// NaN for none.
 	Capacity float64
@@ -232,31 +241,39 @@ func (d Demand) rate() float64 {
 // empty: a minute, as the figures cover, or less above 500 requests a
 // second, so that a prediction costs no more than 30 000 requests.
 func openHorizon(rate float64) float64 {
-	return min(Window.Seconds(), 3*predictCompletions/rate)
+	return min(Horizon.Seconds(), 3*predictCompletions/rate)
 }
+
+// Horizon is the longest a prediction of open demand simulates: the
+// minute the advice's figures cover (advice.Window), what its predictions
+// tell of ("in its first 60 s").
+const Horizon = time.Minute
+
+// isKnown reports whether x is a figure, not NaN (unknown) or infinite.
+func isKnown(x float64) bool { return !math.IsNaN(x) && !math.IsInf(x, 0) }
 
 // medianService is the median of the routes' service times, weighed by
 // their rates: a request's own time, once its wait is over.
 func (d Demand) medianService() time.Duration {
-	var all []weighted
+	var all []Sample
 	total := 0.0
 	for _, r := range d.Routes {
 		w := 0.0
 		for _, x := range r.Service {
-			w += x.w
+			w += x.Weight
 		}
 		for _, x := range r.Service {
 			if w > 0 {
-				all = append(all, weighted{d: x.d, w: x.w / w * r.Rate})
-				total += x.w / w * r.Rate
+				all = append(all, Sample{Service: x.Service, Weight: x.Weight / w * r.Rate})
+				total += x.Weight / w * r.Rate
 			}
 		}
 	}
-	slices.SortFunc(all, func(a, b weighted) int { return cmp.Compare(a.d, b.d) })
+	slices.SortFunc(all, func(a, b Sample) int { return cmp.Compare(a.Service, b.Service) })
 	acc := 0.0
 	for _, x := range all {
-		if acc += x.w; acc >= total/2 {
-			return x.d
+		if acc += x.Weight; acc >= total/2 {
+			return x.Service
 		}
 	}
 	return 0
@@ -321,7 +338,7 @@ func Predict(s Setting, d Demand) Prediction {
 		for i := range q.Routes {
 			q.Routes[i].Service = slices.Clone(q.Routes[i].Service)
 			for j := range q.Routes[i].Service {
-				q.Routes[i].Service[j].d = time.Duration(scale * float64(q.Routes[i].Service[j].d))
+				q.Routes[i].Service[j].Service = time.Duration(scale * float64(q.Routes[i].Service[j].Service))
 			}
 		}
 		p.Other = outcomeOf(simulate(s, q))
@@ -400,9 +417,9 @@ func newSimulation(s Setting, d Demand) *simulation {
 		total, mean := 0.0, 0.0
 		var cum []float64
 		for _, w := range r.Service {
-			total += w.w
+			total += w.Weight
 			cum = append(cum, total)
-			mean += w.d.Seconds() * w.w
+			mean += w.Service.Seconds() * w.Weight
 		}
 		sim.cum = append(sim.cum, cum)
 		if total > 0 {
@@ -470,7 +487,7 @@ func (sim *simulation) draw(route int) float64 {
 	cum, service := sim.cum[route], sim.d.Routes[route].Service
 	x := sim.rng.Float64() * cum[len(cum)-1]
 	i, _ := slices.BinarySearch(cum, x)
-	return service[min(i, len(service)-1)].d.Seconds()
+	return service[min(i, len(service)-1)].Service.Seconds()
 }
 
 // advance moves the clock to t, accumulating the time averages.
@@ -667,4 +684,29 @@ func (h *eventHeap) pop() event {
 	}
 	*h = q
 	return top
+}
+
+// Sample is a service time and how often it occurs.
+type Sample struct {
+	Service time.Duration
+	Weight  float64
+}
+
+// Describe writes the setting the way the variables set it.
+func (s Setting) Describe() string {
+	switch {
+	case s.Adaptive && s.Limit > 0:
+		return fmt.Sprintf("MODE=adaptive, limit %d, QUEUE_SIZE=%d, QUEUE_TIMEOUT=%s", s.Limit, s.QueueSize, s.Wait)
+	case s.Adaptive:
+		return "MODE=adaptive, admission open"
+	case s.Fixed && s.QueueSize > 0:
+		return fmt.Sprintf("MODE=fixed, WORKERS=%d, QUEUE_SIZE=%d, QUEUE_TIMEOUT=%s", s.Limit, s.QueueSize, s.Wait)
+	case s.Fixed:
+		return fmt.Sprintf("MODE=fixed, WORKERS=%d, no queue", s.Limit)
+	case s.Limit > 0 && s.Wait > 0:
+		return fmt.Sprintf("MODE=unbounded, BULKHEAD=%d, BULKHEAD_WAIT=%s", s.Limit, s.Wait)
+	case s.Limit > 0:
+		return fmt.Sprintf("MODE=unbounded, BULKHEAD=%d", s.Limit)
+	}
+	return "MODE=unbounded, no bulkhead"
 }

@@ -1,6 +1,7 @@
-package advice
+package memory
 
 import (
+	"math"
 	"testing"
 	"time"
 )
@@ -27,18 +28,18 @@ func TestLeastSquares(t *testing.T) {
 	}
 }
 
-// readings plays a load into w: for each level, n memory readings one
+// readings plays a load into f: for each level, n memory readings one
 // second apart, each after four samples of that many requests in flight,
 // the memory being memory(level) at each reading. It returns the time
 // after the last reading.
-func readings(w *window, at time.Time, n int, memory func(float64) float64, levels ...int64) time.Time {
+func readings(f *Fit, at time.Time, n int, memory func(float64) float64, levels ...int64) time.Time {
 	for _, level := range levels {
 		for range n {
 			for range 4 {
 				at = at.Add(250 * time.Millisecond)
-				w.sample(at, level, 0)
+				f.Sample(level)
 			}
-			w.memoryReading(at, memory(float64(level)))
+			f.Reading(at, memory(float64(level)))
 		}
 	}
 	return at
@@ -65,32 +66,37 @@ func TestMemoryFit(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			w := newWindow(t0)
-			readings(w, t0, 3, tt.memory, tt.levels...)
-			if f := w.figures(t0.Add(time.Minute), nil); !near(f.BytesPerRequest, tt.want) {
-				t.Errorf("BytesPerRequest = %v; want %v", f.BytesPerRequest, tt.want)
+			f := NewFit(time.Minute)
+			readings(f, t0, 3, tt.memory, tt.levels...)
+			if _, perRequest := f.Figures(); !near(perRequest, tt.want) {
+				t.Errorf("bytes per request = %v; want %v", perRequest, tt.want)
 			}
 		})
 	}
 }
 
 func TestMemoryFitPersistsAndAges(t *testing.T) {
-	w := newWindow(t0)
-	at := readings(w, t0, 3, func(x float64) float64 { return 1e8 + 1e6*x }, 10, 30)
+	f := NewFit(time.Minute)
+	at := readings(f, t0, 3, func(x float64) float64 { return 1e8 + 1e6*x }, 10, 30)
 	// A steady stretch longer than the window: the points of the varied
 	// stretch age out, and nothing new can be fitted, but what was
 	// measured stands.
-	at = readings(w, at, 90, func(x float64) float64 { return 1e8 + 1e6*x }, 30)
-	if f := w.figures(at, nil); !near(f.BytesPerRequest, 1e6) || f.UpstreamMemoryBytes != 1e8+30e6 {
-		t.Errorf("after a steady stretch: BytesPerRequest, UpstreamMemoryBytes = %v, %v; want the earlier 1e6 and the last reading 1.3e8",
-			f.BytesPerRequest, f.UpstreamMemoryBytes)
+	at = readings(f, at, 90, func(x float64) float64 { return 1e8 + 1e6*x }, 30)
+	if last, perRequest := f.Figures(); !near(perRequest, 1e6) || last != 1e8+30e6 {
+		t.Errorf("after a steady stretch: bytes per request, last reading = %v, %v; want the earlier 1e6 and the last reading 1.3e8",
+			perRequest, last)
 	}
-	if n := len(w.points); n > int(Window/time.Second)+1 {
+	if n := len(f.points); n > int(time.Minute/time.Second)+1 {
 		t.Errorf("%d readings kept; want at most a window's, one a second", n)
 	}
 	// A new varied stretch with another slope replaces it.
-	at = readings(w, at, 3, func(x float64) float64 { return 1e8 + 2e6*x }, 10, 50)
-	if f := w.figures(at, nil); f.BytesPerRequest < 1.5e6 {
-		t.Errorf("after a new varied stretch BytesPerRequest = %v; want it near the new 2e6", f.BytesPerRequest)
+	readings(f, at, 3, func(x float64) float64 { return 1e8 + 2e6*x }, 10, 50)
+	if _, perRequest := f.Figures(); perRequest < 1.5e6 {
+		t.Errorf("after a new varied stretch bytes per request = %v; want it near the new 2e6", perRequest)
 	}
 }
+
+// t0 is the tests' epoch.
+var t0 = time.Date(2026, 1, 2, 3, 4, 0, 0, time.UTC)
+
+func near(a, b float64) bool { return math.Abs(a-b) <= 1e-9*math.Max(1, math.Abs(b)) }

@@ -1,4 +1,7 @@
-package sidecar
+// Package procs chooses the Ps (GOMAXPROCS) the sidecar runs with: Go's
+// default, the operator's GOMAXPROCS, or one P under a CPU limit of at
+// most one CPU, read from the cgroup and followed as it changes.
+package procs
 
 import (
 	"context"
@@ -12,40 +15,40 @@ import (
 	"time"
 )
 
-// Procs is the number of Ps (GOMAXPROCS) the sidecar runs with, and where
+// Ps is the number of Ps (GOMAXPROCS) the sidecar runs with, and where
 // it came from.
 //
 // The sidecar keeps Go's default (every CPU the process may run on,
 // bounded by its container's CPU limit, rounded up and at least 2, and
 // followed when that limit changes), except under a limit of at most one
 // CPU, where it runs on one P (see UnderCPULimit).
-type Procs struct {
+type Ps struct {
 	N int
 	// Source is "GOMAXPROCS" when the variable set N, procsSource when
 	// UnderCPULimit did, else goDefault.
 	Source string
 }
 
-// ReadProcs reads what GOMAXPROCS (env, and whether it is set at all)
+// Read reads what GOMAXPROCS (env, and whether it is set at all)
 // makes of the runtime's n (runtime.GOMAXPROCS(0)). The runtime ignores a
 // value that is not a whole number above 0, the empty one included, and
 // quietly takes its default; that is an error here instead, naming the
 // variable, as for every LOOMGATE_ one.
-func ReadProcs(env string, set bool, n int) (Procs, error) {
+func Read(env string, set bool, n int) (Ps, error) {
 	if !set {
-		return Procs{N: n, Source: goDefault}, nil
+		return Ps{N: n, Source: goDefault}, nil
 	}
 	if env == "" {
 		// Set but empty is not unset, as with the LOOMGATE_ variables: a
 		// template that cleared it meant something.
-		return Procs{}, errors.New(`GOMAXPROCS="": empty; unset it for Go's default; accepted: a whole number of Ps, e.g. 2, or unset for Go's default`)
+		return Ps{}, errors.New(`GOMAXPROCS="": empty; unset it for Go's default; accepted: a whole number of Ps, e.g. 2, or unset for Go's default`)
 	}
 	// Parsed as the runtime parses it, so that what is accepted here is
 	// what it applied.
 	if v, err := strconv.ParseInt(env, 10, 32); err != nil || v < 1 {
-		return Procs{}, fmt.Errorf("GOMAXPROCS=%q: not a whole number above 0; accepted: a whole number of Ps, e.g. 2, or unset for Go's default", env)
+		return Ps{}, fmt.Errorf("GOMAXPROCS=%q: not a whole number above 0; accepted: a whole number of Ps, e.g. 2, or unset for Go's default", env)
 	}
-	return Procs{N: n, Source: "GOMAXPROCS"}, nil
+	return Ps{N: n, Source: "GOMAXPROCS"}, nil
 }
 
 // Where a container may use at most one CPU, the sidecar runs on one P,
@@ -56,7 +59,7 @@ func ReadProcs(env string, set bool, n int) (Procs, error) {
 // thread woken to look for work each time a request wakes the first.
 const onePLimit = 1.0
 
-// The sources of Procs named in the start-up log: Go's own choice, and
+// The sources of Ps named in the start-up log: Go's own choice, and
 // UnderCPULimit's.
 const (
 	goDefault   = "Go's default"
@@ -66,11 +69,11 @@ const (
 // UnderCPULimit returns the Ps to run with under a CPU limit of limit CPUs
 // (0: none): 1 where Go's default chose more for a limit of at most one
 // CPU, and p unchanged otherwise, a GOMAXPROCS of the operator's above all.
-func UnderCPULimit(p Procs, limit float64) Procs {
+func UnderCPULimit(p Ps, limit float64) Ps {
 	if p.Source != goDefault || limit <= 0 || limit > onePLimit || p.N <= 1 {
 		return p
 	}
-	return Procs{N: 1, Source: procsSource}
+	return Ps{N: 1, Source: procsSource}
 }
 
 // ReadCPULimit returns the CPUs this process may use by its cgroup's CPU
@@ -82,7 +85,8 @@ func ReadCPULimit() float64 {
 	if err != nil {
 		return 0
 	}
-	return cpuLimit(DefaultCgroupRoot, string(self))
+	// Where the container's cgroup is mounted (sidecar.DefaultCgroupRoot).
+	return cpuLimit("/sys/fs/cgroup", string(self))
 }
 
 // cpuLimit is ReadCPULimit for cgroups mounted at root and a process whose
@@ -159,15 +163,15 @@ func ratio(quota, period string) float64 {
 	return float64(q) / float64(p)
 }
 
-// cpuLimitCheck is how often a sidecar on one P by UnderCPULimit looks at
+// CPULimitCheck is how often a sidecar on one P by UnderCPULimit looks at
 // its limit again: Go follows a limit changed in place (a pod resized)
 // only while GOMAXPROCS was never set, and setting it to 1 stopped that.
-const cpuLimitCheck = 10 * time.Second
+const CPULimitCheck = 10 * time.Second
 
-// followCPULimit hands the Ps back to Go's default, and Go's following of
+// FollowCPULimit hands the Ps back to Go's default, and Go's following of
 // the limit, once read reports a limit above one CPU or none; until then,
 // or ctx's end, it looks every interval.
-func followCPULimit(ctx context.Context, read func() float64, every time.Duration, restore func(limit float64)) {
+func FollowCPULimit(ctx context.Context, read func() float64, every time.Duration, restore func(limit float64)) {
 	t := time.NewTicker(every)
 	defer t.Stop()
 	for {

@@ -1,4 +1,28 @@
-package proxy
+// Package h2c serves the proxy's HTTP/2 with prior knowledge (h2c, gRPC's
+// way on cleartext), which arrives on the traffic listener like HTTP/1.1:
+// the sniffer (internal/sniff) tells it by its preface and the proxy hands
+// the connection to a Server here, a net/http server that speaks
+// unencrypted HTTP/2. fasthttp has no HTTP/2, and its HTTP/1.1 path is
+// left as it was.
+//
+// Each stream is a request: it meets the same admission (queue, bulkhead,
+// memory; package internal/admission), ends in one outcome, and goes to
+// the upstream over h2c (net/http's Transport, through
+// httputil.ReverseProxy: trailers, TE and flushing as HTTP/2 needs them).
+//
+// How a stream counts. A plain HTTP/2 request holds its permit until its
+// response's last byte, as an HTTP/1.1 request does, and UpstreamTimeout
+// bounds it. A gRPC call (content-type application/grpc) holds its permit
+// until the upstream's response headers, which a gRPC server sends with
+// its first message: for a unary call that is its answer, for a streaming
+// call the start of the stream. The rest of a stream holds no permit, as
+// an upgraded connection after its 101: a watch that lasts an hour must
+// not hold a worker for an hour, nor count an hour of service time in the
+// histograms and the advice, which see admission to the response headers.
+// UpstreamTimeout bounds the wait for the headers; the call's own
+// grpc-timeout bounds the whole of it, queue included, and goes upstream
+// as what remains of it.
+package h2c
 
 import (
 	"context"
@@ -17,36 +41,13 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/loomgate/loomgate/internal/admission"
 	"github.com/loomgate/loomgate/internal/h2guard"
+	"github.com/loomgate/loomgate/internal/outcome"
 	"github.com/loomgate/loomgate/internal/rawio"
-	"github.com/loomgate/loomgate/limiter"
 )
 
-// HTTP/2 with prior knowledge (h2c, gRPC's way on cleartext) arrives on the
-// traffic listener like HTTP/1.1; the sniffer (internal/sniff) tells it by its
-// preface and hands the connection to a net/http server that speaks
-// unencrypted HTTP/2. fasthttp has no HTTP/2, and its HTTP/1.1 path is
-// left as it was.
-//
-// Each stream is a request: it meets the same Admitter (queue, bulkhead,
-// memory), ends in one Outcome, and goes to the upstream over h2c
-// (net/http's Transport, through httputil.ReverseProxy: trailers, TE and
-// flushing as HTTP/2 needs them).
-//
-// How a stream counts. A plain HTTP/2 request holds its permit until its
-// response's last byte, as an HTTP/1.1 request does, and UpstreamTimeout
-// bounds it. A gRPC call (content-type application/grpc) holds its permit
-// until the upstream's response headers, which a gRPC server sends with
-// its first message: for a unary call that is its answer, for a streaming
-// call the start of the stream. The rest of a stream holds no permit, as
-// an upgraded connection after its 101: a watch that lasts an hour must
-// not hold a worker for an hour, nor count an hour of service time in the
-// histograms and the advice, which see admission to the response headers.
-// UpstreamTimeout bounds the wait for the headers; the call's own
-// grpc-timeout bounds the whole of it, queue included, and goes upstream
-// as what remains of it.
-
-// maxStreams is the most streams a client may open at once on one HTTP/2
+// MaxStreams is the most streams a client may open at once on one HTTP/2
 // connection (SETTINGS_MAX_CONCURRENT_STREAMS): Go's default, and the
 // RFC's advice of no fewer than 100 (RFC 9113, 6.5.2) with room. A gRPC
 // client puts every call on one connection and holds the calls beyond it
@@ -58,15 +59,15 @@ import (
 // this (its fix of CVE-2023-44487). It was 10,000: 40,000 streams whose
 // client granted no window, on 4 connections, held a 256 MiB sidecar at
 // its limit.
-const maxStreams = 250
+const MaxStreams = 250
 
-// streamReceiveWindow is what a client may send of a stream's body ahead
+// StreamReceiveWindow is what a client may send of a stream's body ahead
 // of its handler's reads (the stream's flow-control window, RFC 9113's
 // initial 64 KiB): a stream waiting in the queue holds that much of its
-// body, which its reservation covers (RequestOverheadBytes, and the body's
-// declared length or UnknownBodyBytes). Go's default is 1 MiB, four
+// body, which its reservation covers (proxy.RequestOverheadBytes, and the
+// body's declared length or proxy.UnknownBodyBytes). Go's default is 1 MiB, four
 // reservations' worth held for nobody while the stream waits.
-const streamReceiveWindow = 64 << 10
+const StreamReceiveWindow = 64 << 10
 
 // maxReadFrameSize is the largest frame a client may send
 // (SETTINGS_MAX_FRAME_SIZE): RFC 9113's initial value, a quarter of
@@ -90,8 +91,8 @@ const maxReadFrameSize = 16 << 10
 // that was not admitted is never forwarded, whatever the budget (see
 // ServeHTTP).
 const (
-	resetBurst = 2 * maxStreams
-	resetRate  = maxStreams / 10
+	resetBurst = 2 * MaxStreams
+	resetRate  = MaxStreams / 10
 )
 
 // settleMax bounds a stream's wait, before its admission, for the frames
@@ -144,9 +145,40 @@ func (b *copyBuffers) Put(buf []byte) {
 	}
 }
 
-// h2 serves the HTTP/2 connections of a Proxy.
-type h2 struct {
-	p    *Proxy
+// Config describes a Server.
+type Config struct {
+	// Gate admits each stream and finishes its record.
+	Gate *admission.Gate
+	// Upstream is the service's address, http://host:port.
+	Upstream string
+	// Dial opens a connection to the upstream.
+	Dial func(ctx context.Context, network, addr string) (net.Conn, error)
+	// UpstreamTimeout, HeaderTimeout and BodyTimeout are the proxy's (see
+	// proxy.Config): each bounds a stream as it bounds an HTTP/1.1
+	// request.
+	UpstreamTimeout, HeaderTimeout, BodyTimeout time.Duration
+	// MaxBodyBytes is the largest request body accepted.
+	MaxBodyBytes int64
+	// MaxHeaderBytes bounds a request's header block.
+	MaxHeaderBytes int
+	// AnswerBytes is what an answer of the proxy's own reserves while it
+	// waits for its client's flow-control window, as a request does.
+	AnswerBytes int64
+	// ServerTiming adds the Server-Timing header to every response.
+	ServerTiming bool
+	// Cut reports whether a drain's time is up (see proxy.Proxy.Shutdown).
+	Cut func() bool
+	// Closed is told of each client connection's close.
+	Closed func()
+	// Logger receives the process log.
+	Logger *slog.Logger
+}
+
+// Server serves the HTTP/2 connections of a proxy.
+type Server struct {
+	cfg  Config
+	gate *admission.Gate
+	log  *slog.Logger
 	srv  *http.Server
 	ln   *connQueue
 	rp   *httputil.ReverseProxy
@@ -166,20 +198,13 @@ type h2 struct {
 	lastEndLog atomic.Int64
 }
 
-func newH2(p *Proxy, upstream string) *h2 {
-	h := &h2{p: p, ln: newConnQueue()}
-	target, _ := url.Parse(upstream)
+// New returns a Server; Serve hands it connections.
+func New(cfg Config) *Server {
+	h := &Server{cfg: cfg, gate: cfg.Gate, log: cfg.Logger, ln: newConnQueue()}
+	target, _ := url.Parse(cfg.Upstream)
 	target.Path, target.RawPath = "", ""
-	dialer := &net.Dialer{Timeout: p.timeout}
 	h.tr = &http.Transport{
-		// Raw reads and writes, as on HTTP/1 (see rawListener).
-		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
-			c, err := dialer.DialContext(ctx, network, addr)
-			if err != nil {
-				return nil, &ConnectError{Err: err}
-			}
-			return rawio.WrapIn(c, &p.upstreams), nil
-		},
+		DialContext:           cfg.Dial,
 		ResponseHeaderTimeout: 0, // bounded by the stream's context
 		DisableCompression:    true,
 		IdleConnTimeout:       90 * time.Second,
@@ -193,8 +218,8 @@ func newH2(p *Proxy, upstream string) *h2 {
 			pr.Out.Host = pr.In.Host // forwarded as it came
 			pr.Out.Header["X-Forwarded-For"] = pr.In.Header["X-Forwarded-For"]
 			pr.SetXForwarded()
-			if st := streamOf(pr.Out.Context()); st != nil && !st.deadline.IsZero() {
-				pr.Out.Header.Set("Grpc-Timeout", grpcTimeout(time.Until(st.deadline)))
+			if st := streamOf(pr.Out.Context()); st != nil && !st.req.Deadline.IsZero() {
+				pr.Out.Header.Set("Grpc-Timeout", grpcTimeout(time.Until(st.req.Deadline)))
 			}
 		},
 		Transport:      h.tr,
@@ -202,38 +227,38 @@ func newH2(p *Proxy, upstream string) *h2 {
 		BufferPool:     new(copyBuffers),
 		ModifyResponse: h.headersArrived,
 		ErrorHandler:   h.failed,
-		ErrorLog:       slog.NewLogLogger(p.log.Handler(), slog.LevelDebug),
+		ErrorLog:       slog.NewLogLogger(cfg.Logger.Handler(), slog.LevelDebug),
 	}
 	protos := new(http.Protocols)
 	protos.SetUnencryptedHTTP2(true)
 	h.srv = &http.Server{
 		Handler:        h,
 		Protocols:      protos,
-		MaxHeaderBytes: MaxHeaderBytes,
+		MaxHeaderBytes: cfg.MaxHeaderBytes,
 		IdleTimeout:    90 * time.Second,
 		HTTP2: &http.HTTP2Config{
-			MaxConcurrentStreams:      maxStreams,
-			MaxReceiveBufferPerStream: streamReceiveWindow,
+			MaxConcurrentStreams:      MaxStreams,
+			MaxReceiveBufferPerStream: StreamReceiveWindow,
 			MaxReadFrameSize:          maxReadFrameSize,
 		},
 		ConnContext: func(ctx context.Context, c net.Conn) context.Context {
 			return context.WithValue(ctx, connKey{}, c)
 		},
-		ErrorLog: slog.NewLogLogger(p.log.Handler(), slog.LevelDebug),
+		ErrorLog: slog.NewLogLogger(cfg.Logger.Handler(), slog.LevelDebug),
 	}
 	h.guard = h2guard.Config{
-		HeaderTimeout: p.server.ReadTimeout,
+		HeaderTimeout: cfg.HeaderTimeout,
 		// What a stream's client may take to read its response, as on
 		// HTTP/1.1, where it is the connection's write timeout: here
 		// the whole connection's, when none of its streams can move.
-		StallTimeout: p.timeout,
+		StallTimeout: cfg.UpstreamTimeout,
 		ResetBurst:   resetBurst,
 		ResetRate:    resetRate,
 		// net/http's own reckoning of its bound on a header block.
-		MaxHeaderListSize: MaxHeaderBytes + 320,
-		OutcomeHeader:     strings.ToLower(string(headerOutcome)),
-		OwnOutcome:        BadRequest.String(),
-		TimeoutOutcome:    ClientTimeout.String(),
+		MaxHeaderListSize: uint32(cfg.MaxHeaderBytes) + 320,
+		OutcomeHeader:     strings.ToLower(admission.OutcomeHeader),
+		OwnOutcome:        outcome.BadRequest.String(),
+		TimeoutOutcome:    outcome.ClientTimeout.String(),
 		Answered:          h.ownAnswer,
 		TimedOut:          h.headerTimedOut,
 		Ended:             h.ended,
@@ -254,35 +279,42 @@ func guardOf(r *http.Request) *h2guard.Conn {
 
 // ownAnswer counts an answer Go's server gave on its own (a 431 or 400,
 // before any handler), which the guard marked with Loomgate-Outcome.
-func (h *h2) ownAnswer(c *h2guard.Conn, a h2guard.Answer) {
+func (h *Server) ownAnswer(c *h2guard.Conn, a h2guard.Answer) {
 	now := time.Now()
-	h.p.observe(&Outcome{Kind: BadRequest, Status: a.Status, Method: []byte(a.Method), Target: []byte(a.Path),
+	h.gate.Observe(&outcome.Record{Kind: outcome.BadRequest, Status: a.Status, Method: []byte(a.Method), Target: []byte(a.Path),
 		Remote: c.RemoteAddr(), Total: now.Sub(a.Start), End: now})
 }
 
 // headerTimedOut counts a stream whose header block was not whole within
 // HeaderTimeout: answered 408, as on HTTP/1.1, and its connection ended.
-func (h *h2) headerTimedOut(c *h2guard.Conn, start time.Time) {
+func (h *Server) headerTimedOut(c *h2guard.Conn, start time.Time) {
 	now := time.Now()
-	h.p.observe(&Outcome{Kind: ClientTimeout, Status: http.StatusRequestTimeout, Remote: c.RemoteAddr(), Total: now.Sub(start), End: now})
+	h.gate.Observe(&outcome.Record{Kind: outcome.ClientTimeout, Status: http.StatusRequestTimeout, Remote: c.RemoteAddr(), Total: now.Sub(start), End: now})
 }
 
 // ended logs a connection the guard ended, at most one line every ten
 // seconds: an attack ends them by the thousand.
-func (h *h2) ended(c *h2guard.Conn, r h2guard.Reason) {
+func (h *Server) ended(c *h2guard.Conn, r h2guard.Reason) {
 	now := time.Now().UnixNano()
 	last := h.lastEndLog.Load()
 	if now-last < int64(10*time.Second) || !h.lastEndLog.CompareAndSwap(last, now) {
 		return
 	}
-	h.p.log.Warn("ended an HTTP/2 connection with a GOAWAY (ENHANCE_YOUR_CALM); more may follow unlogged for ten seconds",
+	h.log.Warn("ended an HTTP/2 connection with a GOAWAY (ENHANCE_YOUR_CALM); more may follow unlogged for ten seconds",
 		"reason", r.String(), "remote", c.RemoteAddr().String())
 }
 
-// serve hands a connection that opened with the HTTP/2 preface to the
+// Open is the number of streams being served, whether or not they hold a
+// permit.
+func (h *Server) Open() int64 { return h.open.Load() }
+
+// Conns is the number of client connections being served.
+func (h *Server) Conns() int64 { return h.conns.Load() }
+
+// Serve hands a connection that opened with the HTTP/2 preface to the
 // HTTP/2 server, under its guard, and returns: its end is reported by its
 // Close. It is no request: nothing is admitted or reported for it.
-func (h *h2) serve(c net.Conn) {
+func (h *Server) Serve(c net.Conn) {
 	h.once.Do(func() { go h.srv.Serve(h.ln) })
 	g := h2guard.New(rawio.Wrap(c), &h.guard)
 	hc := &h2Conn{Conn: g, g: g, h: h}
@@ -294,14 +326,14 @@ func (h *h2) serve(c net.Conn) {
 
 // shutdown ends the HTTP/2 side: a GOAWAY to each connection, and streams
 // in flight finish until ctx ends. close then closes what is left.
-func (h *h2) shutdown(ctx context.Context) error {
+func (h *Server) Shutdown(ctx context.Context) error {
 	h.ln.Close()
 	return h.srv.Shutdown(ctx)
 }
 
 // close closes the connections a shutdown left open, once their streams
 // were cut short (see Proxy.cutShort) or answered.
-func (h *h2) close() {
+func (h *Server) Close() {
 	h.srv.Close()
 	h.tr.CloseIdleConnections()
 }
@@ -312,7 +344,7 @@ func (h *h2) close() {
 type h2Conn struct {
 	net.Conn
 	g    *h2guard.Conn
-	h    *h2
+	h    *Server
 	once sync.Once
 }
 
@@ -320,7 +352,7 @@ func (c *h2Conn) Close() error {
 	err := c.Conn.Close()
 	c.once.Do(func() {
 		c.h.conns.Add(-1)
-		c.h.p.connDone()
+		c.h.cfg.Closed()
 	})
 	return err
 }
@@ -367,45 +399,56 @@ func (q *connQueue) Close() error {
 
 func (q *connQueue) Addr() net.Addr { return &net.TCPAddr{} }
 
-// stream is one HTTP/2 request's state.
+// stream is one HTTP/2 request's state, and admission's Client while it
+// waits.
 type stream struct {
-	grpc       bool
-	start      time.Time
-	admittedAt time.Time
-	headersAt  time.Time
-	// deadline is the gRPC call's, from grpc-timeout; zero without one.
-	deadline time.Time
-	bytes    int64
-	// kept is the bytes a gRPC call keeps reserved past its permit, to
-	// its end (see releasePermit).
-	kept int64
-	// answering is the bytes the proxy's own answer reserved (see
-	// answer).
-	answering int64
+	req  admission.Request
+	grpc bool
+	// ctx is the stream's: it ends when the client resets the stream or
+	// leaves, or the call's own deadline (grpc-timeout) passes.
+	ctx context.Context
+	r   *http.Request
+	// headersAt is when the upstream's response headers arrived, or its
+	// failure to send them was known.
+	headersAt time.Time
 	// g is the stream's connection's guard; nil without one.
 	g *h2guard.Conn
 	// abort is set when the handler must reset the stream as it ends,
 	// having written nothing.
-	abort bool
-	// held is set while the stream holds its permit; release clears it.
-	held     atomic.Bool
+	abort    bool
 	timedOut atomic.Bool
 	// stalled is set when the client held the stream up: it paused its
 	// body past BodyTimeout, or at UpstreamTimeout the stream was still
 	// waiting for the rest of its body, or for it to take its response.
 	stalled  atomic.Bool
 	timer    *time.Timer
-	outcome  Outcome
 	answered bool // the proxy wrote its own answer
-	// expired is set when the call's own deadline (grpc-timeout) passed
-	// in the queue: the client's doing, but its status is
-	// DEADLINE_EXCEEDED, which its own timer would also say.
+	// expired is set when the call's own deadline (grpc-timeout) passed:
+	// the client's doing, but its status is DEADLINE_EXCEEDED, which its
+	// own timer would also say.
 	expired bool
+}
+
+// Watch is the wait's context: the stream's own.
+func (st *stream) Watch() (context.Context, func()) { return st.ctx, func() {} }
+
+// Left reports whether the stream ended while it waited: a permit handed
+// over as it was cancelled (the client left, or its deadline passed) would
+// send the upstream a request nobody reads, and count a service time of
+// nothing.
+func (st *stream) Left(ctx context.Context) bool { return ctx.Err() != nil }
+
+// Header is the stream's header field name.
+func (st *stream) Header(name string) []byte {
+	if v := st.r.Header.Get(name); v != "" {
+		return []byte(v)
+	}
+	return nil
 }
 
 // callExpired says whether the gRPC call's own deadline has passed.
 func (st *stream) callExpired() bool {
-	return !st.deadline.IsZero() && !time.Now().Before(st.deadline)
+	return !st.req.Deadline.IsZero() && !time.Now().Before(st.req.Deadline)
 }
 
 type streamKey struct{}
@@ -415,69 +458,39 @@ func streamOf(ctx context.Context) *stream {
 	return st
 }
 
-// release gives the permit back, once, and the bytes still reserved.
-func (h *h2) release(st *stream) {
-	if st.held.CompareAndSwap(true, false) {
-		h.p.admit.Release(st.bytes)
-	}
-	if st.kept > 0 {
-		h.p.admit.(bytesReleaser).ReleaseBytes(st.kept)
-		st.kept = 0
-	}
-	if st.answering > 0 {
-		h.p.admit.(bytesReleaser).ReleaseBytes(st.answering)
-		st.answering = 0
-	}
-}
-
-// releasePermit gives a gRPC call's permit back at its headers, keeping
-// its bytes reserved until release: the rest of a stream holds no worker,
-// but it holds its buffers (69-73 KiB held by a client that reads
-// nothing), and without a reservation the 10,000 streams a connection may
-// open could hold 0.7 GiB that the memory bulkhead never saw.
-func (h *h2) releasePermit(st *stream) {
-	if _, ok := h.p.admit.(bytesReleaser); !ok {
-		h.release(st)
-		return
-	}
-	if st.held.CompareAndSwap(true, false) {
-		h.p.admit.Release(0)
-		st.kept = st.bytes
-	}
-}
-
 func isGRPC(contentType string) bool {
 	return strings.HasPrefix(contentType, "application/grpc")
 }
 
 // ServeHTTP serves one HTTP/2 stream.
-func (h *h2) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+func (h *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	h.open.Add(1)
 	defer h.open.Add(-1)
-	p := h.p
-	st := &stream{start: time.Now(), grpc: isGRPC(r.Header.Get("Content-Type"))}
-	o := &st.outcome
-	o.Kind = OK
+	cfg := &h.cfg
+	st := &stream{grpc: isGRPC(r.Header.Get("Content-Type")), r: r}
+	st.req.Begin(time.Now())
+	o := &st.req.Record
+	o.Method, o.Target = []byte(r.Method), []byte(r.RequestURI)
 	if ap, err := netip.ParseAddrPort(r.RemoteAddr); err == nil {
 		o.Remote = net.TCPAddrFromAddrPort(ap)
 	}
 	ctx, cancel := context.WithCancel(r.Context())
 	defer cancel()
 	if st.grpc {
-		if d, ok := parseGRPCTimeout(r.Header.Get("Grpc-Timeout")); ok {
-			st.deadline = st.start.Add(d)
+		if d, ok := ParseGRPCTimeout(r.Header.Get("Grpc-Timeout")); ok {
+			st.req.Deadline = st.req.Start.Add(d)
 			var c2 context.CancelFunc
-			ctx, c2 = context.WithDeadline(ctx, st.deadline)
+			ctx, c2 = context.WithDeadline(ctx, st.req.Deadline)
 			defer c2()
 		}
 	}
+	st.ctx = ctx
 	defer func() {
-		h.release(st)
 		if st.timer != nil {
 			st.timer.Stop()
 		}
 		rec := recover()
-		if rec != nil && st.grpc && h.p.cut.Load() && !st.timedOut.Load() && r.Context().Err() == nil {
+		if rec != nil && st.grpc && h.cfg.Cut() && !st.timedOut.Load() && r.Context().Err() == nil {
 			// A gRPC stream under way that the drain's end cut (its
 			// upstream connection): it ends with trailers that say so,
 			// and that a gRPC client takes as "try again, elsewhere",
@@ -489,16 +502,16 @@ func (h *h2) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			// ReverseProxy's way to abort a response already under way.
 			switch {
 			case st.stalled.Load():
-				o.Kind = ClientTimeout
-			case st.timedOut.Load(), h.p.cut.Load():
-				o.Kind = UpstreamTimeout
+				o.Kind = outcome.ClientTimeout
+			case st.timedOut.Load(), h.cfg.Cut():
+				o.Kind = outcome.UpstreamTimeout
 			case r.Context().Err() != nil, st.callExpired():
 				// Also a call whose own deadline ended it: the upstream,
 				// told of it by grpc-timeout, resets the stream as the
 				// client does, whichever comes first.
-				o.Kind, o.Status = ClientClosed, StatusClientClosed
+				o.Kind, o.Status = outcome.ClientClosed, outcome.StatusClientClosed
 			default:
-				o.Kind = UpstreamError
+				o.Kind = outcome.UpstreamError
 			}
 		}
 		h.finish(st, r)
@@ -523,12 +536,12 @@ func (h *h2) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		// its client or for it: never forwarded, and kept out of what
 		// admission and the advice measure. On a connection the guard
 		// is ending, the stream is reset: returning would answer it 200.
-		o.Kind, o.Status = ClientReset, StatusClientClosed
+		o.Kind, o.Status = outcome.ClientReset, outcome.StatusClientClosed
 		st.abort = r.Context().Err() == nil
 		return
 	}
-	if r.ContentLength > p.maxBody {
-		h.answer(w, st, BadRequest, http.StatusRequestEntityTooLarge, msgBodyTooLarge)
+	if r.ContentLength > cfg.MaxBodyBytes {
+		h.answerAs(w, st, outcome.BadRequest)
 		return
 	}
 	var body *idleBody
@@ -539,44 +552,24 @@ func (h *h2) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			// read, until UpstreamTimeout, and be blamed on the upstream.
 			// Not a gRPC call's: a client stream may be quiet between
 			// messages for as long as the call lives.
-			body = &idleBody{ReadCloser: r.Body, rc: http.NewResponseController(w), idle: p.bodyIdle, stalled: &st.stalled}
+			body = &idleBody{ReadCloser: r.Body, rc: http.NewResponseController(w), idle: cfg.BodyTimeout, stalled: &st.stalled}
 			r.Body = body
 		}
 		// A body of unknown length is cut at the limit: the upstream sees
 		// the stream reset, the client a 413.
-		r.Body = http.MaxBytesReader(w, r.Body, p.maxBody)
+		r.Body = http.MaxBytesReader(w, r.Body, cfg.MaxBodyBytes)
 	}
-	if p.reserve != nil {
-		st.bytes = p.reserve(int(max(r.ContentLength, -1)))
+	st.req.Length = int(max(r.ContentLength, -1))
+	if !h.gate.Admit(&st.req, st) {
+		h.refused(w, st)
+		return
 	}
-	o.Admission = true
-	err := p.admit.TryAcquire(st.bytes)
-	st.admittedAt = st.start
-	if err == nil && r.Context().Err() != nil {
+	if !st.req.Waited() && r.Context().Err() != nil {
 		// Reset as it was admitted, without a wait: the admission is
 		// undone, and the stream counted as one reset before it.
-		p.admit.Release(st.bytes)
-		o.Kind, o.Status, o.Admission = ClientReset, StatusClientClosed, false
+		h.gate.Withdraw(&st.req)
 		return
 	}
-	if err == limiter.ErrMustWait {
-		err = p.admit.Acquire(ctx, st.bytes)
-		st.admittedAt = time.Now()
-		// A permit handed over as the stream was cancelled (the client
-		// left, or its deadline passed, while it waited) would send the
-		// upstream a request nobody reads and count a service time of
-		// nothing: one more look, as the HTTP/1.1 path takes.
-		if err == nil && ctx.Err() != nil {
-			p.admit.Release(st.bytes)
-			err = ctx.Err()
-		}
-	}
-	if err != nil {
-		h.rejected(w, r, st, err)
-		return
-	}
-	st.held.Store(true)
-	o.Admitted = true
 	cw := &clientWriter{ResponseWriter: w, g: g}
 	// UpstreamTimeout bounds what the permit is held for: the whole
 	// exchange, or a gRPC call's wait for its headers. Whoever the stream
@@ -589,7 +582,7 @@ func (h *h2) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// stream reset, which ends the handler and frees the permit. Without
 	// the reset the write would wait as long as the client likes, its
 	// permit held, and a fixed pool of one blocked.
-	st.timer = time.AfterFunc(p.timeout-time.Since(st.admittedAt), func() {
+	st.timer = time.AfterFunc(cfg.UpstreamTimeout-time.Since(st.req.AdmittedAt), func() {
 		if body != nil && body.reading.Load() {
 			st.stalled.Store(true)
 		}
@@ -689,89 +682,80 @@ func (b *idleBody) Read(p []byte) (int, error) {
 
 // headersArrived is the upstream's response headers: the Server-Timing
 // header, and for gRPC the permit's end.
-func (h *h2) headersArrived(resp *http.Response) error {
+func (h *Server) headersArrived(resp *http.Response) error {
 	st := streamOf(resp.Request.Context())
 	if st == nil {
 		return nil
 	}
 	st.headersAt = time.Now()
-	st.outcome.UpstreamStatus = resp.StatusCode
-	st.outcome.Status = resp.StatusCode
+	st.req.Record.UpstreamStatus = resp.StatusCode
+	st.req.Record.Status = resp.StatusCode
 	if st.grpc {
 		st.timer.Stop()
-		h.releasePermit(st)
+		// The rest of a gRPC stream holds no worker, but it holds its
+		// buffers (69-73 KiB held by a client that reads nothing), and
+		// without its reservation the streams a connection may open could
+		// hold memory that the memory bulkhead never saw.
+		h.gate.ReleasePermit(&st.req, st.headersAt)
 	}
-	if h.p.timing {
-		resp.Header.Add("Server-Timing", serverTiming(st.admittedAt.Sub(st.start), st.headersAt.Sub(st.admittedAt)))
+	if h.cfg.ServerTiming {
+		resp.Header.Add("Server-Timing", string(st.req.AppendServerTiming(nil, st.headersAt)))
 	}
 	return nil
 }
 
 // failed answers a stream whose upstream did not deliver response headers.
-func (h *h2) failed(w http.ResponseWriter, r *http.Request, err error) {
+func (h *Server) failed(w http.ResponseWriter, r *http.Request, err error) {
 	st := streamOf(r.Context())
 	st.headersAt = time.Now()
+	// The upstream's part ended here, whatever the answer's writing takes.
+	st.req.ServedAt = st.headersAt
 	var tooLarge *http.MaxBytesError
 	switch {
 	case errors.As(err, &tooLarge):
-		h.answer(w, st, BadRequest, http.StatusRequestEntityTooLarge, msgBodyTooLarge)
+		h.answerAs(w, st, outcome.BadRequest)
 	case st.stalled.Load():
-		h.answer(w, st, ClientTimeout, http.StatusRequestTimeout, msgReadTimeout)
-	case st.grpc && h.p.cut.Load() && !st.timedOut.Load():
+		h.answerAs(w, st, outcome.ClientTimeout)
+	case st.grpc && h.cfg.Cut() && !st.timedOut.Load():
 		// A gRPC call still waiting for its headers when the drain's
 		// end cut the upstream's connections (see cutShort): UNAVAILABLE,
 		// as a stream under way is told (see drained).
-		h.answer(w, st, DrainTimeout, 0, msgDrained)
-	case st.timedOut.Load(), h.p.cut.Load():
+		h.answerAs(w, st, outcome.DrainTimeout)
+	case st.timedOut.Load(), h.cfg.Cut():
 		// Also a drain whose time is up, which cut the upstream's
 		// connections (see cutShort).
-		h.answer(w, st, UpstreamTimeout, http.StatusGatewayTimeout, msgUpstreamTimeout)
+		h.answerAs(w, st, outcome.UpstreamTimeout)
 	case st.callExpired():
 		// The call's own deadline (grpc-timeout), not UpstreamTimeout:
 		// the client chose to wait no longer, as one that gives up on
 		// HTTP/1.1 does, and its status is DEADLINE_EXCEEDED, which its
 		// own timer also says.
 		st.expired = true
-		h.answer(w, st, ClientClosed, 0, "deadline exceeded\n")
-		st.outcome.Status = StatusClientClosed
+		h.answer(w, st, outcome.ClientClosed, 0, "deadline exceeded\n")
+		st.req.Record.Status = outcome.StatusClientClosed
 	case errors.Is(err, context.Canceled):
-		st.outcome.Kind, st.outcome.Status = ClientClosed, StatusClientClosed
+		st.req.Record.Kind, st.req.Record.Status = outcome.ClientClosed, outcome.StatusClientClosed
 	default:
-		h.p.log.Debug("upstream failed", "err", err, "protocol", "h2c")
-		st.outcome.UpstreamErr = err
-		h.answer(w, st, UpstreamError, http.StatusBadGateway, msgUpstreamError)
+		h.log.Debug("upstream failed", "err", err, "protocol", "h2c")
+		st.req.Record.UpstreamErr = err
+		h.answerAs(w, st, outcome.UpstreamError)
 	}
 }
 
-// rejected answers a stream the Admitter did not admit.
-func (h *h2) rejected(w http.ResponseWriter, r *http.Request, st *stream, err error) {
-	now := time.Now()
-	st.outcome.Queue = now.Sub(st.start)
-	switch {
-	case errors.Is(err, limiter.ErrQueueFull):
-		h.answer(w, st, RejectedQueueFull, 0, msgQueueFull)
-	case errors.Is(err, limiter.ErrQueueTimeout):
-		h.answer(w, st, RejectedQueueTimeout, 0, msgQueueTimeout)
-	case errors.Is(err, limiter.ErrBulkheadFull):
-		h.answer(w, st, RejectedBulkhead, 0, msgBulkheadFull)
-	case errors.Is(err, limiter.ErrTooLarge) && r.ContentLength > 0:
-		// As on HTTP/1.1: a declared body larger than the whole memory
-		// bulkhead is too large, not back pressure.
-		h.answer(w, st, BadRequest, http.StatusRequestEntityTooLarge, msgBodyTooLarge)
-	case errors.Is(err, limiter.ErrMemoryFull):
-		h.answer(w, st, RejectedMemory, 0, msgMemoryFull)
-	case r.Context().Err() == nil && errors.Is(err, context.DeadlineExceeded):
+// refused answers a stream admission refused, as its Outcome's kind says.
+func (h *Server) refused(w http.ResponseWriter, st *stream) {
+	switch kind := st.req.Record.Kind; {
+	case st.req.Expired():
 		// The call's own deadline passed in the queue. The client's own
 		// timer says DEADLINE_EXCEEDED; whichever it hears first, ours
 		// must say the same.
 		st.expired = true
-		h.answer(w, st, ClientClosed, 0, "deadline exceeded while queued\n")
-		st.outcome.Status = StatusClientClosed
-	case errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded):
-		st.outcome.Kind, st.outcome.Status = ClientClosed, StatusClientClosed
+		h.answer(w, st, outcome.ClientClosed, 0, "deadline exceeded while queued\n")
+		st.req.Record.Status = outcome.StatusClientClosed
+	case kind == outcome.ClientClosed:
+		// Reset by its client, or its connection gone: nobody to answer.
 	default:
-		h.p.log.Error("admitter failed", "err", err)
-		h.answer(w, st, InternalError, http.StatusInternalServerError, msgInternal)
+		h.answerAs(w, st, kind)
 	}
 }
 
@@ -785,20 +769,27 @@ const (
 )
 
 // grpcCode is the gRPC status of an answer of kind k.
-func grpcCode(k Kind) int {
+func grpcCode(k outcome.Kind) int {
 	switch {
-	case k.Rejection(), k == BadRequest:
+	case k.Rejection(), k == outcome.BadRequest:
 		// The only bad request answered here is a body over the limit,
 		// which gRPC's own servers call RESOURCE_EXHAUSTED too.
 		return grpcResourceExhausted
-	case k == UpstreamTimeout:
+	case k == outcome.UpstreamTimeout:
 		return grpcDeadlineExceeded
-	case k == UpstreamError, k == DrainTimeout:
+	case k == outcome.UpstreamError, k == outcome.DrainTimeout:
 		return grpcUnavailable
-	case k == ClientClosed:
+	case k == outcome.ClientClosed:
 		return grpcCancelled
 	}
 	return grpcInternal
+}
+
+// answerAs writes the proxy's own answer to kind, as every protocol gives
+// it (see admission.Gate.Answer).
+func (h *Server) answerAs(w http.ResponseWriter, st *stream, kind outcome.Kind) {
+	status, msg, _ := h.gate.Answer(kind)
+	h.answer(w, st, kind, status, msg)
 }
 
 // answer writes the proxy's own answer: for gRPC a trailers-only response
@@ -812,32 +803,22 @@ func grpcCode(k Kind) int {
 // a request does, and UpstreamTimeout bounds the wait, as it bounds a
 // response's; without room in the memory bulkhead it goes without its
 // body. A gRPC answer is headers alone, which no window holds up.
-func (h *h2) answer(w http.ResponseWriter, st *stream, kind Kind, status int, msg string) {
-	p := h.p
-	o := &st.outcome
+func (h *Server) answer(w http.ResponseWriter, st *stream, kind outcome.Kind, status int, msg string) {
+	o := &st.req.Record
 	o.Kind = kind
 	st.answered = true
 	hdr := w.Header()
 	for k := range hdr {
 		delete(hdr, k) // nothing of the upstream's
 	}
-	hdr.Set(string(headerOutcome), kind.String())
+	hdr.Set(admission.OutcomeHeader, kind.String())
 	if kind.Rejection() {
-		status = p.rejectStatus
-		secs := int64(1)
-		if p.retryAfter != nil {
-			secs = max(int64((p.retryAfter(kind)+time.Second-1)/time.Second), 1)
-		}
-		hdr.Set(string(headerRetryAfter), strconv.FormatInt(secs, 10))
+		var retryAfter int64
+		status, _, retryAfter = h.gate.Answer(kind)
+		hdr.Set("Retry-After", strconv.FormatInt(retryAfter, 10))
 	}
-	if p.timing {
-		var service time.Duration
-		queue := o.Queue
-		if !st.admittedAt.IsZero() && o.Admitted {
-			queue = st.admittedAt.Sub(st.start)
-			service = time.Since(st.admittedAt)
-		}
-		hdr.Set("Server-Timing", serverTiming(queue, service))
+	if h.cfg.ServerTiming {
+		hdr.Set("Server-Timing", string(st.req.AppendServerTiming(nil, time.Now())))
 	}
 	if st.grpc {
 		hdr.Set("Content-Type", "application/grpc")
@@ -851,15 +832,15 @@ func (h *h2) answer(w http.ResponseWriter, st *stream, kind Kind, status int, ms
 		w.WriteHeader(http.StatusOK)
 		return
 	}
-	hdr.Set("Content-Type", textPlain)
+	hdr.Set("Content-Type", admission.TextPlain)
 	o.Status = status
-	if !h.reserveAnswer(st) {
+	if !h.gate.ReserveAnswer(&st.req, h.cfg.AnswerBytes) {
 		hdr.Set("Content-Length", "0")
 		w.WriteHeader(status)
 		return
 	}
 	rc := http.NewResponseController(w)
-	_ = rc.SetWriteDeadline(time.Now().Add(p.timeout))
+	_ = rc.SetWriteDeadline(time.Now().Add(h.cfg.UpstreamTimeout))
 	// Flushed here, not by the server after the handler: the wait for
 	// the window is the handler's, under its deadline and the guard's
 	// watch, while the stream holds its reservation.
@@ -875,69 +856,33 @@ func (h *h2) answer(w http.ResponseWriter, st *stream, kind Kind, status int, ms
 	_ = rc.Flush()
 }
 
-// reserveAnswer reserves RequestOverheadBytes for a plain answer's body,
-// unless the stream holds its request's reservation still, and reports
-// whether the body may be sent.
-func (h *h2) reserveAnswer(st *stream) bool {
-	if st.held.Load() || st.kept > 0 || h.p.reserve == nil {
-		return true
-	}
-	if _, ok := h.p.admit.(bytesReleaser); !ok || h.p.reserver == nil {
-		return true
-	}
-	if !h.p.reserver.TryReserve(RequestOverheadBytes) {
-		return false
-	}
-	st.answering = RequestOverheadBytes
-	return true
-}
-
 // drained ends a gRPC stream under way that the drain's end cut: its
 // trailers carry UNAVAILABLE and Loomgate-Outcome, after whatever of the
 // upstream's messages went out. A gRPC client takes them as the server
 // going away; a message cut in two, it takes as the stream's end with
 // that status all the same.
-func (h *h2) drained(w http.ResponseWriter, st *stream) {
-	o := &st.outcome
-	o.Kind = DrainTimeout
+func (h *Server) drained(w http.ResponseWriter, st *stream) {
+	o := &st.req.Record
+	o.Kind = outcome.DrainTimeout
 	hdr := w.Header()
 	hdr.Set(http.TrailerPrefix+"Grpc-Status", strconv.Itoa(grpcUnavailable))
-	hdr.Set(http.TrailerPrefix+"Grpc-Message", strings.TrimSuffix(msgDrained, "\n"))
-	hdr.Set(http.TrailerPrefix+string(headerOutcome), DrainTimeout.String())
+	_, msg, _ := h.gate.Answer(outcome.DrainTimeout)
+	hdr.Set(http.TrailerPrefix+"Grpc-Message", strings.TrimSuffix(msg, "\n"))
+	hdr.Set(http.TrailerPrefix+admission.OutcomeHeader, outcome.DrainTimeout.String())
 }
 
-// finish completes a stream's Outcome and reports it.
-func (h *h2) finish(st *stream, r *http.Request) {
-	now := time.Now()
-	o := &st.outcome
-	o.Total = now.Sub(st.start)
-	o.Bytes = st.bytes
-	if o.Admitted {
-		o.Queue = st.admittedAt.Sub(st.start)
-		end := now
-		if st.grpc && !st.headersAt.IsZero() {
-			end = st.headersAt
-		}
-		o.Service = end.Sub(st.admittedAt)
+// finish ends a stream: a client that left before the upstream's headers
+// came is the stream's end, whatever else went wrong after.
+func (h *Server) finish(st *stream, r *http.Request) {
+	o := &st.req.Record
+	if o.Kind == outcome.OK && r.Context().Err() != nil && st.headersAt.IsZero() {
+		o.Kind, o.Status = outcome.ClientClosed, outcome.StatusClientClosed
 	}
-	if o.Kind == OK && r.Context().Err() != nil && st.headersAt.IsZero() {
-		o.Kind, o.Status = ClientClosed, StatusClientClosed
-	}
-	o.Method, o.Target = []byte(r.Method), []byte(r.RequestURI)
-	h.p.observe(o)
+	h.gate.Finish(&st.req, time.Now())
 }
 
-// serverTiming is addServerTiming's header value.
-func serverTiming(queue, upstream time.Duration) string {
-	b := append([]byte("queue;dur="), nil...)
-	b = appendMillis(b, queue)
-	b = append(b, ", upstream;dur="...)
-	b = appendMillis(b, upstream)
-	return string(b)
-}
-
-// parseGRPCTimeout reads grpc-timeout: at most 8 digits and a unit.
-func parseGRPCTimeout(v string) (time.Duration, bool) {
+// ParseGRPCTimeout reads grpc-timeout: at most 8 digits and a unit.
+func ParseGRPCTimeout(v string) (time.Duration, bool) {
 	if len(v) < 2 || len(v) > 9 {
 		return 0, false
 	}
