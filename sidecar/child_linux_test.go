@@ -161,6 +161,14 @@ func (c *child) peakRSS(t *testing.T) int64 {
 func (c *child) terminate(t *testing.T, within time.Duration) error {
 	t.Helper()
 	c.cmd.Process.Signal(syscall.SIGTERM)
+	return c.exit(t, within)
+}
+
+// exit waits, within a bound, for a process already told SIGTERM to exit,
+// and returns how it did. It sends no second signal: one that lands after
+// the drain, once the process has let go of SIGTERM, would kill it.
+func (c *child) exit(t *testing.T, within time.Duration) error {
+	t.Helper()
 	select {
 	case <-c.done:
 		return c.err

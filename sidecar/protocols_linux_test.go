@@ -63,7 +63,7 @@ func TestProtocolsSIGTERM(t *testing.T) {
 	if d := time.Since(start); d < 900*time.Millisecond {
 		t.Errorf("WebSocket closed %v after SIGTERM; want at DRAIN_TIMEOUT, 1s", d)
 	}
-	if err := c.terminate(t, 15*time.Second); err != nil {
+	if err := c.exit(t, 15*time.Second); err != nil {
 		t.Errorf("the sidecar exited with %v; want 0", err)
 	}
 }
