@@ -181,6 +181,19 @@ type Config struct {
 	// Unbounded mode without a bulkhead admits without taking a lock that
 	// every request shares.
 	Probe bool
+
+	// Priorities orders the waiters by their request's Level, and fairly
+	// between its flows within a level (see lanes), in place of one FIFO
+	// list: a freed permit goes to the highest level waiting, and a full
+	// queue sheds the lowest first. If false, every request is Default
+	// and the queue is FIFO (or codel's), as it always was.
+	Priorities bool
+	// Shares is each level's guaranteed share of the limit in force, in
+	// percent: a level below its share is served first, and its share
+	// is held for it while it has a request in flight or waiting, lent to
+	// the others only while it has none (see lanes.mayTake). They add up
+	// to 100 at most; they need Priorities.
+	Shares [NumLevels]int
 }
 
 // Validate reports every problem of cfg as *field.Error values joined,
@@ -239,6 +252,19 @@ func (cfg Config) Validate() error {
 	}
 	if cfg.QueueInterval < 0 {
 		bad("QueueInterval", "is %v; want 0 or more", cfg.QueueInterval)
+	}
+	total := 0
+	for l, pct := range cfg.Shares {
+		if pct < 0 || pct > 100 {
+			bad("Shares", "gives %s %d%%; want 0 to 100", Level(l), pct)
+		}
+		total += pct
+	}
+	switch {
+	case total > 100:
+		bad("Shares", "add up to %d%%; want 100 at most", total)
+	case total > 0 && !cfg.Priorities:
+		bad("Shares", "are set without Priorities")
 	}
 	return errors.Join(problems...)
 }
@@ -309,13 +335,19 @@ type Limiter struct {
 	held *integral
 	// passThrough is set for Unbounded mode without a bulkhead, whose
 	// limit never changes from 0: nothing waits, used is not kept, and
-	// admission and release take no lock shared by every request.
+	// admission and release take no lock shared by every request. Not
+	// with priorities, whose lanes count what each level holds.
 	passThrough bool
 	// probeable is Config.Probe; probe is the cap SetProbe set, 0 for
 	// none. probeNow mirrors it for Stats.
 	probeable bool
 	probe     int
 	probeNow  atomic.Int64
+	// lanes order the waiters by level and flow with Config.Priorities;
+	// nil without, and the list alone is the order. sharePct is
+	// Config.Shares, turned into permits as the limit in force changes.
+	lanes    *lanes
+	sharePct [NumLevels]int
 
 	inFlight, queued, bytes             atomic.Int64
 	inFlightPeak, queuedPeak, bytesPeak atomic.Int64
@@ -337,6 +369,7 @@ type waiter struct {
 	// With priorities, the waiter's place in the lanes: its level, its
 	// queue there, and its neighbours in that queue.
 	level        Level
+	flow         uint64
 	lane         uint8
 	lprev, lnext *waiter
 }
@@ -375,7 +408,11 @@ func New(cfg Config) (*Limiter, error) {
 	}
 	l.limitNow.Store(int64(l.limit))
 	l.probeable = cfg.Probe
-	l.passThrough = cfg.Mode == Unbounded && l.limit == 0 && !cfg.Probe
+	if cfg.Priorities {
+		l.lanes, l.sharePct = new(lanes), cfg.Shares
+		l.sharesLocked()
+	}
+	l.passThrough = cfg.Mode == Unbounded && l.limit == 0 && !cfg.Probe && !cfg.Priorities
 	l.since = time.Now()
 	l.held = newIntegral(l.since)
 	return l, nil
@@ -398,6 +435,18 @@ func (l *Limiter) TryAcquire(bytes int64) error {
 // admitted begins to hold its permit. A clock reading costs as much as the
 // rest of an admission in pass-through.
 func (l *Limiter) TryAcquireAt(now time.Time, bytes int64) error {
+	return l.tryAcquire(now, bytes, Default)
+}
+
+// TryAcquireLevel is TryAcquireAt for a request of level: with
+// Config.Priorities, a full queue may shed one of a lower level for it
+// (ErrMustWait then, and AcquireLevel sheds it as it queues). The caller
+// releases it with ReleaseLevel and the same level.
+func (l *Limiter) TryAcquireLevel(now time.Time, bytes int64, level Level) error {
+	return l.tryAcquire(now, bytes, level)
+}
+
+func (l *Limiter) tryAcquire(now time.Time, bytes int64, level Level) error {
 	if err := l.reserveBytes(bytes); err != nil {
 		return err
 	}
@@ -407,7 +456,7 @@ func (l *Limiter) TryAcquireAt(now time.Time, bytes int64) error {
 		return nil
 	}
 	l.mu.Lock()
-	admitted, full := l.admitLocked(now)
+	admitted, full := l.admitLocked(now, level)
 	l.mu.Unlock()
 	switch {
 	case admitted:
@@ -422,34 +471,56 @@ func (l *Limiter) TryAcquireAt(now time.Time, bytes int64) error {
 }
 
 // Admit is TryAcquireAt for the Policy.
-func (l *Limiter) Admit(now time.Time, r *Request) error { return l.TryAcquireAt(now, r.Bytes) }
+func (l *Limiter) Admit(now time.Time, r *Request) error {
+	return l.tryAcquire(now, r.Bytes, r.Level)
+}
 
 // Wait is Acquire for the Policy.
-func (l *Limiter) Wait(ctx context.Context, r *Request) error { return l.Acquire(ctx, r.Bytes) }
+func (l *Limiter) Wait(ctx context.Context, r *Request) error {
+	return l.acquire(ctx, r.Bytes, r.Level, r.Flow)
+}
 
 // Leave is ReleaseAt for the Policy.
-func (l *Limiter) Leave(now time.Time, _ *Request, bytes int64) { l.ReleaseAt(now, bytes) }
+func (l *Limiter) Leave(now time.Time, r *Request, bytes int64) {
+	l.releaseAt(now, bytes, r.Level)
+}
 
 // admitLocked takes a permit if one is free and reports whether it did,
 // and otherwise whether a wait is out of the question: no waiting in this
 // mode, or the queue at its bound. The caller holds l.mu.
-func (l *Limiter) admitLocked(now time.Time) (admitted, full bool) {
-	if c := l.capLocked(); l.used < c || c == 0 {
+func (l *Limiter) admitLocked(now time.Time, level Level) (admitted, full bool) {
+	if c := l.capLocked(); (l.used < c || c == 0) && (l.lanes == nil || c == 0 || l.lanes.mayTake(level, c-l.used, now)) {
 		l.held.add(now, 1)
 		l.used++
+		if l.lanes != nil {
+			l.lanes.held[level]++
+		}
 		return true, false
 	}
+	full = l.fullLocked()
+	if full && l.wait > 0 && l.lanes != nil && l.lanes.shed(level) != nil {
+		// A full queue makes room for a higher level by shedding a lower
+		// one's newest (acquire does, as it queues).
+		full = false
+	}
+	return false, full
+}
+
+// fullLocked reports whether a request that cannot be admitted at once
+// cannot wait either: no waiting in this mode, or the queue at its bound.
+// The caller holds l.mu.
+func (l *Limiter) fullLocked() bool {
 	if l.probe > 0 {
 		// Held back by a probe, a request waits as it would have without
 		// it, and one that would have been admitted waits whatever the
 		// mode's queue: the probe delays, it never rejects.
 		if l.limit == 0 || l.used+l.waiting < l.limit {
-			return false, false
+			return false
 		}
 		over := l.used + l.waiting - l.limit // waiting, had there been no probe
-		return false, l.wait <= 0 || l.queue >= 0 && over >= l.queue
+		return l.wait <= 0 || l.queue >= 0 && over >= l.queue
 	}
-	return false, l.wait <= 0 || l.queue >= 0 && l.waiting >= l.queue
+	return l.wait <= 0 || l.queue >= 0 && l.waiting >= l.queue
 }
 
 // capLocked is the most permits held at once now: the mode's limit, or a
@@ -469,6 +540,18 @@ func (l *Limiter) countAdmitted() { peak(&l.inFlightPeak, l.inFlight.Add(1)) }
 // ctx.Err() when ctx ends first (the client left). On nil the caller must
 // call Release(bytes) exactly once.
 func (l *Limiter) Acquire(ctx context.Context, bytes int64) error {
+	return l.acquire(ctx, bytes, Default, 0)
+}
+
+// AcquireLevel is Acquire for a request of level, in flow (0 for none):
+// with Config.Priorities it waits in its level's lanes, its flow taking
+// turns with the level's others. The caller releases it with ReleaseLevel
+// and the same level.
+func (l *Limiter) AcquireLevel(ctx context.Context, bytes int64, level Level, flow uint64) error {
+	return l.acquire(ctx, bytes, level, flow)
+}
+
+func (l *Limiter) acquire(ctx context.Context, bytes int64, level Level, flow uint64) error {
 	if err := l.reserveBytes(bytes); err != nil {
 		return err
 	}
@@ -478,7 +561,7 @@ func (l *Limiter) Acquire(ctx context.Context, bytes int64) error {
 		return nil
 	}
 	l.mu.Lock()
-	switch admitted, full := l.admitLocked(time.Now()); {
+	switch admitted, full := l.admitLocked(time.Now(), level); {
 	case admitted:
 		l.mu.Unlock()
 		l.countAdmitted()
@@ -508,6 +591,12 @@ func (l *Limiter) Acquire(ctx context.Context, bytes int64) error {
 		w = &waiter{ready: make(chan struct{}, 1)}
 	}
 	w.enqueued = time.Now()
+	if l.lanes != nil && l.fullLocked() {
+		// Full, and admitLocked found a lower level to shed for it.
+		l.advance(w.enqueued)
+		l.decide(l.lanes.shed(level), l.errFull)
+	}
+	w.level, w.flow = level, flow
 	l.push(w)
 	l.mu.Unlock()
 
@@ -545,7 +634,7 @@ func (l *Limiter) await(ctx context.Context, w *waiter) error {
 	if w.err == nil {
 		// Admitted, but nobody is left to serve: the permit goes on to
 		// the next waiter.
-		l.Release(0)
+		l.releaseAt(time.Now(), 0, w.level)
 	}
 	// Both may be done at once; the client leaving is the truer story and
 	// keeps a disconnect from counting as a timeout.
@@ -556,6 +645,9 @@ func (l *Limiter) await(ctx context.Context, w *waiter) error {
 // head. The caller holds l.mu.
 func (l *Limiter) push(w *waiter) {
 	w.queued, w.err, w.next = true, nil, nil
+	if l.lanes != nil {
+		l.lanes.push(w, w.level, w.flow)
+	}
 	w.prev = l.tail
 	if l.tail != nil {
 		l.tail.next = w
@@ -656,6 +748,9 @@ func (l *Limiter) unlink(w *waiter) {
 	}
 	w.prev, w.next, w.queued = nil, nil, false
 	l.waiting--
+	if l.lanes != nil {
+		l.lanes.remove(w)
+	}
 }
 
 // decide takes w off the queue with err (nil: admitted) and wakes it. The
@@ -671,7 +766,11 @@ func (l *Limiter) decide(w *waiter, err error) {
 // under a standing queue the newest, whose client is the likeliest still
 // to wait for its answer. The caller holds l.mu; the queue is not empty.
 func (l *Limiter) next() *waiter {
-	if l.codel && l.overloaded(time.Now()) {
+	newest := l.codel && l.overloaded(time.Now())
+	switch {
+	case l.lanes != nil:
+		return l.lanes.next(newest)
+	case newest:
 		return l.tail
 	}
 	return l.head
@@ -726,6 +825,16 @@ func (l *Limiter) Release(bytes int64) {
 // ReleaseAt is Release for a caller that has read the clock already: now,
 // a reading taken a moment ago, is when the permit stops being held.
 func (l *Limiter) ReleaseAt(now time.Time, bytes int64) {
+	l.releaseAt(now, bytes, Default)
+}
+
+// ReleaseLevel is ReleaseAt for a request admitted by TryAcquireLevel or
+// AcquireLevel with level.
+func (l *Limiter) ReleaseLevel(now time.Time, bytes int64, level Level) {
+	l.releaseAt(now, bytes, level)
+}
+
+func (l *Limiter) releaseAt(now time.Time, bytes int64, level Level) {
 	if l.inFlight.Add(-1) < 0 {
 		panic("limiter: released more than acquired")
 	}
@@ -735,6 +844,19 @@ func (l *Limiter) ReleaseAt(now time.Time, bytes int64) {
 		return
 	}
 	l.mu.Lock()
+	if l.lanes != nil {
+		// With priorities, the permit is freed, then given to the
+		// waiters the lanes and the shares allow: one a level's share
+		// holds for it while it is active may stay free for it.
+		l.held.add(now, -1)
+		l.used--
+		l.lanes.held[level]--
+		l.lanes.released[level] = now
+		l.admitWaiting(now)
+		l.mu.Unlock()
+		l.releaseBytes(bytes)
+		return
+	}
 	// A permit goes on to a waiter only while the limit allows it: a
 	// lowered limit is reached by releases that hand nothing on.
 	if c := l.capLocked(); l.head != nil && (c == 0 || l.used <= c) {
@@ -772,6 +894,9 @@ func (l *Limiter) SetLimit(n int) {
 	l.advance(now)
 	l.limit = n
 	l.limitNow.Store(int64(n))
+	if l.lanes != nil {
+		l.sharesLocked()
+	}
 	l.admitWaiting(now)
 }
 
@@ -779,10 +904,29 @@ func (l *Limiter) SetLimit(n int) {
 // after it was raised. The caller holds l.mu.
 func (l *Limiter) admitWaiting(now time.Time) {
 	for c := l.capLocked(); l.head != nil && (c == 0 || l.used < c); {
+		w := l.next()
+		if l.lanes != nil {
+			if c > 0 && !l.lanes.mayTake(w.level, c-l.used, now) {
+				// The free permits are held for levels whose share they
+				// are, until they come for them.
+				return
+			}
+			l.lanes.held[w.level]++
+		}
 		l.held.add(now, 1)
 		l.used++
 		peak(&l.inFlightPeak, l.inFlight.Add(1))
-		l.decide(l.next(), nil)
+		l.decide(w, nil)
+	}
+}
+
+// sharesLocked turns the levels' shares into permits of the limit in
+// force (none while it is none): rounded down, so that they never add up
+// to more than it. The caller holds l.mu, or is New.
+func (l *Limiter) sharesLocked() {
+	c := l.capLocked()
+	for lv, pct := range l.sharePct {
+		l.lanes.share[lv] = c * pct / 100
 	}
 }
 
@@ -806,6 +950,9 @@ func (l *Limiter) SetProbe(n int) {
 	l.advance(now)
 	l.probe = n
 	l.probeNow.Store(int64(n))
+	if l.lanes != nil {
+		l.sharesLocked()
+	}
 	l.admitWaiting(now)
 	// The wait in force changed with the probe: the head's deadline
 	// with it.
@@ -912,6 +1059,25 @@ func (l *Limiter) Stats() Stats {
 		MaxBytes:   l.memSize,
 		Probe:      int(l.probeNow.Load()),
 	}
+}
+
+// LevelStats is what one priority level holds and has waiting.
+type LevelStats struct{ InFlight, Queued int64 }
+
+// Levels returns each level's requests in flight and waiting, by level;
+// without Config.Priorities, every request is Default's.
+func (l *Limiter) Levels() [NumLevels]LevelStats {
+	var out [NumLevels]LevelStats
+	if l.lanes == nil {
+		out[Default] = LevelStats{l.inFlight.Load(), l.queued.Load()}
+		return out
+	}
+	l.mu.Lock()
+	for lv := range out {
+		out[lv] = LevelStats{int64(l.lanes.held[lv]), int64(l.lanes.level[lv].waiting)}
+	}
+	l.mu.Unlock()
+	return out
 }
 
 // advance carries the integral of waiters up to now, at the count that held

@@ -12,10 +12,10 @@ type Request struct {
 	// Bytes is what the request reserves with its permit.
 	Bytes int64
 	// Level is the request's priority level and Flow the flow it belongs
-	// to within its level: what a policy that admits the higher levels
-	// first, and queues flows fairly, reads. Both are 0 for every request
-	// until priorities are configured, and no policy reads them yet.
-	Level int
+	// to within its level (0 for none): what a Limiter with
+	// Config.Priorities admits the higher levels first by, and queues
+	// flows fairly by. Without priorities they are not read.
+	Level Level
 	Flow  uint64
 	// Service is how long the upstream served the request, set before
 	// Leave: a dry run's shadow holds its permit that long.
@@ -78,7 +78,7 @@ func NewDryRun(policy *Limiter, report func(Decision)) *DryRun {
 
 // Admit puts r into the shadow as it arrives, and admits it.
 func (d *DryRun) Admit(now time.Time, r *Request) error {
-	r.ticket = d.shadow.Arrive(r.Bytes)
+	r.ticket = d.shadow.Arrive(r.Bytes, r.Level, r.Flow)
 	err := d.held.TryAcquireAt(now, r.Bytes)
 	if err != nil {
 		d.leaveShadow(r)
@@ -89,7 +89,7 @@ func (d *DryRun) Admit(now time.Time, r *Request) error {
 // Wait is never needed: Admit admits at once. It admits, as Admit does.
 func (d *DryRun) Wait(ctx context.Context, r *Request) error {
 	if r.ticket == nil {
-		r.ticket = d.shadow.Arrive(r.Bytes)
+		r.ticket = d.shadow.Arrive(r.Bytes, r.Level, r.Flow)
 	}
 	err := d.held.Acquire(ctx, r.Bytes)
 	if err != nil {

@@ -30,6 +30,8 @@ type Decision struct {
 	// Err is the rejection (ErrQueueFull, ErrQueueTimeout,
 	// ErrBulkheadFull, ErrMemoryFull) when Would is WouldReject.
 	Err error
+	// Level is the request's priority level.
+	Level Level
 }
 
 // Shadow runs a Limiter beside traffic that it does not hold back: a dry
@@ -95,6 +97,8 @@ func (s *Shadow) Limiter() *Limiter { return s.lim }
 type Ticket struct {
 	s       *Shadow
 	bytes   int64
+	level   Level
+	flow    uint64
 	arrived time.Time
 	// upstreamHeld is the requests really in flight when it arrived,
 	// itself included.
@@ -115,34 +119,35 @@ type Ticket struct {
 	atOnce int64
 }
 
-// Arrive puts a request that will hold bytes into the shadow, now.
-func (s *Shadow) Arrive(bytes int64) *Ticket {
-	t := &Ticket{s: s, bytes: bytes, arrived: time.Now(), upstreamHeld: s.inFlight.Add(1)}
-	switch err := s.lim.TryAcquire(bytes); err {
+// Arrive puts a request that will hold bytes, of level and flow, into the
+// shadow, now.
+func (s *Shadow) Arrive(bytes int64, level Level, flow uint64) *Ticket {
+	t := &Ticket{s: s, bytes: bytes, level: level, flow: flow, arrived: time.Now(), upstreamHeld: s.inFlight.Add(1)}
+	switch err := s.lim.TryAcquireLevel(t.arrived, bytes, level); err {
 	case nil:
 		t.admit(t.arrived)
-		s.report(Decision{Would: WouldAdmit})
+		s.report(Decision{Would: WouldAdmit, Level: level})
 	case ErrMustWait:
 		// A wait needs a goroutine: Acquire blocks. It is the shadow's
 		// own, so the real request goes on at once.
 		s.wg.Go(func() { t.wait() })
 	default:
-		s.report(Decision{Would: WouldReject, Err: err})
+		s.report(Decision{Would: WouldReject, Err: err, Level: level})
 	}
 	return t
 }
 
 func (t *Ticket) wait() {
-	err := t.s.lim.Acquire(t.s.ctx, t.bytes)
+	err := t.s.lim.AcquireLevel(t.s.ctx, t.bytes, t.level, t.flow)
 	now := time.Now()
 	wait := now.Sub(t.arrived)
 	if err != nil {
 		if t.s.ctx.Err() == nil {
-			t.s.report(Decision{Would: WouldReject, Wait: wait, Err: err})
+			t.s.report(Decision{Would: WouldReject, Wait: wait, Err: err, Level: t.level})
 		}
 		return
 	}
-	t.s.report(Decision{Would: WouldQueue, Wait: wait})
+	t.s.report(Decision{Would: WouldQueue, Wait: wait, Level: t.level})
 	t.admit(now)
 }
 
@@ -242,13 +247,13 @@ func (s *Shadow) unloadedService() time.Duration {
 func (t *Ticket) releaseAt(due time.Time) {
 	d := time.Until(due)
 	if d <= 0 {
-		t.s.lim.Release(t.bytes)
+		t.s.lim.ReleaseLevel(time.Now(), t.bytes, t.level)
 		return
 	}
 	t.s.wg.Add(1)
 	time.AfterFunc(d, func() {
 		defer t.s.wg.Done()
-		t.s.lim.Release(t.bytes)
+		t.s.lim.ReleaseLevel(time.Now(), t.bytes, t.level)
 	})
 }
 

@@ -3,6 +3,7 @@ package limiter
 import (
 	"context"
 	"errors"
+	"slices"
 	"sync"
 	"testing"
 	"testing/synctest"
@@ -86,7 +87,7 @@ func TestShadowRejectsAsTheRealPolicyWould(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
 			s := NewShadow(mustNew(t, cfg), shadow.add)
 			arrivals(n, gap, func(int) {
-				ticket := s.Arrive(0)
+				ticket := s.Arrive(0, Default, 0)
 				time.Sleep(service) // served at once, for real
 				ticket.Leave(service)
 			})
@@ -173,7 +174,7 @@ func TestShadowInFrontOfAFullPool(t *testing.T) {
 			s.SetCapacity(capacity)
 			arrivals(n, gap, func(int) {
 				start := time.Now()
-				ticket := s.Arrive(0)
+				ticket := s.Arrive(0, Default, 0)
 				inPool(workers)
 				ticket.Leave(time.Since(start))
 			})
@@ -194,4 +195,35 @@ func TestShadowInFrontOfAFullPool(t *testing.T) {
 			t.Errorf("not told the capacity, the shadow timed out %d as the real %d: the case does not show the pool's queue", shadow.timely, real.timely)
 		}
 	}
+}
+
+// TestShadowOrdersByLevel: a dry run of a policy with priorities queues
+// as it would: of a sheddable and a critical request that arrive behind a
+// held permit, the critical one would be admitted first.
+func TestShadowOrdersByLevel(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var mu sync.Mutex
+		var order []Level
+		s := NewShadow(mustNew(t, Config{Mode: Fixed, Workers: 1, QueueSize: 10, QueueTimeout: time.Minute, Priorities: true}),
+			func(d Decision) {
+				mu.Lock()
+				order = append(order, d.Level)
+				mu.Unlock()
+			})
+		first := s.Arrive(0, Default, 0)
+		batch := s.Arrive(0, Sheddable, 0)
+		synctest.Wait()
+		checkout := s.Arrive(0, Critical, 0)
+		synctest.Wait()
+		first.Leave(time.Second)
+		time.Sleep(2 * time.Second)
+		checkout.Leave(time.Second)
+		time.Sleep(2 * time.Second)
+		batch.Leave(time.Second)
+		time.Sleep(2 * time.Second)
+		s.Close()
+		if want := []Level{Default, Critical, Sheddable}; !slices.Equal(order, want) {
+			t.Errorf("decided in order %v; want %v, the critical before the sheddable that came first", order, want)
+		}
+	})
 }

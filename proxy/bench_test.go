@@ -9,6 +9,7 @@ import (
 
 	"github.com/valyala/fasthttp"
 
+	"github.com/loomgate/loomgate/internal/admission"
 	"github.com/loomgate/loomgate/limiter"
 )
 
@@ -51,6 +52,12 @@ func newBenchUpstream(tb testing.TB) *benchUpstream {
 // returns a client for it.
 func benchProxy(tb testing.TB, up *benchUpstream, lcfg limiter.Config) (*fasthttp.HostClient, *limiter.Limiter) {
 	tb.Helper()
+	return benchProxyWith(tb, up, lcfg, admission.Priorities{})
+}
+
+// benchProxyWith is benchProxy with priorities at admission.
+func benchProxyWith(tb testing.TB, up *benchUpstream, lcfg limiter.Config, prio admission.Priorities) (*fasthttp.HostClient, *limiter.Limiter) {
+	tb.Helper()
 	lim, err := limiter.New(lcfg)
 	if err != nil {
 		tb.Fatal(err)
@@ -62,6 +69,7 @@ func benchProxy(tb testing.TB, up *benchUpstream, lcfg limiter.Config) (*fasthtt
 		MaxConns:     lim.Stats().Limit,
 		ServerTiming: true,
 		Reserve:      RequestBytes,
+		Priorities:   prio,
 	})
 	if err != nil {
 		tb.Fatal(err)
@@ -103,15 +111,21 @@ func BenchmarkProxy(b *testing.B) {
 		lcfg   limiter.Config
 		status int
 		park   int // requests parked at the upstream for the whole run
+		prio   admission.Priorities
 	}{
-		{"admitted/unbounded", limiter.Config{Mode: limiter.Unbounded}, 200, 0},
-		{"admitted/fixed", limiter.Config{Mode: limiter.Fixed, Workers: 64, QueueSize: 1000, QueueTimeout: time.Second}, 200, 0},
-		{"queued", limiter.Config{Mode: limiter.Fixed, Workers: 1, QueueSize: 1000, QueueTimeout: 10 * time.Second}, 200, 0},
-		{"rejected", limiter.Config{Mode: limiter.Fixed, Workers: 1}, 503, 1},
+		{"admitted/unbounded", limiter.Config{Mode: limiter.Unbounded}, 200, 0, admission.Priorities{}},
+		{"admitted/fixed", limiter.Config{Mode: limiter.Fixed, Workers: 64, QueueSize: 1000, QueueTimeout: time.Second}, 200, 0, admission.Priorities{}},
+		{"queued", limiter.Config{Mode: limiter.Fixed, Workers: 1, QueueSize: 1000, QueueTimeout: 10 * time.Second}, 200, 0, admission.Priorities{}},
+		// Priorities and fair queuing by client, every level with a share:
+		// a level and a flow read at admission, the waiters in lanes.
+		{"queued+priorities", limiter.Config{Mode: limiter.Fixed, Workers: 1, QueueSize: 1000, QueueTimeout: 10 * time.Second,
+			Priorities: true, Shares: [limiter.NumLevels]int{limiter.Critical: 50, limiter.Sheddable: 10}}, 200, 0,
+			admission.Priorities{Header: "X-Priority", FlowClient: true}},
+		{"rejected", limiter.Config{Mode: limiter.Fixed, Workers: 1}, 503, 1, admission.Priorities{}},
 	} {
 		b.Run(bc.name, func(b *testing.B) {
 			up := newBenchUpstream(b)
-			client, lim := benchProxy(b, up, bc.lcfg)
+			client, lim := benchProxyWith(b, up, bc.lcfg, bc.prio)
 			var parked sync.WaitGroup
 			for range bc.park {
 				parked.Add(1)

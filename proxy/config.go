@@ -52,6 +52,9 @@ type Config struct {
 	// admission: the Outcome's Class. If nil, automatically (method and
 	// first path segment; see route.Parse).
 	Classes *route.Classes
+	// Priorities gives each request its priority level and flow at
+	// admission, for a Policy that admits by them. If zero, none.
+	Priorities admission.Priorities
 	// UpstreamTimeout bounds an admitted request from admission to the
 	// upstream's last response byte, and the writing of its response (a
 	// client that reads it slower is cut off, counted ClientTimeout). If

@@ -120,6 +120,7 @@ func New(cfg Config) (*Proxy, error) {
 	p.gate = admission.New(admission.Config{
 		Policy: cfg.Policy, Observer: cfg.Observer, Classes: cfg.Classes, Reserve: cfg.Reserve,
 		RejectStatus: cfg.RejectStatus, RetryAfter: cfg.RetryAfter, Logger: p.log,
+		Priorities: cfg.Priorities,
 	})
 	maxConns := cfg.MaxConns
 	if maxConns == 0 {

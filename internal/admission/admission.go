@@ -4,7 +4,9 @@ import (
 	"cmp"
 	"context"
 	"errors"
+	"hash/maphash"
 	"log/slog"
+	"net"
 	"strconv"
 	"time"
 
@@ -65,6 +67,31 @@ type Config struct {
 	// Logger receives a policy's failure and an observer's panic. If nil,
 	// slog.Default().
 	Logger *slog.Logger
+	// Priorities, if On, gives each request its priority level and its
+	// flow, for a Policy that admits by them (limiter.Config.Priorities).
+	Priorities Priorities
+}
+
+// Priorities tells a request's priority level and its flow within it.
+type Priorities struct {
+	// Levels is each route class's level, by the class's index; a class
+	// past its end is Default.
+	Levels []limiter.Level
+	// Header, if set, names a request header (a gRPC call's metadata) whose
+	// value, a level's name, sets the request's level in place of its
+	// class's. A value that names no level is ignored.
+	Header string
+	// FlowHeader, if set, names a header whose value is the request's
+	// flow (a tenant's id); FlowClient keys flows by the client's address
+	// instead. A request with neither has no flow.
+	FlowHeader string
+	FlowClient bool
+}
+
+// On reports whether any is set: otherwise every request is Default,
+// with no flow, and reads no header for it.
+func (p Priorities) On() bool {
+	return p.Levels != nil || p.Header != "" || p.FlowHeader != "" || p.FlowClient
 }
 
 // Gate is the admission path every request takes. It is safe for
@@ -77,6 +104,9 @@ type Gate struct {
 	rejectStatus int
 	retryAfter   func(outcome.Kind) time.Duration
 	log          *slog.Logger
+	prio         Priorities
+	prioOn       bool
+	seed         maphash.Seed
 }
 
 // New returns a Gate; cfg.Policy must be set.
@@ -84,6 +114,7 @@ func New(cfg Config) *Gate {
 	g := &Gate{
 		policy: cfg.Policy, observer: cfg.Observer, classes: cfg.Classes, reserve: cfg.Reserve,
 		rejectStatus: cmp.Or(cfg.RejectStatus, 503), retryAfter: cfg.RetryAfter, log: cfg.Logger,
+		prio: cfg.Priorities, prioOn: cfg.Priorities.On(), seed: maphash.MakeSeed(),
 	}
 	if g.classes == nil {
 		g.classes, _ = route.Parse("")
@@ -167,6 +198,9 @@ func (r *Request) Expired() bool { return r.expired }
 // policy that failed (InternalError).
 func (g *Gate) Admit(r *Request, c Client) bool {
 	r.Record.Class = g.classes.Class(r.Record.Method, r.Record.Target)
+	if g.prioOn {
+		g.place(r, c)
+	}
 	if g.reserve != nil {
 		r.Bytes = g.reserve(r.Length)
 	}
@@ -184,6 +218,35 @@ func (g *Gate) Admit(r *Request, c Client) bool {
 	}
 	r.admitted, r.permit, r.holding = true, true, r.Bytes
 	return true
+}
+
+// place gives r its level, from its class or its header, and its flow.
+func (g *Gate) place(r *Request, c Client) {
+	r.Level = limiter.Default
+	if cl := r.Record.Class; cl >= 0 && cl < len(g.prio.Levels) {
+		r.Level = g.prio.Levels[cl]
+	}
+	if g.prio.Header != "" {
+		var lv limiter.Level
+		if v := c.Header(g.prio.Header); v != nil && lv.UnmarshalText(v) == nil {
+			r.Level = lv
+		}
+	}
+	switch {
+	case g.prio.FlowHeader != "":
+		if v := c.Header(g.prio.FlowHeader); len(v) > 0 {
+			r.Flow = maphash.Bytes(g.seed, v) | 1 // never 0, which is none
+		}
+	case g.prio.FlowClient && r.Record.Remote != nil:
+		// The address without its port: a client's connections are one
+		// flow.
+		if a, ok := r.Record.Remote.(*net.TCPAddr); ok {
+			r.Flow = maphash.Bytes(g.seed, a.IP) | 1
+		} else {
+			r.Flow = maphash.String(g.seed, r.Record.Remote.String()) | 1
+		}
+	}
+	r.Record.Level = uint8(r.Level)
 }
 
 // wait is the slow path of admission: the request waits, its client

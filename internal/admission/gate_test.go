@@ -2,12 +2,14 @@ package admission
 
 import (
 	"context"
+	"net"
 	"testing"
 	"testing/synctest"
 	"time"
 
 	"github.com/loomgate/loomgate/internal/outcome"
 	"github.com/loomgate/loomgate/limiter"
+	"github.com/loomgate/loomgate/route"
 )
 
 // recorder keeps the records a Gate finishes.
@@ -152,4 +154,76 @@ func TestGateFinishesOneRecord(t *testing.T) {
 			t.Errorf("Server-Timing %q; want no queue and 30 ms upstream", got)
 		}
 	})
+}
+
+// headers is a client with request headers.
+type headers struct {
+	client
+	h map[string]string
+}
+
+func (c headers) Header(name string) []byte {
+	if v, ok := c.h[name]; ok {
+		return []byte(v)
+	}
+	return nil
+}
+
+// TestGatePlacesByLevelAndFlow: a request's level is its class's, or
+// its priority header's when that names a level; its flow is its flow
+// header's value, or its client's address without the port, the same for
+// the same key and never none.
+func TestGatePlacesByLevelAndFlow(t *testing.T) {
+	classes, err := route.Parse("checkout=/checkout,batch=/batch")
+	if err != nil {
+		t.Fatal(err)
+	}
+	lim, err := limiter.New(limiter.Config{Mode: limiter.Unbounded, Priorities: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	byHeader := New(Config{Policy: lim, Classes: classes, Priorities: Priorities{
+		Levels:     []limiter.Level{limiter.Default, limiter.Critical, limiter.Sheddable}, // other, checkout, batch
+		Header:     "X-Priority",
+		FlowHeader: "X-Tenant",
+	}})
+	place := func(g *Gate, target string, h map[string]string, remote net.Addr) *Request {
+		r := begin(target, 0)
+		r.Record.Remote = remote
+		if !g.Admit(r, headers{client{ctx: t.Context()}, h}) {
+			t.Fatalf("%s refused: %v", target, r.Record.Kind)
+		}
+		g.Finish(r, time.Now())
+		return r
+	}
+	for _, tt := range []struct {
+		target string
+		h      map[string]string
+		level  limiter.Level
+	}{
+		{"/checkout/1", nil, limiter.Critical},
+		{"/batch", nil, limiter.Sheddable},
+		{"/elsewhere", nil, limiter.Default},
+		{"/batch", map[string]string{"X-Priority": "high"}, limiter.High},
+		{"/checkout", map[string]string{"X-Priority": "urgent"}, limiter.Critical}, // no such level: the class's
+	} {
+		r := place(byHeader, tt.target, tt.h, nil)
+		if r.Level != tt.level || r.Record.Level != uint8(tt.level) || r.Flow != 0 {
+			t.Errorf("%s with %v: level %v (recorded %d), flow %d; want %v, no flow", tt.target, tt.h, r.Level, r.Record.Level, r.Flow, tt.level)
+		}
+	}
+	a1 := place(byHeader, "/", map[string]string{"X-Tenant": "a"}, nil).Flow
+	a2 := place(byHeader, "/", map[string]string{"X-Tenant": "a"}, nil).Flow
+	b := place(byHeader, "/", map[string]string{"X-Tenant": "b"}, nil).Flow
+	if a1 == 0 || a1 != a2 || a1 == b {
+		t.Errorf("flows by X-Tenant: a %d and %d, b %d; want a's the same, b's another, none 0", a1, a2, b)
+	}
+
+	byClient := New(Config{Policy: lim, Priorities: Priorities{FlowClient: true}})
+	one := place(byClient, "/", nil, &net.TCPAddr{IP: net.IPv4(10, 0, 0, 1), Port: 40000}).Flow
+	again := place(byClient, "/", nil, &net.TCPAddr{IP: net.IPv4(10, 0, 0, 1), Port: 40001}).Flow
+	other := place(byClient, "/", nil, &net.TCPAddr{IP: net.IPv4(10, 0, 0, 2), Port: 40000}).Flow
+	if one == 0 || one != again || one == other {
+		t.Errorf("flows by client: 10.0.0.1 %d and %d (two ports), 10.0.0.2 %d; want one flow per address", one, again, other)
+	}
 }

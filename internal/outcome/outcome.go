@@ -77,6 +77,10 @@ type Record struct {
 	// request met admission (Admission), and read from here by whatever
 	// keeps figures by route.
 	Class int
+	// Level is the request's priority level (a limiter.Level: 0
+	// sheddable to 3 critical), set as it met admission when priorities
+	// are configured; 0 otherwise, and then read by nothing.
+	Level uint8
 	// Status is the status code written to the client, or StatusClientClosed.
 	Status int
 	// UpstreamStatus is the upstream's status code, 0 if it did not answer.
