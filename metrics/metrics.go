@@ -89,7 +89,19 @@ type Config struct {
 	// SampleInterval is how often Run folds the limiter's peaks in. If
 	// zero, 250ms.
 	SampleInterval time.Duration
+
+	// Levels names the priority levels by their index (an
+	// outcome.Record's Level), when admission orders requests by them
+	// (LOOMGATE_PRIORITIES and its kin). If empty, the per-level series
+	// are not exported.
+	Levels []string
+	// LevelState reads each level's requests in flight and waiting, by
+	// index, at each scrape. Required with Levels.
+	LevelState func() []LevelState
 }
+
+// LevelState is one priority level's admission state.
+type LevelState struct{ InFlight, Queued int64 }
 
 // DryRunDecisions are the values of loomgate_dry_run_requests_total's
 // would label.
@@ -130,6 +142,11 @@ type Metrics struct {
 	probes       map[string]prometheus.Counter
 	dryRun       map[string]prometheus.Counter
 	dryRunWait   prometheus.Histogram
+
+	// levelRequests and levelWait are the per-level series, by level
+	// index, nil without Config.Levels.
+	levelRequests [][outcome.NumKinds]prometheus.Counter
+	levelWait     []prometheus.Observer
 }
 
 // Validate reports every problem of cfg as *field.Error values joined,
@@ -150,6 +167,9 @@ func (cfg Config) Validate() error {
 	}
 	if cfg.SampleInterval < 0 {
 		bad("SampleInterval", "is negative")
+	}
+	if len(cfg.Levels) > 0 && cfg.LevelState == nil {
+		bad("LevelState", "is required with Levels")
 	}
 	return errors.Join(problems...)
 }
@@ -276,6 +296,9 @@ func New(cfg Config) (*Metrics, error) {
 		}
 		cs = append(cs, changes)
 	}
+	if len(cfg.Levels) > 0 {
+		cs = append(cs, m.levelCollectors()...)
+	}
 	if len(cfg.ProbeResults) > 0 {
 		probes := prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "loomgate_probes_total",
@@ -340,6 +363,67 @@ func (m *Metrics) Record(o *outcome.Record) {
 		m.service.Observe(o.Service.Seconds())
 	}
 	m.total.Observe(o.Total.Seconds())
+	if lv := int(o.Level); lv < len(m.levelRequests) {
+		if o.Kind < outcome.NumKinds {
+			m.levelRequests[lv][o.Kind].Inc()
+		}
+		if o.Admission {
+			m.levelWait[lv].Observe(o.Queue.Seconds())
+		}
+	}
+}
+
+// levelCollectors are the per-level series: requests by outcome, queue
+// wait, in flight and waiting. Every level's series exist from the start,
+// so that an alert on critical's queue wait has data before it waits.
+func (m *Metrics) levelCollectors() []prometheus.Collector {
+	requests := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "loomgate_level_requests_total",
+		Help: "Requests finished, by priority level (LOOMGATE_PRIORITIES) and outcome.",
+	}, []string{"level", "outcome"})
+	wait := prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "loomgate_level_queue_wait_seconds",
+		Help:    "Time from the request being read to its admission or rejection, by priority level.",
+		Buckets: Buckets,
+	}, []string{"level"})
+	m.levelRequests = make([][outcome.NumKinds]prometheus.Counter, len(m.cfg.Levels))
+	m.levelWait = make([]prometheus.Observer, len(m.cfg.Levels))
+	for i, name := range m.cfg.Levels {
+		for _, k := range outcome.Kinds() {
+			m.levelRequests[i][k] = requests.WithLabelValues(name, k.String())
+		}
+		m.levelWait[i] = wait.WithLabelValues(name)
+	}
+	return []prometheus.Collector{requests, wait, &levelCollector{
+		names: m.cfg.Levels, state: m.cfg.LevelState,
+		inFlight: prometheus.NewDesc("loomgate_level_in_flight", "Requests admitted and not finished, by priority level.", []string{"level"}, nil),
+		queued:   prometheus.NewDesc("loomgate_level_queued", "Requests waiting for admission, by priority level.", []string{"level"}, nil),
+	}}
+}
+
+// levelCollector exports each level's requests in flight and waiting,
+// read together at each scrape.
+type levelCollector struct {
+	names            []string
+	state            func() []LevelState
+	inFlight, queued *prometheus.Desc
+}
+
+func (c *levelCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- c.inFlight
+	ch <- c.queued
+}
+
+func (c *levelCollector) Collect(ch chan<- prometheus.Metric) {
+	st := c.state()
+	for i, name := range c.names {
+		var s LevelState
+		if i < len(st) {
+			s = st[i]
+		}
+		ch <- prometheus.MustNewConstMetric(c.inFlight, prometheus.GaugeValue, float64(s.InFlight), name)
+		ch <- prometheus.MustNewConstMetric(c.queued, prometheus.GaugeValue, float64(s.Queued), name)
+	}
 }
 
 // peakCollector exports the high-water marks of the last PeakWindow. A

@@ -190,3 +190,76 @@ func ExampleMetrics_Record() {
 	fmt.Println("service histograms:", n)
 	// Output: service histograms: 1
 }
+
+// TestRecordByLevel: with priority levels, each request is also counted
+// under its level, its queue wait observed there, and each level's in
+// flight and waiting read at the scrape; every level's series exists
+// before its first request.
+func TestRecordByLevel(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	fs := &fakeState{}
+	m, err := New(Config{
+		Registerer: reg, Mode: "fixed", Version: "test", State: fs.State, TakePeaks: fs.TakePeaks,
+		Levels: []string{"sheddable", "default", "high", "critical"},
+		LevelState: func() []LevelState {
+			return []LevelState{{InFlight: 3, Queued: 40}, {}, {}, {InFlight: 10, Queued: 1}}
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.Record(&outcome.Record{Kind: outcome.OK, Level: 3, Admission: true, Admitted: true, Queue: 20 * time.Millisecond, Total: 70 * time.Millisecond})
+	m.Record(&outcome.Record{Kind: outcome.RejectedQueueFull, Level: 0, Admission: true, Total: time.Millisecond})
+	m.Record(&outcome.Record{Kind: outcome.RejectedQueueFull, Level: 0, Admission: true, Total: time.Millisecond})
+
+	want := `
+# HELP loomgate_level_in_flight Requests admitted and not finished, by priority level.
+# TYPE loomgate_level_in_flight gauge
+loomgate_level_in_flight{level="critical"} 10
+loomgate_level_in_flight{level="default"} 0
+loomgate_level_in_flight{level="high"} 0
+loomgate_level_in_flight{level="sheddable"} 3
+# HELP loomgate_level_queued Requests waiting for admission, by priority level.
+# TYPE loomgate_level_queued gauge
+loomgate_level_queued{level="critical"} 1
+loomgate_level_queued{level="default"} 0
+loomgate_level_queued{level="high"} 0
+loomgate_level_queued{level="sheddable"} 40
+`
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "loomgate_level_in_flight", "loomgate_level_queued"); err != nil {
+		t.Error(err)
+	}
+	families, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]float64{}
+	for _, f := range families {
+		for _, s := range f.GetMetric() {
+			key := f.GetName()
+			for _, l := range s.GetLabel() {
+				key += fmt.Sprintf(" %s=%s", l.GetName(), l.GetValue())
+			}
+			switch {
+			case s.Counter != nil:
+				got[key] = s.Counter.GetValue()
+			case s.Histogram != nil:
+				got[key+" count"] = float64(s.Histogram.GetSampleCount())
+				got[key+" sum"] = s.Histogram.GetSampleSum()
+			}
+		}
+	}
+	for key, want := range map[string]float64{
+		"loomgate_level_requests_total level=critical outcome=ok":                   1,
+		"loomgate_level_requests_total level=sheddable outcome=rejected_queue_full": 2,
+		"loomgate_level_requests_total level=high outcome=ok":                       0,
+		"loomgate_level_queue_wait_seconds level=critical count":                    1,
+		"loomgate_level_queue_wait_seconds level=critical sum":                      0.02,
+		"loomgate_level_queue_wait_seconds level=sheddable count":                   2,
+		"loomgate_level_queue_wait_seconds level=default count":                     0,
+	} {
+		if v, ok := got[key]; !ok || v != want {
+			t.Errorf("%s = %v (exported %v); want %v", key, v, ok, want)
+		}
+	}
+}
