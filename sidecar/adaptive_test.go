@@ -5,10 +5,13 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	dto "github.com/prometheus/client_model/go"
 
 	"github.com/loomgate/loomgate/internal/upstreamtest"
 )
@@ -109,6 +112,16 @@ func adviceDoc(t *testing.T, s *running) AdviceDoc {
 // has value label, from the sidecar's registry.
 func gathered(t *testing.T, s *Sidecar, name, label string) float64 {
 	t.Helper()
+	if label == "" {
+		return gatheredWith(t, s, name)
+	}
+	return gatheredWith(t, s, name, label)
+}
+
+// gatheredWith is the value of the sample of name whose labels have
+// values, in the order of their names; with none, the first sample.
+func gatheredWith(t *testing.T, s *Sidecar, name string, values ...string) float64 {
+	t.Helper()
 	mfs, err := s.Gatherer().Gather()
 	if err != nil {
 		t.Fatal(err)
@@ -118,7 +131,7 @@ func gathered(t *testing.T, s *Sidecar, name, label string) float64 {
 			continue
 		}
 		for _, m := range mf.GetMetric() {
-			if label != "" && (len(m.GetLabel()) != 1 || m.GetLabel()[0].GetValue() != label) {
+			if len(values) > 0 && !slices.Equal(labelValues(m.GetLabel()), values) {
 				continue
 			}
 			switch {
@@ -129,8 +142,16 @@ func gathered(t *testing.T, s *Sidecar, name, label string) float64 {
 			}
 		}
 	}
-	t.Fatalf("no sample of %s{%s}", name, label)
+	t.Fatalf("no sample of %s%q", name, values)
 	return 0
+}
+
+func labelValues(labels []*dto.LabelPair) []string {
+	var v []string
+	for _, l := range labels {
+		v = append(v, l.GetValue())
+	}
+	return v
 }
 
 // TestAdaptiveDryRunLimitStaysNearThePool: adaptive mode in a dry run, in

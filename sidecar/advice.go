@@ -31,6 +31,31 @@ type AdviceDoc struct {
 	Probe *ProbeDoc `json:"probe,omitempty"`
 	// Upstream is whether the upstream answers, now.
 	Upstream UpstreamDoc `json:"upstream"`
+	// Levels is what priorities did to each level over the last minute,
+	// highest first, the levels with requests only; absent without
+	// LOOMGATE_PRIORITIES and its kin.
+	Levels []LevelDoc `json:"levels,omitempty"`
+}
+
+// LevelDoc is one priority level's last minute.
+type LevelDoc struct {
+	Level string `json:"level"`
+	// Requests met admission; Answered were served; Rejected were refused
+	// or shed with a 503.
+	Requests int `json:"requests"`
+	Answered int `json:"answered"`
+	Rejected int `json:"rejected"`
+	// Throughput is answers a second.
+	Throughput float64 `json:"throughput_rps"`
+	// LatencyP99Seconds is of the answered requests' queue wait and
+	// service time together, QueueP99Seconds of every request's queue
+	// wait; null when none.
+	LatencyP99Seconds *float64 `json:"latency_p99_seconds"`
+	QueueP99Seconds   *float64 `json:"queue_p99_seconds"`
+	// RejectedShare is Rejected over Requests.
+	RejectedShare float64 `json:"rejected_share"`
+	// Summary is the level in a phrase: "critical: 196 rps, p99 52ms".
+	Summary string `json:"summary"`
 }
 
 // UpstreamDoc is whether the upstream answers. A failure spell runs from a
@@ -439,6 +464,15 @@ func (s *Sidecar) advice(snap advice.Snapshot) AdviceDoc {
 	}
 	if doc.Upstream.Failing {
 		doc.Upstream.FailingSince = &up.FailingSince
+	}
+	if s.levels != nil {
+		for _, lf := range s.levels.Figures(snap.Time) {
+			doc.Levels = append(doc.Levels, LevelDoc{
+				Level: lf.Name, Requests: lf.Requests, Answered: lf.Answered, Rejected: lf.Rejected,
+				Throughput: lf.Throughput, LatencyP99Seconds: known(lf.LatencyP99), QueueP99Seconds: known(lf.QueueP99),
+				RejectedShare: lf.RejectedShare, Summary: lf.Summary(),
+			})
+		}
 	}
 	return doc
 }

@@ -59,6 +59,10 @@ type Config struct {
 	UpstreamMemoryMetric series.Selector     `env:"UPSTREAM_MEMORY_METRIC" envDefault:"process_resident_memory_bytes" help:"the series to read there (summed)" accepts:"a metric name with optional = or != label matchers, e.g. jvm_memory_used_bytes{area=\"heap\"}"`
 	Routes               route.Patterns      `env:"ROUTES" envDefault:"" help:"route classes the advice compares like with like: name=[METHOD ]/path/prefix pairs, * for one segment; empty: method and first path segment, the first 32 seen" accepts:"empty, or e.g. checkout=POST /api/checkout,search=/api/search,orders=/users/*/orders"`
 	MemoryBudgetBytes    Size                `env:"MEMORY_BUDGET_BYTES" envDefault:"0" help:"memory the advice may plan for, 0 = none" accepts:"a size in bytes, e.g. 0 or 2GiB"`
+	Priorities           string              `env:"PRIORITIES" envDefault:"" help:"priority levels of route classes: a freed permit goes to the highest level waiting, and a full queue sheds the lowest first; classes of LOOMGATE_ROUTES not named are default" accepts:"empty, or class=level pairs over LOOMGATE_ROUTES' classes, levels critical, high, default or sheddable, e.g. checkout=critical,batch=sheddable"`
+	Shares               string              `env:"SHARES" envDefault:"" help:"guaranteed shares of the limit by level: a level below its share is served first, and its share is held for it while it has requests in flight or waiting (lent to the others only while it has none), so a share above what the level uses idles the difference" accepts:"empty, or level=percent pairs adding up to 100 at most, e.g. critical=50,sheddable=10"`
+	PriorityHeader       string              `env:"PRIORITY_HEADER" envDefault:"" help:"a request header (or gRPC metadata key) naming a level, which sets the request's in place of its class's; trusted as sent, so strip it where clients cannot be trusted" accepts:"empty, or a header name, e.g. X-Priority"`
+	FlowKey              string              `env:"FLOW_KEY" envDefault:"" help:"what tells flows apart within a level for fair queuing: the client's address, or a header (a tenant's id); a flow that sends ten times the others gets its fair share while they wait" accepts:"empty, client, or header:<name>, e.g. header:X-Tenant-Id"`
 	Pprof                bool                `env:"PPROF" envDefault:"false" help:"serve /debug/pprof/ on the admin listener, to clients on loopback only (kubectl port-forward arrives there)" accepts:"true or false"`
 }
 
@@ -73,7 +77,20 @@ func (c Config) Limiter() limiter.Config {
 		Ceiling:          c.AdaptiveMax,
 		MaxInFlightBytes: c.inflightBytes(),
 		Probe:            c.ProbeOn(),
+		Priorities:       c.priorities().On(),
+		Shares:           c.priorities().Shares,
 	}
+}
+
+// priorities is LOOMGATE_PRIORITIES and its kin, read against the route
+// classes; Validate reports their problems, and the zero value stands for
+// what it refused.
+func (c Config) priorities() Priorities {
+	p, problems := parsePriorities(c, c.Routes.Classes())
+	if len(problems) > 0 {
+		return Priorities{}
+	}
+	return p
 }
 
 // ProbeOn reports whether the probe runs: LOOMGATE_PROBE=on, or auto in
@@ -221,6 +238,10 @@ func (c Config) Validate() error {
 	}
 	if c.UpstreamMemoryMetric.Name == "" {
 		bad("UpstreamMemoryMetric", "names no metric")
+	}
+	_, ps := parsePriorities(c, c.Routes.Classes())
+	for _, p := range ps {
+		bad(p.field, "%s", p.text)
 	}
 	// A placeholder policy and registerer: what is checked here is the
 	// configuration, not the wiring.

@@ -1,7 +1,10 @@
 package sidecar
 
 import (
+	"slices"
 	"testing"
+
+	"github.com/loomgate/loomgate/limiter"
 )
 
 func TestSize(t *testing.T) {
@@ -70,5 +73,34 @@ func TestProbeOn(t *testing.T) {
 		if got := cfg.Limiter().Probe; got != tt.want {
 			t.Errorf("Limiter().Probe with %q = %v; want %v", tt.env, got, tt.want)
 		}
+	}
+}
+
+func TestParsePriorities(t *testing.T) {
+	cfg, err := ParseEnv([]string{"LOOMGATE_ROUTES=checkout=/checkout,batch=/batch,search=/search",
+		"LOOMGATE_PRIORITIES=checkout=critical,batch=sheddable", "LOOMGATE_SHARES=critical=50,sheddable=10",
+		"LOOMGATE_PRIORITY_HEADER=x-priority", "LOOMGATE_FLOW_KEY=header:x-tenant-id"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	routes := cfg.Routes.Classes()
+	p, problems := parsePriorities(cfg, routes)
+	if len(problems) > 0 || !p.On() {
+		t.Fatalf("problems %v, on %v", problems, p.On())
+	}
+	// Classes by index: other, checkout, batch, search.
+	want := []limiter.Level{limiter.Default, limiter.Critical, limiter.Sheddable, limiter.Default}
+	if !slices.Equal(p.Levels, want) {
+		t.Errorf("Levels = %v; want %v", p.Levels, want)
+	}
+	if p.Shares[limiter.Critical] != 50 || p.Shares[limiter.Sheddable] != 10 || p.Shares[limiter.Default] != 0 {
+		t.Errorf("Shares = %v; want critical 50, sheddable 10", p.Shares)
+	}
+	if p.Header != "X-Priority" || p.FlowClient || p.FlowHeader != "X-Tenant-Id" {
+		t.Errorf("Header %q, flow by client %v, by header %q; want X-Priority, header X-Tenant-Id", p.Header, p.FlowClient, p.FlowHeader)
+	}
+	none, _ := ParseEnv(nil)
+	if p, _ := parsePriorities(none, routes); p.On() {
+		t.Errorf("no variables: %+v; want none", p)
 	}
 }

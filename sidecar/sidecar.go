@@ -79,6 +79,9 @@ type Sidecar struct {
 	// health follows whether the upstream answers: the log, the status
 	// page and /readyz read it.
 	health *upstreamHealth
+	// levels is each priority level's last minute, for /advice and the
+	// status page; nil without priorities.
+	levels *advice.Levels
 }
 
 // New validates cfg and builds the parts; nothing listens yet.
@@ -193,8 +196,17 @@ func build(cfg Config, opts Options) (*Sidecar, error) {
 		Advice:             s.gauges,
 		LimitChangeReasons: limitChangeReasons(),
 		ProbeResults:       probeResults(),
-		SampleInterval:     opts.SampleInterval,
-		MaxClientConns:     int(cfg.MaxConns),
+		Levels:             levelNames(cfg.priorities().On()),
+		LevelState: func() []metrics.LevelState {
+			// The mode's limiter: in a dry run, the shadow's levels.
+			var out []metrics.LevelState
+			for _, st := range pol.decides.Levels() {
+				out = append(out, metrics.LevelState{InFlight: st.InFlight, Queued: st.Queued})
+			}
+			return out
+		},
+		SampleInterval: opts.SampleInterval,
+		MaxClientConns: int(cfg.MaxConns),
 		Connections: func() metrics.Connections {
 			// s.proxy is set below, before anything scrapes.
 			return metrics.Connections{Open: s.proxy.ClientConns(), AcceptErrors: s.proxy.AcceptErrors()}
@@ -216,11 +228,15 @@ func build(cfg Config, opts Options) (*Sidecar, error) {
 			return nil, err
 		}
 	}
-	obs := &observer{metrics: s.metrics, advisor: s.advisor, controller: s.controller, probe: s.probe, health: s.health, routes: routes}
+	if names := levelNames(cfg.priorities().On()); names != nil {
+		s.levels = advice.NewLevels(names)
+	}
+	obs := &observer{metrics: s.metrics, advisor: s.advisor, levels: s.levels, controller: s.controller, probe: s.probe, health: s.health, routes: routes}
 	if cfg.AccessLog == "json" {
 		obs.access = slog.New(slog.NewJSONHandler(opts.AccessLog, nil))
 	}
 	s.proxy, err = proxy.New(proxy.Config{
+		Priorities:      cfg.priorities().Priorities,
 		Upstream:        cfg.Upstream,
 		Policy:          pol.admits,
 		Observer:        obs,
@@ -423,6 +439,7 @@ func (s *Sidecar) Config() Config { return s.cfg }
 type observer struct {
 	metrics    *metrics.Metrics
 	advisor    *advice.Advisor
+	levels     *advice.Levels    // nil without priorities
 	controller Controller        // nil outside adaptive mode
 	probe      *probe.Controller // nil when LOOMGATE_PROBE is off
 	access     *slog.Logger      // nil when the access log is off
@@ -434,6 +451,9 @@ func (o *observer) Observe(out *proxy.Outcome) {
 	o.metrics.Record(out)
 	o.health.observe(out)
 	o.advisor.Record(out)
+	if o.levels != nil {
+		o.levels.Record(out)
+	}
 	if out.Admitted && out.Answered() {
 		if o.controller != nil {
 			o.controller.Record(out.Class, out.Service)
@@ -609,6 +629,20 @@ func limitChangeReasons() []string {
 	var names []string
 	for _, r := range adaptive.Reasons() {
 		names = append(names, string(r))
+	}
+	return names
+}
+
+// levelNames are the priority levels' names by index, for the per-level
+// series, when any of LOOMGATE_PRIORITIES and its kin is set; nil
+// otherwise, and the series are not exported.
+func levelNames(on bool) []string {
+	if !on {
+		return nil
+	}
+	names := make([]string, limiter.NumLevels)
+	for i := range names {
+		names[i] = limiter.Level(i).String()
 	}
 	return names
 }
