@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -31,6 +32,8 @@ func TestStatusPageInBrowser(t *testing.T) {
 	upURL, _ := slowUpstream(t, 200*time.Millisecond)
 	s := startSidecar(t, map[string]string{
 		"LOOMGATE_MODE": "fixed", "LOOMGATE_WORKERS": strconv.Itoa(workers), "LOOMGATE_UPSTREAM": upURL,
+		// A priority level, for the levels card.
+		"LOOMGATE_ROUTES": "work=/work", "LOOMGATE_PRIORITIES": "work=critical",
 	})
 
 	loadCtx, stopLoad := context.WithCancel(context.Background())
@@ -103,10 +106,15 @@ func TestStatusPageInBrowser(t *testing.T) {
 	// requests for advice.
 	tablesCtx, cancelTables := context.WithTimeout(ctx, 30*time.Second)
 	defer cancelTables()
-	if _, err := chromedp.Run(tablesCtx, chromedp.Poll[chromedp.Void](`document.querySelector("#routes tbody").textContent.includes("GET /work") &&
-		document.querySelectorAll("#predictions tbody tr").length >= 2`, chromedp.WithPollingTimeout(25*time.Second))); err != nil {
+	if _, err := chromedp.Run(tablesCtx, chromedp.Poll[chromedp.Void](`document.querySelector("#routes tbody").textContent.includes("work") &&
+		document.querySelectorAll("#predictions tbody tr").length >= 2 &&
+		!document.getElementById("levelscard").hidden`, chromedp.WithPollingTimeout(25*time.Second))); err != nil {
 		shown, _ := chromedp.Run(ctx, chromedp.Text("main"))
-		t.Fatalf("page never showed the route and the predictions: %v\npage text:\n%s", err, shown)
+		t.Fatalf("page never showed the route, the predictions and the levels: %v\npage text:\n%s", err, shown)
+	}
+	// Every request is critical: one row, its rate, a p99 and no shedding.
+	if lv := text("#levels tbody"); !regexp.MustCompile(`^critical\s*[0-9.]+\s*[0-9.]+ m?s\s*[0-9.]+ m?s\s*–$`).MatchString(strings.TrimSpace(lv)) {
+		t.Errorf("levels card = %q; want one row: critical, rps, latency p99, queue wait p99, no shedding", lv)
 	}
 	if q, _ := strconv.Atoi(queued); q > clients-workers {
 		t.Errorf("page shows %d queued; at most %d can be", q, clients-workers)
