@@ -40,6 +40,7 @@ var designMetrics = map[string]string{
 	"loomgate_queued_seconds_total":       "counter",
 	"loomgate_capacity":                   "gauge",
 	"loomgate_dry_run_requests_total":     "counter",
+	"loomgate_level_queue_wait_seconds":   "histogram",
 	"loomgate_mode_info":                  "gauge",
 	"loomgate_build_info":                 "gauge",
 	"loomgate_upstream_capacity_estimate": "gauge",
@@ -64,7 +65,7 @@ var designOutcomes = []string{
 // promise.
 var (
 	wantAlerts = []string{
-		"LoomgateQueueTimeHigh", "LoomgateQueueShareHigh", "LoomgateRejecting",
+		"LoomgateQueueTimeHigh", "LoomgateQueueShareHigh", "LoomgateRejecting", "LoomgateCriticalQueueTimeHigh",
 		"LoomgateUpstreamSaturated", "LoomgateInFlightMemoryHigh", "LoomgateSidecarDown",
 		"LoomgateFleetSaturated", "LoomgateReplicaSaturatedAlone",
 	}
@@ -72,6 +73,7 @@ var (
 		"loomgate:requests:rate1m",
 		"loomgate:queue_wait_seconds:p50_rate1m",
 		"loomgate:queue_wait_seconds:p99_rate1m",
+		"loomgate:level_queue_wait_seconds:p99_rate1m",
 		"loomgate:service_seconds:p99_rate1m",
 		"loomgate:queue_share:ratio_rate1m",
 		"loomgate:saturation:ratio",
