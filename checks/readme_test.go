@@ -51,7 +51,9 @@ func TestReadmeMetricsTable(t *testing.T) {
 	upURL, _ := slowUpstream(t, 0)
 	// Fixed mode, so that loomgate_capacity (the limit there) exists
 	// without waiting for an estimate.
-	s := startSidecar(t, map[string]string{"LOOMGATE_UPSTREAM": upURL, "LOOMGATE_MODE": "fixed"})
+	// Priorities, so that the per-level series exist.
+	s := startSidecar(t, map[string]string{"LOOMGATE_UPSTREAM": upURL, "LOOMGATE_MODE": "fixed",
+		"LOOMGATE_ROUTES": "r=/r", "LOOMGATE_PRIORITIES": "r=critical"})
 	// Enough traffic for the route and prediction series to exist.
 	for range 150 {
 		resp, err := http.Get(s.URL + "/r")
