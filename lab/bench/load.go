@@ -123,6 +123,11 @@ type Config struct {
 	// for HTTP/1.1.
 	// If zero, DefaultConns.
 	Conns int
+
+	// Header, if set, is sent with every request, e.g. a tenant's id for
+	// a sidecar that queues flows by it (LOOMGATE_FLOW_KEY). HTTP/1.1
+	// only.
+	Header map[string]string
 }
 
 // Flow is closed-loop clients on one path.
@@ -277,8 +282,9 @@ type level struct {
 	send           func(time.Time) answer
 	pace           pacing
 	proto          Proto
-	conns          int  // with a multiplexed proto
-	closedSidecar  bool // read the sidecar over the window only
+	header         map[string]string // on every HTTP/1.1 request
+	conns          int               // with a multiplexed proto
+	closedSidecar  bool              // read the sidecar over the window only
 	// liveLine is the progress line's figures for the last secs seconds.
 	liveLine func(e *engine, phase string, secs float64) string
 }
@@ -528,6 +534,9 @@ func (e *engine) sender(hc *fasthttp.HostClient, uri string) func(time.Time) ans
 	req, resp := new(fasthttp.Request), new(fasthttp.Response)
 	req.SetRequestURI(uri)
 	req.Header.SetMethod(fasthttp.MethodGet)
+	for k, v := range e.lv.header {
+		req.Header.Set(k, v)
+	}
 	return func(deadline time.Time) answer {
 		a := answer{retryAfter: -1}
 		a.err = hc.DoDeadline(req, resp, deadline)
@@ -642,6 +651,9 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	if err != nil {
 		errs = append(errs, err)
 	}
+	if len(cfg.Header) > 0 && cfg.Proto != "" && cfg.Proto != HTTP1 {
+		errs = append(errs, fmt.Errorf("%w: Header is sent over HTTP/1.1 only, not %s", ErrConfig, cfg.Proto))
+	}
 	if cfg.Warmup < 0 || cfg.Window < 0 || cfg.Timeout < 0 || cfg.ErrorPause < 0 {
 		errs = append(errs, fmt.Errorf("%w: Warmup %v, Window %v, Timeout %v, ErrorPause %v: none may be negative",
 			ErrConfig, cfg.Warmup, cfg.Window, cfg.Timeout, cfg.ErrorPause))
@@ -659,7 +671,8 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 		label: cfg.Label, progress: cfg.Progress,
 		start: fmt.Sprintf("%d users on %s%s, warm-up %s, window %s",
 			cfg.Concurrency, cfg.URL, overWhat(cfg.Proto, conns), cfg.Warmup, cfg.Window),
-		pace: closedPacing{uris: uris, errorPause: cfg.ErrorPause},
+		pace:   closedPacing{uris: uris, errorPause: cfg.ErrorPause},
+		header: cfg.Header,
 		// HTTP/2 cancels a stream the moment its request is cut, and
 		// loomgate ends it then: the requests in service would count a
 		// fraction of their service time, and those queued behind them

@@ -89,6 +89,10 @@ type Sidecar struct {
 	// Probe is LOOMGATE_PROBE: on, off or auto. If empty, the sidecar's
 	// default (auto: on in adaptive mode only).
 	Probe string
+	// Priorities, Shares and FlowKey are LOOMGATE_PRIORITIES,
+	// LOOMGATE_SHARES and LOOMGATE_FLOW_KEY. If empty, none: one FIFO
+	// queue.
+	Priorities, Shares, FlowKey string
 	// Controller, in adaptive mode, names a controller of the lab's to
 	// move the limit in place of loomgate's (LOOMLAB_CONTROLLER, which
 	// `loomlab proxy` reads; see package adaptivematrix). If empty,
@@ -122,6 +126,13 @@ func (s Sidecar) Environ() []string {
 	}
 	if s.Probe != "" {
 		env = append(env, "LOOMGATE_PROBE="+s.Probe)
+	}
+	for _, v := range []struct{ name, value string }{
+		{"LOOMGATE_PRIORITIES", s.Priorities}, {"LOOMGATE_SHARES", s.Shares}, {"LOOMGATE_FLOW_KEY", s.FlowKey},
+	} {
+		if v.value != "" {
+			env = append(env, v.name+"="+v.value)
+		}
 	}
 	if s.Controller != "" {
 		env = append(env, "LOOMLAB_CONTROLLER="+s.Controller)

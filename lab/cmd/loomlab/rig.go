@@ -24,6 +24,7 @@ import (
 	"github.com/loomgate/loomgate/lab/bench/advicematrix"
 	"github.com/loomgate/loomgate/lab/bench/fleet"
 	"github.com/loomgate/loomgate/lab/bench/overhead"
+	"github.com/loomgate/loomgate/lab/bench/priorities"
 	"github.com/loomgate/loomgate/lab/bench/report"
 	"github.com/loomgate/loomgate/lab/stub"
 )
@@ -198,7 +199,7 @@ func benchCommand(ctx context.Context, args []string, launcher bench.Launcher, s
 	out := fs.String("out", "", "directory to write results.csv, results.json and report.html into")
 	inProc := fs.Bool("in-process", false, "run a scenario's stub and sidecar in this process instead of as processes of their own (memory figures are then the whole process's)")
 	scenarioName := fs.String("scenario", "", "run a scenario, which starts its own stub and sidecar, instead of --url: "+strings.Join(allScenarioNames(), ", ")+"; list describes them")
-	caseNames := fs.String("cases", "", "with --scenario advice or adaptive: the cases to run, comma-separated (default all)")
+	caseNames := fs.String("cases", "", "with --scenario advice, adaptive or priorities: the cases to run, comma-separated (default all)")
 	armNames := fs.String("arms", "", "with --scenario adaptive: the arms to run, comma-separated, from "+strings.Join(adaptivematrix.Arms(), ", ")+" (default all; a goal judged against a missing arm is not judged)")
 	protoFlag := fs.String("proto", "", "protocol: http1, h2c (HTTP/2 with prior knowledge, a GET per request) or grpc (a unary call per request: the URL's path is the method, or /wait and /cpu for the stub's, and its query the request); with a scenario it replaces the arms' (default http1, or the scenario's)")
 	conns := fs.Int("conns", 0, fmt.Sprintf("with --proto h2c or grpc: the connections every user's or request's streams share, as HTTP/2 clients share few (default %d)", bench.DefaultConns))
@@ -296,7 +297,7 @@ Flags:
 		}
 	}
 
-	if (proto != "" || *conns > 0) && slices.Contains([]string{adviceScenario, overheadScenario, fleetScenario}, *scenarioName) {
+	if (proto != "" || *conns > 0) && slices.Contains([]string{adviceScenario, overheadScenario, fleetScenario, prioritiesScenario}, *scenarioName) {
 		return fail("--scenario %s speaks HTTP/1.1; --proto and --conns go with --url and the other scenarios", *scenarioName)
 	}
 	switch {
@@ -311,8 +312,17 @@ Flags:
 	if *scenarioName == adaptiveScenario {
 		return runAdaptiveMatrix(ctx, launcher, *caseNames, *armNames, *rounds, *out, stdout, stderr)
 	}
+	if *scenarioName == prioritiesScenario {
+		switch {
+		case *target != "" || *admin != "":
+			return fail("--scenario %s starts its own stub and sidecar; --url and --admin do not go with it", prioritiesScenario)
+		case open || *levelsFlag != "":
+			return fail("--scenario %s has its own clients per class; -c and --rate do not go with it", prioritiesScenario)
+		}
+		return runPriorities(ctx, launcher, *caseNames, *warmup, *window, *out, stdout, stderr)
+	}
 	if *caseNames != "" {
-		return fail("--cases goes with --scenario advice or adaptive")
+		return fail("--cases goes with --scenario advice, adaptive or priorities")
 	}
 	if *scenarioName == overheadScenario {
 		switch {
@@ -359,6 +369,10 @@ Flags:
 		}
 		fmt.Fprintf(stdout, "%-10s %s\n", overheadScenario, overheadDescription)
 		fmt.Fprintf(stdout, "%-10s %s\n", fleetScenario, fleetDescription)
+		fmt.Fprintf(stdout, "%-10s %s; --cases picks some\n", prioritiesScenario, prioritiesDescription)
+		for _, c := range priorities.Cases() {
+			fmt.Fprintf(stdout, "           %s: %s\n", c.Name, c.Description)
+		}
 		return 0
 	case *maxInFlight != 0 && !open && !isOpen:
 		return fail("--max-in-flight goes with --rate or an open-loop scenario (%s)", strings.Join(openScenarioNames(), ", "))
@@ -590,7 +604,7 @@ func joinRates(v []float64) string {
 // allScenarioNames lists the closed-loop scenarios, then the open-loop
 // ones, then the advice matrix and overhead.
 func allScenarioNames() []string {
-	return append(bench.ScenarioNames(), adviceScenario, adaptiveScenario, overheadScenario, fleetScenario)
+	return append(bench.ScenarioNames(), adviceScenario, adaptiveScenario, overheadScenario, fleetScenario, prioritiesScenario)
 }
 
 // openScenarioNames lists the open-loop scenarios.
@@ -694,6 +708,57 @@ func runOverhead(ctx context.Context, cfg overhead.Config, out string, stdout, s
 			return 1
 		}
 		fmt.Fprintf(stderr, "loomgate bench: wrote %s and %s\n", filepath.Join(out, "overhead.md"), filepath.Join(out, "overhead.json"))
+	}
+	if err != nil {
+		return 1
+	}
+	return 0
+}
+
+const (
+	prioritiesScenario    = "priorities"
+	prioritiesDescription = "classes of clients measured apart through one upstream, today's FIFO queue beside priorities, shares and fair queuing " +
+		"in fixed and adaptive mode: a critical class through a sheddable flood, and a noisy tenant among four; --warmup and --window set each arm's"
+)
+
+// runPriorities runs the priorities scenario's cases, or those names
+// picks, and prints a table per case.
+func runPriorities(ctx context.Context, launcher bench.Launcher, names string, warmup, window time.Duration, out string, stdout, stderr io.Writer) int {
+	cases, ok := pickCases(priorities.Cases(), func(c priorities.Case) string { return c.Name }, names, stderr)
+	if !ok {
+		return 2
+	}
+	if launcher == nil {
+		fmt.Fprintf(stderr, "loomgate bench: --scenario %s needs a launcher to start its stubs and sidecars, which this build lacks\n", prioritiesScenario)
+		return 1
+	}
+	var results []priorities.Result
+	var err error
+	for _, c := range cases {
+		var res []priorities.Result
+		res, err = priorities.Run(ctx, c, launcher, priorities.Options{Warmup: warmup, Window: window, Progress: stderr})
+		results = append(results, res...)
+		if err != nil {
+			fmt.Fprintf(stderr, "loomgate bench: %v\n", err)
+			break
+		}
+	}
+	var md strings.Builder
+	if werr := priorities.WriteMarkdown(&md, results); werr != nil {
+		fmt.Fprintf(stderr, "loomgate bench: %v\n", werr)
+		return 1
+	}
+	fmt.Fprint(stdout, md.String())
+	if out != "" {
+		werr := os.MkdirAll(out, 0o755)
+		if werr == nil {
+			werr = os.WriteFile(filepath.Join(out, "priorities.md"), []byte(md.String()), 0o644)
+		}
+		if werr != nil {
+			fmt.Fprintf(stderr, "loomgate bench: --out %s: %v\n", out, werr)
+			return 1
+		}
+		fmt.Fprintf(stderr, "loomgate bench: wrote %s\n", filepath.Join(out, "priorities.md"))
 	}
 	if err != nil {
 		return 1
