@@ -25,6 +25,14 @@ func readme(t *testing.T) string {
 	return string(b)
 }
 
+// TestReadmeLength keeps the README a page a first reader gets through:
+// what is in depth belongs in docs/, linked from it.
+func TestReadmeLength(t *testing.T) {
+	if n := strings.Count(readme(t), "\n"); n > 450 {
+		t.Errorf("README is %d lines; keep it under 450, with the detail in docs/", n)
+	}
+}
+
 func TestReadmeConfigurationTable(t *testing.T) {
 	row := regexp.MustCompile("(?m)^\\| `(LOOMGATE_[A-Z_]+)` \\| (`([^`]*)`|empty) \\|")
 	documented := map[string]string{}
