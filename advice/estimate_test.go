@@ -264,6 +264,26 @@ func TestEstimateCPUBound(t *testing.T) {
 	}
 }
 
+// TestClientsThatLeftWhileQueuedAreNoRejections: of requests that met
+// admission and were not admitted, only those refused count as rejected;
+// clients that left while queued (a load cut at its end, a user who gave
+// up) are arrivals.
+func TestClientsThatLeftWhileQueuedAreNoRejections(t *testing.T) {
+	a, err := New(Config{State: func() State { return State{} }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 3 {
+		a.Record(&outcome.Record{Kind: outcome.RejectedQueueFull, Admission: true, Status: 503, End: time.Now()})
+	}
+	for range 5 {
+		a.Record(&outcome.Record{Kind: outcome.ClientClosed, Admission: true, Queue: time.Second, End: time.Now()})
+	}
+	if f := a.Snapshot().Figures; f.Rejected != 3 {
+		t.Errorf("rejected %d; want 3: the 5 clients that left while queued were not refused", f.Rejected)
+	}
+}
+
 func TestRecordDoesNotAllocate(t *testing.T) {
 	a, err := New(Config{State: func() State { return State{} }})
 	if err != nil {

@@ -440,7 +440,11 @@ func (w *window) record(now time.Time, class int, s *outcome.Record) {
 	b.queueSum += s.Queue
 	l.queueHist[qi]++
 	if !s.Admitted {
-		b.rejected++
+		// A client that left while queued was not refused: it is an
+		// arrival, not a rejection.
+		if s.Kind.Rejection() {
+			b.rejected++
+		}
 		return
 	}
 	b.completed++
