@@ -748,17 +748,8 @@ func runPriorities(ctx context.Context, launcher bench.Launcher, names string, w
 		fmt.Fprintf(stderr, "loomgate bench: %v\n", werr)
 		return 1
 	}
-	fmt.Fprint(stdout, md.String())
-	if out != "" {
-		werr := os.MkdirAll(out, 0o755)
-		if werr == nil {
-			werr = os.WriteFile(filepath.Join(out, "priorities.md"), []byte(md.String()), 0o644)
-		}
-		if werr != nil {
-			fmt.Fprintf(stderr, "loomgate bench: --out %s: %v\n", out, werr)
-			return 1
-		}
-		fmt.Fprintf(stderr, "loomgate bench: wrote %s\n", filepath.Join(out, "priorities.md"))
+	if !printMarkdown(md.String(), out, "priorities.md", stdout, stderr) {
+		return 1
 	}
 	if err != nil {
 		return 1
@@ -799,22 +790,32 @@ func runFleet(ctx context.Context, step time.Duration, out string, stdout, stder
 		fmt.Fprintf(stderr, "loomgate bench: %v\n", werr)
 		return 1
 	}
-	fmt.Fprint(stdout, md.String())
-	if out != "" {
-		werr := os.MkdirAll(out, 0o755)
-		if werr == nil {
-			werr = os.WriteFile(filepath.Join(out, "fleet.md"), []byte(md.String()), 0o644)
-		}
-		if werr != nil {
-			fmt.Fprintf(stderr, "loomgate bench: --out %s: %v\n", out, werr)
-			return 1
-		}
-		fmt.Fprintf(stderr, "loomgate bench: wrote %s\n", filepath.Join(out, "fleet.md"))
+	if !printMarkdown(md.String(), out, "fleet.md", stdout, stderr) {
+		return 1
 	}
 	if err != nil {
 		return 1
 	}
 	return 0
+}
+
+// printMarkdown prints a scenario's tables and, with --out, writes them
+// to name in out; it reports whether both went well.
+func printMarkdown(md, out, name string, stdout, stderr io.Writer) bool {
+	fmt.Fprint(stdout, md)
+	if out == "" {
+		return true
+	}
+	err := os.MkdirAll(out, 0o755)
+	if err == nil {
+		err = os.WriteFile(filepath.Join(out, name), []byte(md), 0o644)
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "loomgate bench: --out %s: %v\n", out, err)
+		return false
+	}
+	fmt.Fprintf(stderr, "loomgate bench: wrote %s\n", filepath.Join(out, name))
+	return true
 }
 
 // findInCheckout looks for rel in the working directory and each of its
