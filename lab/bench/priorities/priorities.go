@@ -37,8 +37,9 @@ type Class struct {
 type Arm struct {
 	Label   string
 	Sidecar bench.Sidecar
-	// Warmup, if set, replaces the run's: adaptive mode first seen at a
-	// peak needs its probe's seconds before it has a limit to order.
+	// Warmup, if longer than the run's, replaces it: adaptive mode first
+	// seen at a peak needs its probe's seconds before it has a limit to
+	// order, whatever warm-up the other arms are given.
 	Warmup time.Duration
 }
 
