@@ -106,7 +106,7 @@ func TestBenchCommandRefusesBadInput(t *testing.T) {
 		code int
 		want string
 	}{
-		{nil, 2, "give --url URL (your service, or its sidecar) or --scenario NAME (crossover, fairfight, pool, cpu, memory, hidden, grpc, h2c, protocols, open, advice, adaptive, overhead, fleet)"},
+		{nil, 2, "give --url URL (your service, or its sidecar) or --scenario NAME (crossover, fairfight, pool, cpu, memory, hidden, grpc, h2c, protocols, open, advice, adaptive, overhead, fleet, priorities)"},
 		{[]string{"--url", "http://127.0.0.1:1/", "-c", "10,x"}, 2, `-c "10,x": "x" is not a level`},
 		{[]string{"--url", "http://127.0.0.1:1/", "-c", "0"}, 2, `"0" is not a level`},
 		{[]string{"--url", "127.0.0.1:8080"}, 2, `--url "127.0.0.1:8080": want an http:// or https:// URL`},
@@ -114,7 +114,11 @@ func TestBenchCommandRefusesBadInput(t *testing.T) {
 		{[]string{"--url", "http://127.0.0.1:1/", "--window", "-1s"}, 2, "--window -1s: want a duration that is not negative"},
 		{[]string{"--url", "http://127.0.0.1:1/", "--scenario", "pool"}, 2, "--url and --scenario are exclusive"},
 		{[]string{"--scenario", "pool", "--admin", "http://127.0.0.1:9090"}, 2, "--admin goes with --url"},
-		{[]string{"--scenario", "nope"}, 2, `--scenario "nope": want one of crossover, fairfight, pool, cpu, memory, hidden, grpc, h2c, protocols, open, advice, adaptive, overhead, fleet, or list`},
+		{[]string{"--scenario", "nope"}, 2, `--scenario "nope": want one of crossover, fairfight, pool, cpu, memory, hidden, grpc, h2c, protocols, open, advice, adaptive, overhead, fleet, priorities, or list`},
+		{[]string{"--scenario", "priorities", "--cases", "flood,nope"}, 2, `--cases "flood,nope": no case "nope"; the cases are flood, tenants`},
+		{[]string{"--scenario", "priorities", "-c", "10"}, 2, "--scenario priorities has its own clients per class; -c and --rate do not go with it"},
+		{[]string{"--scenario", "priorities", "--url", "http://127.0.0.1:1"}, 2, "--scenario priorities starts its own stub and sidecar; --url and --admin do not go with it"},
+		{[]string{"--scenario", "priorities", "--proto", "h2c"}, 2, "--scenario priorities speaks HTTP/1.1; --proto and --conns go with --url and the other scenarios"},
 		{[]string{"--scenario", "adaptive", "--cases", "pool,nope"}, 2, `--cases "pool,nope": no case "nope"; the cases are pool, pool-change, no-pool, slower, spread, two-routes, cpu, peak, peak-healthy, open`},
 		{[]string{"--scenario", "advice", "--cases", "tomcat-50,nope"}, 2, `--cases "tomcat-50,nope": no case "nope"; the cases are steady,`},
 		{[]string{"--scenario", "nope", "--rate", "10"}, 2, `--scenario "nope": want one of`},
