@@ -30,7 +30,7 @@ func (s *Sidecar) adminHandler() http.Handler {
 			w.Write([]byte("draining\n"))
 			return
 		}
-		if ok, why := s.health.ready(r.Context()); !ok {
+		if ok, why := s.health.Ready(r.Context()); !ok {
 			w.WriteHeader(http.StatusServiceUnavailable)
 			w.Write([]byte(why + "\n"))
 			return

@@ -457,7 +457,7 @@ func (s *Sidecar) advice(snap advice.Snapshot) AdviceDoc {
 		}
 		doc.Adaptive = a
 	}
-	up := s.health.state()
+	up := s.health.State()
 	doc.Upstream = UpstreamDoc{
 		URL: s.cfg.Upstream, Failing: !up.FailingSince.IsZero(), Failed: up.Failed, Error: up.Err,
 		NotReady: up.NotReady, ReadyFollowsSeconds: s.cfg.ReadyFollowsUpstream.Seconds(),

@@ -23,6 +23,7 @@ import (
 	"github.com/loomgate/loomgate/probe"
 	"github.com/loomgate/loomgate/proxy"
 	"github.com/loomgate/loomgate/route"
+	"github.com/loomgate/loomgate/sidecar/health"
 )
 
 // ErrDrainTimeout is returned by Run when requests were still queued or in
@@ -78,7 +79,7 @@ type Sidecar struct {
 	ready atomic.Bool
 	// health follows whether the upstream answers: the log, the status
 	// page and /readyz read it.
-	health *upstreamHealth
+	health *health.Health
 	// levels is each priority level's last minute, for /advice and the
 	// status page; nil without priorities.
 	levels *advice.Levels
@@ -136,7 +137,7 @@ func build(cfg Config, opts Options) (*Sidecar, error) {
 			"LOOMGATE_MAX_CONNS", int(cfg.MaxConns), "open_file_limit", files)
 	}
 	s := &Sidecar{cfg: cfg, version: opts.Version, log: opts.Logger, registry: prometheus.NewRegistry()}
-	s.health = newUpstreamHealth(s.log, cfg.Upstream, cfg.ReadyFollowsUpstream)
+	s.health = health.New(s.log, cfg.Upstream, cfg.ReadyFollowsUpstream)
 	pol, err := s.newPolicy(cfg)
 	if err != nil {
 		return nil, err
@@ -443,13 +444,13 @@ type observer struct {
 	controller Controller        // nil outside adaptive mode
 	probe      *probe.Controller // nil when LOOMGATE_PROBE is off
 	access     *slog.Logger      // nil when the access log is off
-	health     *upstreamHealth
+	health     *health.Health
 	routes     *route.Classes // what each Outcome's Class indexes
 }
 
 func (o *observer) Observe(out *proxy.Outcome) {
 	o.metrics.Record(out)
-	o.health.observe(out)
+	o.health.Observe(out)
 	o.advisor.Record(out)
 	if o.levels != nil {
 		o.levels.Record(out)

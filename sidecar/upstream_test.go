@@ -7,17 +7,12 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"os"
 	"regexp"
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
-	"testing/synctest"
 	"time"
-
-	"github.com/loomgate/loomgate/proxy"
 )
 
 // lockedBuffer is what a process (or the sidecar's log) writes while the
@@ -39,9 +34,6 @@ func (l *lockedBuffer) String() string {
 	return l.b.String()
 }
 
-// refused is the error of a connect nothing listened to.
-var refused = &proxy.ConnectError{Err: &net.OpError{Op: "dial", Net: "tcp4", Err: &os.SyscallError{Syscall: "connect", Err: syscall.ECONNREFUSED}}}
-
 // logLines are the lines of log whose message starts with msg.
 func logLines(log, msg string) []string {
 	var out []string
@@ -60,75 +52,6 @@ func attr(line, key string) string {
 		return ""
 	}
 	return strings.Trim(m[1], `"`)
-}
-
-// TestUpstreamFailuresAreLoggedOncePer10s: an upstream that is down fails
-// every request; the log gets a line at the first failure and then at
-// most one per 10 s, with the count since the last line and the error,
-// and a line when the upstream answers again with the whole count.
-func TestUpstreamFailuresAreLoggedOncePer10s(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		var buf bytes.Buffer
-		h := newUpstreamHealth(slog.New(slog.NewTextHandler(&buf, nil)), "http://127.0.0.1:1", 0)
-		// 1000 failures 25 ms apart: 0 s to 24.975 s.
-		for range 1000 {
-			h.observe(&proxy.Outcome{Kind: proxy.UpstreamError, Status: 502, Admitted: true, UpstreamErr: refused, End: time.Now()})
-			// Neither an answer nor a failure of the upstream's.
-			h.observe(&proxy.Outcome{Kind: proxy.RejectedQueueFull, Status: 503, End: time.Now()})
-			time.Sleep(25 * time.Millisecond)
-		}
-		if st := h.state(); st.Failed != 1000 || st.FailingSince.IsZero() || !strings.Contains(st.Err, "connection refused") {
-			t.Errorf("state during the spell = %+v; want 1000 failed, connection refused", st)
-		}
-		h.observe(&proxy.Outcome{Kind: proxy.OK, Status: 200, UpstreamStatus: 200, Admitted: true, End: time.Now()})
-		log := buf.String()
-
-		warns := logLines(log, "upstream failing")
-		var failed []string
-		for _, l := range warns {
-			failed = append(failed, attr(l, "failed"))
-			if !strings.Contains(l, "level=WARN") || attr(l, "err") != "dial tcp4: connect: connection refused" {
-				t.Errorf("line %q; want a WARN naming the error", l)
-			}
-		}
-		// At 0 s, 10 s and 20 s: the first failure, then those of (0, 10]
-		// and (10, 20].
-		if got, want := strings.Join(failed, ","), "1,400,400"; got != want {
-			t.Errorf("failure lines' counts = %s; want %s\n%s", got, want, log)
-		}
-		back := logLines(log, "upstream answers again")
-		if len(back) != 1 || attr(back[0], "failed_total") != "1000" || attr(back[0], "failing_for") != "25s" {
-			t.Errorf("recovery lines = %q; want one, failed_total=1000 failing_for=25s\n%s", back, log)
-		}
-		if st := h.state(); st.Failed != 0 || !st.FailingSince.IsZero() {
-			t.Errorf("state once answered = %+v; want no spell", st)
-		}
-	})
-}
-
-// TestFlappingUpstreamIsLoggedOncePer10s: an upstream that fails every
-// other request opens and ends a spell each time; the lines stay at two
-// per 10 s, and no failure goes uncounted.
-func TestFlappingUpstreamIsLoggedOncePer10s(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		var buf bytes.Buffer
-		h := newUpstreamHealth(slog.New(slog.NewTextHandler(&buf, nil)), "http://127.0.0.1:1", 0)
-		reset := io.ErrUnexpectedEOF // reached, then dropped
-		for range 250 {
-			h.observe(&proxy.Outcome{Kind: proxy.UpstreamError, Status: 502, Admitted: true, UpstreamErr: reset, End: time.Now()})
-			h.observe(&proxy.Outcome{Kind: proxy.OK, Status: 200, UpstreamStatus: 200, Admitted: true, End: time.Now()})
-			time.Sleep(100 * time.Millisecond)
-		}
-		log := buf.String()
-		warns, backs := logLines(log, "upstream failing"), logLines(log, "upstream answers again")
-		var failed []string
-		for _, l := range warns {
-			failed = append(failed, attr(l, "failed"))
-		}
-		if got, want := strings.Join(failed, ","), "1,100,100"; got != want || len(backs) != 3 {
-			t.Errorf("failure lines' counts = %s and %d recovery lines; want %s and 3\n%s", got, len(backs), want, log)
-		}
-	})
 }
 
 // downUpstream is an HTTP upstream on loopback that can be stopped and
@@ -333,16 +256,5 @@ func TestNotReadyBeforeTheUpstreamIsReached(t *testing.T) {
 	code, body := getBody(t, s.AdminURL+"/readyz")
 	if code != 503 || !strings.HasPrefix(body, "upstream not reached yet: ") || !strings.Contains(body, "connection refused") {
 		t.Errorf("GET /readyz before the upstream listens = %d %q; want 503, not reached yet, connection refused", code, body)
-	}
-}
-
-// TestAnswerCostsNoAllocation: every request's outcome passes through
-// observe; an answer, once the upstream was reached, allocates nothing.
-func TestAnswerCostsNoAllocation(t *testing.T) {
-	h := newUpstreamHealth(slog.New(slog.DiscardHandler), "http://127.0.0.1:1", 0)
-	o := &proxy.Outcome{Kind: proxy.OK, Status: 200, UpstreamStatus: 200, Admitted: true, End: time.Now()}
-	h.observe(o) // the first answer: reached
-	if n := testing.AllocsPerRun(1000, func() { h.observe(o) }); n != 0 {
-		t.Errorf("observe(answer) allocates %v times; want 0", n)
 	}
 }

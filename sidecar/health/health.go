@@ -1,4 +1,9 @@
-package sidecar
+// Package health follows whether a sidecar's upstream answers: from every
+// request's outcome, and from /readyz's own connects. It logs an upstream
+// that fails, at most a line per 10 s with the count and the error, and a
+// line when it answers again; it is what the status page shows of the
+// upstream; and it says whether /readyz, following the upstream, fails.
+package health
 
 import (
 	"context"
@@ -14,18 +19,18 @@ import (
 	"github.com/loomgate/loomgate/proxy"
 )
 
-// upstreamLogEvery is the least time between two lines about requests the
+// logEvery is the least time between two lines about requests the
 // upstream failed: one that is down fails every request, thousands a
 // second, and a line with their count says as much as a line each.
-const upstreamLogEvery = 10 * time.Second
+const logEvery = 10 * time.Second
 
 // readyConnectTimeout bounds /readyz's own connect to the upstream: the
 // kubelet gives up on a probe after 1 s by default (timeoutSeconds).
 const readyConnectTimeout = 500 * time.Millisecond
 
-// upstreamHealth follows whether the upstream answers, from the requests'
+// Health follows whether the upstream answers, from the requests'
 // outcomes and from /readyz's connects. It logs a failing upstream, at
-// most a line per upstreamLogEvery with the count and the error, and a
+// most a line per logEvery with the count and the error, and a
 // line when it answers again; it is what the status page shows; and it
 // says whether /readyz, following the upstream, fails.
 //
@@ -38,7 +43,7 @@ const readyConnectTimeout = 500 * time.Millisecond
 // resets, or is too busy to accept, is up: taking every pod out of the
 // endpoints when a dependency they share fails would turn a partial
 // outage into a whole one.
-type upstreamHealth struct {
+type Health struct {
 	log      *slog.Logger
 	upstream string // the URL, as the log names it
 	addr     string // host:port, for /readyz's connect
@@ -73,8 +78,11 @@ type upstreamHealth struct {
 	notReady bool
 }
 
-func newUpstreamHealth(log *slog.Logger, upstream string, follow time.Duration) *upstreamHealth {
-	h := &upstreamHealth{log: log, upstream: upstream, addr: upstreamAddr(upstream), follow: follow}
+// New follows upstream (LOOMGATE_UPSTREAM's URL), logging to log; follow
+// is LOOMGATE_READY_FOLLOWS_UPSTREAM, 0 for a /readyz that never fails on
+// the upstream's account.
+func New(log *slog.Logger, upstream string, follow time.Duration) *Health {
+	h := &Health{log: log, upstream: upstream, addr: upstreamAddr(upstream), follow: follow}
 	// Never reached yet: the first answer sets reached.
 	h.watch.Store(true)
 	return h
@@ -92,9 +100,9 @@ func upstreamAddr(upstream string) string {
 	return u.Host
 }
 
-// observe takes one request's outcome. An answer, most requests, costs
+// Observe takes one request's outcome. An answer, most requests, costs
 // an atomic load; the rest is observeFailed's.
-func (h *upstreamHealth) observe(o *proxy.Outcome) {
+func (h *Health) Observe(o *proxy.Outcome) {
 	switch {
 	case o.Kind == proxy.UpstreamError || o.UpstreamErr != nil:
 		h.observeFailed(o)
@@ -104,9 +112,9 @@ func (h *upstreamHealth) observe(o *proxy.Outcome) {
 }
 
 // observeFailed takes an outcome with an upstream's error. A function of its
-// own: the variable errors.As needs escapes, and in observe it would cost
+// own: the variable errors.As needs escapes, and in Observe it would cost
 // every request an allocation.
-func (h *upstreamHealth) observeFailed(o *proxy.Outcome) {
+func (h *Health) observeFailed(o *proxy.Outcome) {
 	var ce *proxy.ConnectError
 	errors.As(o.UpstreamErr, &ce)
 	switch {
@@ -128,7 +136,7 @@ func when(o *proxy.Outcome) time.Time {
 
 // failure counts a request the upstream failed at t with err; ce is err's
 // *proxy.ConnectError, nil when the upstream was reached.
-func (h *upstreamHealth) failure(t time.Time, err error, ce *proxy.ConnectError) {
+func (h *Health) failure(t time.Time, err error, ce *proxy.ConnectError) {
 	h.mu.Lock()
 	if h.failingSince.IsZero() {
 		h.failingSince, h.failed, h.connectOnly = t, 0, true
@@ -144,7 +152,7 @@ func (h *upstreamHealth) failure(t time.Time, err error, ce *proxy.ConnectError)
 	}
 	h.watch.Store(true)
 	var line []any
-	if h.lastLine.IsZero() || t.Sub(h.lastLine) >= upstreamLogEvery {
+	if h.lastLine.IsZero() || t.Sub(h.lastLine) >= logEvery {
 		line = []any{"upstream", h.upstream, "failed", h.unlogged, "failing_for", t.Sub(h.failingSince).Round(time.Millisecond).String(), "err", errText(h.lastErr)}
 		h.lastLine, h.unlogged, h.warned = t, 0, true
 	}
@@ -158,7 +166,7 @@ func (h *upstreamHealth) failure(t time.Time, err error, ce *proxy.ConnectError)
 // failed with ce. Only a refusal counts towards /readyz: a connect that
 // timed out is an upstream too busy to accept, or a host that drops
 // packets, and neither is helped by this pod leaving the endpoints.
-func (h *upstreamHealth) connected(t time.Time, ce *proxy.ConnectError) {
+func (h *Health) connected(t time.Time, ce *proxy.ConnectError) {
 	switch {
 	case ce == nil:
 		h.reached, h.refusedSince = true, time.Time{}
@@ -174,7 +182,7 @@ func (h *upstreamHealth) connected(t time.Time, ce *proxy.ConnectError) {
 
 // answered notes a response of the upstream's at t: it ends a failure
 // spell, and the upstream's unreachability.
-func (h *upstreamHealth) answered(t time.Time) {
+func (h *Health) answered(t time.Time) {
 	h.mu.Lock()
 	h.connected(t, nil)
 	line := h.endSpell(t)
@@ -188,7 +196,7 @@ func (h *upstreamHealth) answered(t time.Time) {
 // endSpell ends the failure spell, under mu, and returns the attributes
 // of its last line, nil when the spell had none (its failures go in the
 // next line).
-func (h *upstreamHealth) endSpell(t time.Time) []any {
+func (h *Health) endSpell(t time.Time) []any {
 	if h.failingSince.IsZero() {
 		return nil
 	}
@@ -200,12 +208,12 @@ func (h *upstreamHealth) endSpell(t time.Time) []any {
 	return line
 }
 
-// ready is /readyz's verdict on the upstream: with follow above 0, it
+// Ready is /readyz's verdict on the upstream: with follow above 0, it
 // connects to the upstream (and closes the connection) and fails once
 // connects have been refused for follow, or while none ever succeeded.
 // The connect is the probe's own: a pod out of the endpoints gets no
 // request that would tell it the upstream is back.
-func (h *upstreamHealth) ready(ctx context.Context) (bool, string) {
+func (h *Health) Ready(ctx context.Context) (bool, string) {
 	if h.follow <= 0 {
 		return true, ""
 	}
@@ -249,7 +257,7 @@ func (h *upstreamHealth) ready(ctx context.Context) (bool, string) {
 
 // verdict is /readyz's answer on the upstream at now, from what is known,
 // under mu.
-func (h *upstreamHealth) verdict(now time.Time) (bool, string) {
+func (h *Health) verdict(now time.Time) (bool, string) {
 	switch {
 	case h.follow <= 0:
 		return true, ""
@@ -261,8 +269,8 @@ func (h *upstreamHealth) verdict(now time.Time) (bool, string) {
 	return true, ""
 }
 
-// upstreamState is what the status page shows of the upstream.
-type upstreamState struct {
+// State is what the status page shows of the upstream.
+type State struct {
 	FailingSince time.Time // zero while it answers
 	Failed       int64
 	Err          string
@@ -272,10 +280,11 @@ type upstreamState struct {
 	NotReady string
 }
 
-func (h *upstreamHealth) state() upstreamState {
+// State is what is known of the upstream now.
+func (h *Health) State() State {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	st := upstreamState{FailingSince: h.failingSince, Failed: h.failed}
+	st := State{FailingSince: h.failingSince, Failed: h.failed}
 	if ok, why := h.verdict(time.Now()); !ok && (h.reached || h.connectErr != nil) {
 		st.NotReady = why
 	}
