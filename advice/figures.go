@@ -2,6 +2,7 @@ package advice
 
 import (
 	"fmt"
+	"github.com/loomgate/loomgate/advice/hist"
 	"math"
 	"slices"
 	"time"
@@ -109,8 +110,8 @@ func (w *window) figures(now time.Time, names []string) Figures {
 	from, _, d := w.span(now, WindowBuckets)
 	cur := w.bucketNumber(now)
 	f := Figures{Span: d}
-	var queueHist, servHist, totalHist [numBuckets]uint64
-	var classHist [classes][numBuckets]uint64
+	var queueHist, servHist, totalHist [hist.Buckets]uint64
+	var classHist [classes][hist.Buckets]uint64
 	var class [classes]classTotals
 	var arrivals, samples, inFlightSum, queuedSum int64
 	var queueSum, service time.Duration
@@ -158,15 +159,15 @@ func (w *window) figures(now time.Time, names []string) Figures {
 	}
 	if arrivals > 0 {
 		f.MeanQueue = queueSum / time.Duration(arrivals)
-		f.QueueP50 = seconds(quantile(0.5, windowBounds[:], queueHist[:]))
-		f.QueueP99 = seconds(quantile(0.99, windowBounds[:], queueHist[:]))
+		f.QueueP50 = hist.Duration(hist.Quantile(0.5, hist.Bounds[:], queueHist[:]))
+		f.QueueP99 = hist.Duration(hist.Quantile(0.99, hist.Bounds[:], queueHist[:]))
 	}
 	if f.Requests > 0 {
 		f.MeanService = service / time.Duration(f.Requests)
-		f.ServiceP50 = seconds(quantile(0.5, windowBounds[:], servHist[:]))
-		f.ServiceP99 = seconds(quantile(0.99, windowBounds[:], servHist[:]))
-		f.LatencyP50 = seconds(quantile(0.5, windowBounds[:], totalHist[:]))
-		f.LatencyP99 = seconds(quantile(0.99, windowBounds[:], totalHist[:]))
+		f.ServiceP50 = hist.Duration(hist.Quantile(0.5, hist.Bounds[:], servHist[:]))
+		f.ServiceP99 = hist.Duration(hist.Quantile(0.99, hist.Bounds[:], servHist[:]))
+		f.LatencyP50 = hist.Duration(hist.Quantile(0.5, hist.Bounds[:], totalHist[:]))
+		f.LatencyP99 = hist.Duration(hist.Quantile(0.99, hist.Bounds[:], totalHist[:]))
 	}
 	if total := queueSum + service; total > 0 {
 		f.QueueShare = float64(queueSum) / float64(total)
@@ -188,9 +189,9 @@ func (w *window) figures(now time.Time, names []string) Figures {
 		rf := RouteFigures{
 			Name: name, Requests: class[c].n,
 			MeanService: class[c].service / time.Duration(class[c].n),
-			ServiceP25:  seconds(quantile(0.25, windowBounds[:], classHist[c][:])),
-			ServiceP50:  seconds(quantile(0.5, windowBounds[:], classHist[c][:])),
-			ServiceP99:  seconds(quantile(0.99, windowBounds[:], classHist[c][:])),
+			ServiceP25:  hist.Duration(hist.Quantile(0.25, hist.Bounds[:], classHist[c][:])),
+			ServiceP50:  hist.Duration(hist.Quantile(0.5, hist.Bounds[:], classHist[c][:])),
+			ServiceP99:  hist.Duration(hist.Quantile(0.99, hist.Bounds[:], classHist[c][:])),
 			Baseline:    r.baseline, BaselineP25: r.baselineP25,
 			Stretch: r.stretch, Saturated: r.saturated, Slower: r.slower, Capacity: r.capacity,
 		}
@@ -215,7 +216,7 @@ func (w *window) figures(now time.Time, names []string) Figures {
 		if r.saturated && !e.Saturated {
 			rd.Capacity = r.capacity
 		}
-		hist := classHist[c]
+		counts := classHist[c]
 		if !r.saturated {
 			// A route that does not queue inside serves the clients now
 			// as it serves them now: where its mean service time over the
@@ -227,21 +228,21 @@ func (w *window) figures(now time.Time, names []string) Figures {
 			// larger sample is the steadier one.
 			if recent, mean, n := w.recentClass(c, from, cur); n >= 2*minClassRequests && rf.MeanService > 0 &&
 				max(mean, rf.MeanService) >= time.Duration(Stretched*float64(min(mean, rf.MeanService))) {
-				hist = recent
+				counts = recent
 			}
 		}
-		for i, n := range hist {
+		for i, n := range counts {
 			if n == 0 {
 				continue
 			}
-			lower, upper := 0.0, windowBounds[len(windowBounds)-1]
+			lower, upper := 0.0, hist.Bounds[len(hist.Bounds)-1]
 			if i > 0 {
-				lower = windowBounds[i-1]
+				lower = hist.Bounds[i-1]
 			}
-			if i < len(windowBounds) {
-				upper = windowBounds[i]
+			if i < len(hist.Bounds) {
+				upper = hist.Bounds[i]
 			}
-			rd.Service = append(rd.Service, predict.Sample{Service: seconds(scale * (lower + upper) / 2), Weight: float64(n)})
+			rd.Service = append(rd.Service, predict.Sample{Service: hist.Duration(scale * (lower + upper) / 2), Weight: float64(n)})
 		}
 		f.demand = append(f.demand, rd)
 		// The route's part of the clients now: its answers' time in the
@@ -302,7 +303,7 @@ func (w *window) figures(now time.Time, names []string) Figures {
 
 // recentClass is route class c's service-time histogram over the last two
 // buckets, its mean service time there, and how many answers it holds.
-func (w *window) recentClass(c int, from, cur int64) (hist [numBuckets]uint64, mean time.Duration, answers int64) {
+func (w *window) recentClass(c int, from, cur int64) (counts [hist.Buckets]uint64, mean time.Duration, answers int64) {
 	var service time.Duration
 	for n := max(cur-1, from); n <= cur; n++ {
 		b, l := &w.buckets[n%historyBuckets], &w.live[n%WindowBuckets]
@@ -310,7 +311,7 @@ func (w *window) recentClass(c int, from, cur int64) (hist [numBuckets]uint64, m
 			continue
 		}
 		for i, k := range l.classHist[c] {
-			hist[i] += uint64(k)
+			counts[i] += uint64(k)
 		}
 		service += b.class[c].service
 		answers += b.class[c].n
@@ -318,7 +319,7 @@ func (w *window) recentClass(c int, from, cur int64) (hist [numBuckets]uint64, m
 	if answers > 0 {
 		mean = service / time.Duration(answers)
 	}
-	return hist, mean, answers
+	return counts, mean, answers
 }
 
 // The judgement of open demand. Arrivals are counted as requests finish,
@@ -376,7 +377,7 @@ func (w *window) demandModel(from, cur int64, now time.Time) (open bool, rate fl
 		rlo, rhi := spread(func(l level) float64 { return l.latency })
 		olo, ohi := spread(func(l level) float64 { return l.out })
 		if rlo > 0 && rhi >= LoadRise*rlo && ohi <= openSteady*olo {
-			return false, 0, fmt.Sprintf("Demand is closed: latency went from %s to %s while the requests outstanding held at %.0f, clients that wait for their answers.", ms(seconds(rlo)), ms(seconds(rhi)), ohi)
+			return false, 0, fmt.Sprintf("Demand is closed: latency went from %s to %s while the requests outstanding held at %.0f, clients that wait for their answers.", ms(hist.Duration(rlo)), ms(hist.Duration(rhi)), ohi)
 		}
 	}
 	return false, 0, "Demand is taken as closed, clients that each wait for an answer: the requests outstanding did not keep growing while the answers held, as an open stream beyond what is served does."
@@ -442,9 +443,9 @@ func (w *window) historyPoints(now time.Time) (ps, calm []point) {
 			busy += t.service
 			p25, p50, p99 := b.p25[c], b.p50[c], b.p99[c]
 			if l.n == n {
-				p25 = seconds(quantile(0.25, windowBounds[:], l.classHist[c][:]))
-				p50 = seconds(quantile(0.5, windowBounds[:], l.classHist[c][:]))
-				p99 = seconds(quantile(0.99, windowBounds[:], l.classHist[c][:]))
+				p25 = hist.Duration(hist.Quantile(0.25, hist.Bounds[:], l.classHist[c][:]))
+				p50 = hist.Duration(hist.Quantile(0.5, hist.Bounds[:], l.classHist[c][:]))
+				p99 = hist.Duration(hist.Quantile(0.99, hist.Bounds[:], l.classHist[c][:]))
 			}
 			p.class[c] = classPoint{n: t.n, mean: t.service / time.Duration(t.n), p25: p25, p50: p50, p99: p99, x: float64(t.n) / span.Seconds()}
 		}

@@ -1,6 +1,7 @@
 package advice
 
 import (
+	"github.com/loomgate/loomgate/advice/hist"
 	"math"
 	"slices"
 	"sync"
@@ -92,33 +93,12 @@ type second struct {
 // live holds a bucket's histograms, for the buckets of the last Window.
 type live struct {
 	n         int64
-	queueHist [numBuckets]uint32
-	servHist  [numBuckets]uint32
-	totalHist [numBuckets]uint32 // queue + service, of admitted requests
-	classHist [classes][numBuckets]uint32
+	queueHist [hist.Buckets]uint32
+	servHist  [hist.Buckets]uint32
+	totalHist [hist.Buckets]uint32 // queue + service, of admitted requests
+	classHist [classes][hist.Buckets]uint32
 	sec       [subBuckets]second
 }
-
-// windowBounds are the window's own histogram bounds, in seconds: from
-// 100µs to past 60s, each 2^(1/8) (about 9%) above the last. The classic
-// buckets are too coarse for a status page: a steady 200 ms falls between
-// 0.1 and 0.25 and would read as a p50 of 175 ms; here a quantile is off
-// by at most one bucket, 9%.
-var windowBounds = func() [numBuckets - 1]float64 {
-	var b [numBuckets - 1]float64
-	for i := range b {
-		b[i] = windowMin * math.Exp2(float64(i)/windowSteps)
-	}
-	return b
-}()
-
-const (
-	windowMin   = 100e-6 // seconds
-	windowSteps = 8      // bounds per doubling
-	// numBuckets covers 100µs to 60s (2^19.2 of range) in 1/8-doublings,
-	// +Inf included.
-	numBuckets = 156
-)
 
 // window keeps the sliding window. Record and the sampler feed it; every
 // method takes the time, so that tests give exact series.
@@ -145,7 +125,7 @@ type window struct {
 type stepAnswers struct {
 	begin time.Time
 	class [classes]classTotals
-	hist  [classes][numBuckets]uint32
+	hist  [classes][hist.Buckets]uint32
 }
 
 // stepPoint is a probe's step kept as a baseline: the upstream's speed
@@ -220,9 +200,9 @@ func (w *window) current(n int64) (*bucket, *live) {
 func summarise(b *bucket, l *live, ramp int) {
 	for c := range b.class {
 		if b.class[c].n > 0 {
-			b.p25[c] = seconds(quantile(0.25, windowBounds[:], l.classHist[c][:]))
-			b.p50[c] = seconds(quantile(0.5, windowBounds[:], l.classHist[c][:]))
-			b.p99[c] = seconds(quantile(0.99, windowBounds[:], l.classHist[c][:]))
+			b.p25[c] = hist.Duration(hist.Quantile(0.25, hist.Bounds[:], l.classHist[c][:]))
+			b.p50[c] = hist.Duration(hist.Quantile(0.5, hist.Bounds[:], l.classHist[c][:]))
+			b.p99[c] = hist.Duration(hist.Quantile(0.99, hist.Bounds[:], l.classHist[c][:]))
 		}
 	}
 	var calm [classes]classPoint
@@ -339,13 +319,13 @@ func calmPart(b *bucket, l *live, ramp int, calm *[classes]classPoint) (mixed bo
 		case min(dq, dw) > calmTolerance:
 			cp.unresolved = true
 		case dq <= dw:
-			cp.p25 = seconds(quantile(0.25*share, windowBounds[:], l.classHist[c][:]))
-			cp.p50 = seconds(quantile(0.5*share, windowBounds[:], l.classHist[c][:]))
-			cp.p99 = seconds(quantile(0.99*share, windowBounds[:], l.classHist[c][:]))
+			cp.p25 = hist.Duration(hist.Quantile(0.25*share, hist.Bounds[:], l.classHist[c][:]))
+			cp.p50 = hist.Duration(hist.Quantile(0.5*share, hist.Bounds[:], l.classHist[c][:]))
+			cp.p99 = hist.Duration(hist.Quantile(0.99*share, hist.Bounds[:], l.classHist[c][:]))
 		default:
-			cp.p25 = seconds(quantile(0.25, windowBounds[:], l.classHist[c][:]))
-			cp.p50 = seconds(quantile(0.5, windowBounds[:], l.classHist[c][:]))
-			cp.p99 = seconds(quantile(0.99, windowBounds[:], l.classHist[c][:]))
+			cp.p25 = hist.Duration(hist.Quantile(0.25, hist.Bounds[:], l.classHist[c][:]))
+			cp.p50 = hist.Duration(hist.Quantile(0.5, hist.Bounds[:], l.classHist[c][:]))
+			cp.p99 = hist.Duration(hist.Quantile(0.99, hist.Bounds[:], l.classHist[c][:]))
 		}
 		calm[c] = cp
 	}
@@ -368,12 +348,12 @@ func lowestMean(counts []uint32, share float64) float64 {
 		if c == 0 {
 			continue
 		}
-		lower, upper := 0.0, windowBounds[len(windowBounds)-1]
+		lower, upper := 0.0, hist.Bounds[len(hist.Bounds)-1]
 		if i > 0 {
-			lower = windowBounds[i-1]
+			lower = hist.Bounds[i-1]
 		}
-		if i < len(windowBounds) {
-			upper = windowBounds[i]
+		if i < len(hist.Bounds) {
+			upper = hist.Bounds[i]
 		}
 		k := min(float64(c), want-taken)
 		sum += k * (lower + upper) / 2
@@ -407,13 +387,13 @@ func (w *window) record(now time.Time, class int, s *outcome.Record) {
 	}
 	// The indexes and the bucket's position are computed before the lock,
 	// to keep it short: every request takes it.
-	qi, si, ti := bucketIndex(s.Queue), bucketIndex(s.Service), 0
+	qi, si, ti := hist.Index(s.Queue), hist.Index(s.Service), 0
 	if s.Queue == 0 {
 		// Admitted at once, as most requests are without a limit: the
 		// total is the service time, and its logarithm is taken once.
 		ti = si
 	} else {
-		ti = bucketIndex(s.Queue + s.Service)
+		ti = hist.Index(s.Queue + s.Service)
 	}
 	n, sec := w.position(now)
 	w.mu.Lock()
@@ -544,9 +524,9 @@ func (w *window) endStep(now time.Time, load float64, keep bool) {
 		}
 		enough = enough || t.n >= minClassRequests
 		p.class[c] = classPoint{n: t.n, mean: t.service / time.Duration(t.n), x: float64(t.n) / d.Seconds(),
-			p25: seconds(quantile(0.25, windowBounds[:], st.hist[c][:])),
-			p50: seconds(quantile(0.5, windowBounds[:], st.hist[c][:])),
-			p99: seconds(quantile(0.99, windowBounds[:], st.hist[c][:]))}
+			p25: hist.Duration(hist.Quantile(0.25, hist.Bounds[:], st.hist[c][:])),
+			p50: hist.Duration(hist.Quantile(0.5, hist.Bounds[:], st.hist[c][:])),
+			p99: hist.Duration(hist.Quantile(0.99, hist.Bounds[:], st.hist[c][:]))}
 	}
 	if !enough {
 		return
@@ -573,26 +553,6 @@ func (w *window) rampSeconds(n int64) int {
 		return 0
 	}
 	return min(int((d+time.Second-1)/time.Second), subBuckets)
-}
-
-// bucketIndex is the window histogram's bucket of d: the first whose upper
-// bound is at least d, or the +Inf bucket. It computes the index rather
-// than searching 155 bounds, then corrects the floating-point edge.
-func bucketIndex(d time.Duration) int {
-	s := d.Seconds()
-	if s <= windowMin {
-		return 0
-	}
-	i := int(math.Ceil(math.Log2(s/windowMin) * windowSteps))
-	if i >= len(windowBounds) {
-		return len(windowBounds)
-	}
-	if i > 0 && s <= windowBounds[i-1] {
-		i--
-	} else if s > windowBounds[i] {
-		i++
-	}
-	return i
 }
 
 // span returns the first bucket of the last n at now, where that span
@@ -623,47 +583,4 @@ func (w *window) bucketSpan(n int64, now time.Time) time.Duration {
 		end = now
 	}
 	return max(end.Sub(start), 0)
-}
-
-// quantile estimates the q-quantile from histogram bucket counts the way
-// Prometheus's histogram_quantile does: find the bucket holding the
-// rank and interpolate linearly inside it, the first bucket starting at 0;
-// a rank in the +Inf bucket answers the highest finite bound. counts has
-// one more entry than bounds (the +Inf bucket) and is not cumulative. It
-// returns NaN when there are no observations.
-func quantile[C uint32 | uint64](q float64, bounds []float64, counts []C) float64 {
-	var total uint64
-	for _, c := range counts {
-		total += uint64(c)
-	}
-	if total == 0 || math.IsNaN(q) {
-		return math.NaN()
-	}
-	rank := min(max(q, 0), 1) * float64(total)
-	var below uint64 // observations in the buckets before i
-	for i, c := range counts {
-		// The first non-empty bucket that reaches the rank: a rank of 0
-		// (q = 0) must not stop in an empty first bucket.
-		if c == 0 || float64(below+uint64(c)) < rank {
-			below += uint64(c)
-			continue
-		}
-		if i == len(bounds) {
-			return bounds[len(bounds)-1]
-		}
-		lower := 0.0
-		if i > 0 {
-			lower = bounds[i-1]
-		}
-		return lower + (bounds[i]-lower)*(rank-float64(below))/float64(c)
-	}
-	return bounds[len(bounds)-1] // not reached: the last non-empty bucket reaches any rank
-}
-
-// seconds converts a float number of seconds to a Duration; NaN is 0.
-func seconds(s float64) time.Duration {
-	if math.IsNaN(s) {
-		return 0
-	}
-	return time.Duration(s * float64(time.Second))
 }

@@ -17,6 +17,7 @@ import (
 
 	"github.com/loomgate/loomgate/adaptive"
 	"github.com/loomgate/loomgate/advice"
+	"github.com/loomgate/loomgate/advice/levels"
 	"github.com/loomgate/loomgate/internal/listen"
 	"github.com/loomgate/loomgate/limiter"
 	"github.com/loomgate/loomgate/metrics"
@@ -82,7 +83,7 @@ type Sidecar struct {
 	health *health.Health
 	// levels is each priority level's last minute, for /advice and the
 	// status page; nil without priorities.
-	levels *advice.Levels
+	levels *levels.Window
 }
 
 // New validates cfg and builds the parts; nothing listens yet.
@@ -230,7 +231,7 @@ func build(cfg Config, opts Options) (*Sidecar, error) {
 		}
 	}
 	if names := levelNames(cfg.priorities().On()); names != nil {
-		s.levels = advice.NewLevels(names)
+		s.levels = levels.New(names)
 	}
 	obs := &observer{metrics: s.metrics, advisor: s.advisor, levels: s.levels, controller: s.controller, probe: s.probe, health: s.health, routes: routes}
 	if cfg.AccessLog == "json" {
@@ -440,7 +441,7 @@ func (s *Sidecar) Config() Config { return s.cfg }
 type observer struct {
 	metrics    *metrics.Metrics
 	advisor    *advice.Advisor
-	levels     *advice.Levels    // nil without priorities
+	levels     *levels.Window    // nil without priorities
 	controller Controller        // nil outside adaptive mode
 	probe      *probe.Controller // nil when LOOMGATE_PROBE is off
 	access     *slog.Logger      // nil when the access log is off

@@ -1,4 +1,4 @@
-package advice
+package levels
 
 import (
 	"math"
@@ -15,7 +15,7 @@ import (
 // and had 40 shed: 10 rps at p99 50 ms, and 6 rps with 40% shed.
 func TestLevelsFigures(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		l := NewLevels([]string{"sheddable", "default", "high", "critical"})
+		l := New([]string{"sheddable", "default", "high", "critical"})
 		start := time.Now()
 		for i := range 100 {
 			end := start.Add(time.Duration(i) * 100 * time.Millisecond)

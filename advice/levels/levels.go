@@ -1,4 +1,7 @@
-package advice
+// Package levels keeps what priorities did to each priority level over the
+// advice's window: requests served, their latency and queue wait, and
+// those shed, for /advice's levels[] and the status page.
+package levels
 
 import (
 	"fmt"
@@ -6,46 +9,48 @@ import (
 	"sync"
 	"time"
 
+	"github.com/loomgate/loomgate/advice"
+	"github.com/loomgate/loomgate/advice/hist"
 	"github.com/loomgate/loomgate/internal/outcome"
 )
 
-// MaxLevels is the most priority levels Levels keeps apart; a record of a
+// Max is the most priority levels Window keeps apart; a record of a
 // level beyond is not counted.
-const MaxLevels = 4
+const Max = 4
 
-// Levels keeps the last Window of each priority level's requests, in
-// BucketWidth buckets: what priorities did to each, for the status page
-// and /advice ("critical: 200 rps, p99 62 ms; sheddable: shed 40%"). It
+// Window keeps the last advice.Window of each priority level's requests,
+// in advice.BucketWidth buckets: what priorities did to each, for the
+// status page and /advice ("critical: 200 rps, p99 62 ms; sheddable: shed 40%"). It
 // is safe for concurrent use, and records without allocating.
-type Levels struct {
+type Window struct {
 	names []string
 	epoch time.Time
 
 	mu    sync.Mutex
 	first time.Time // the first record's, zero before it
-	ring  [WindowBuckets]levelBucket
+	ring  [advice.WindowBuckets]levelBucket
 }
 
 // levelBucket is one bucket's counts, by level.
 type levelBucket struct {
 	number int64 // which bucket since the epoch it holds
-	level  [MaxLevels]levelCounts
+	level  [Max]levelCounts
 }
 
 type levelCounts struct {
 	answered, rejected uint32
-	latency, queue     [numBuckets]uint32
+	latency, queue     [hist.Buckets]uint32
 }
 
-// NewLevels returns Levels for the levels named, by index (a record's
-// Level), at most MaxLevels.
-func NewLevels(names []string) *Levels {
-	return &Levels{names: names[:min(len(names), MaxLevels)], epoch: time.Now()}
+// New returns a Window for the levels named, by index (a record's
+// Level), at most Max.
+func New(names []string) *Window {
+	return &Window{names: names[:min(len(names), Max)], epoch: time.Now()}
 }
 
 // Record adds one finished request, at its End (now if zero), to its
 // level. A request that never met admission is not counted.
-func (l *Levels) Record(o *outcome.Record) {
+func (l *Window) Record(o *outcome.Record) {
 	if !o.Admission || int(o.Level) >= len(l.names) {
 		return
 	}
@@ -53,14 +58,14 @@ func (l *Levels) Record(o *outcome.Record) {
 	if now.IsZero() {
 		now = time.Now()
 	}
-	n := int64(now.Sub(l.epoch) / BucketWidth)
-	qi, ti := bucketIndex(o.Queue), bucketIndex(o.Queue+o.Service)
+	n := int64(now.Sub(l.epoch) / advice.BucketWidth)
+	qi, ti := hist.Index(o.Queue), hist.Index(o.Queue+o.Service)
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.first.IsZero() {
 		l.first = now
 	}
-	b := &l.ring[n%WindowBuckets]
+	b := &l.ring[n%advice.WindowBuckets]
 	if b.number != n {
 		*b = levelBucket{number: n}
 	}
@@ -75,8 +80,8 @@ func (l *Levels) Record(o *outcome.Record) {
 	}
 }
 
-// LevelFigures are one level's figures over the last Window.
-type LevelFigures struct {
+// Figures are one level's figures over the last advice.Window.
+type Figures struct {
 	Name string
 	// Requests is how many met admission; Answered were served, Rejected
 	// refused or shed with a 503.
@@ -93,10 +98,10 @@ type LevelFigures struct {
 
 // Summary is the level's figures in a phrase: "critical: 196 rps, p99
 // 52 ms", with ", 40% shed" when it lost any.
-func (f LevelFigures) Summary() string {
+func (f Figures) Summary() string {
 	s := fmt.Sprintf("%s: %.0f rps", f.Name, f.Throughput)
 	if !math.IsNaN(f.LatencyP99) {
-		s += fmt.Sprintf(", p99 %s", seconds(f.LatencyP99).Round(time.Millisecond))
+		s += fmt.Sprintf(", p99 %s", hist.Duration(f.LatencyP99).Round(time.Millisecond))
 	}
 	if f.Rejected > 0 {
 		s += fmt.Sprintf(", %.0f%% shed", 100*f.RejectedShare)
@@ -105,22 +110,22 @@ func (f LevelFigures) Summary() string {
 }
 
 // Figures returns the figures at now of every level that had a request in
-// the last Window, highest level first.
-func (l *Levels) Figures(now time.Time) []LevelFigures {
-	cur := int64(now.Sub(l.epoch) / BucketWidth)
-	var sum [MaxLevels]levelCounts
+// the last advice.Window, highest level first.
+func (l *Window) Figures(now time.Time) []Figures {
+	cur := int64(now.Sub(l.epoch) / advice.BucketWidth)
+	var sum [Max]levelCounts
 	l.mu.Lock()
 	first := l.first
 	for i := range l.ring {
 		b := &l.ring[i]
-		if b.number <= cur-WindowBuckets || b.number > cur {
+		if b.number <= cur-advice.WindowBuckets || b.number > cur {
 			continue
 		}
 		for lv := range l.names {
 			c, s := &b.level[lv], &sum[lv]
 			s.answered += c.answered
 			s.rejected += c.rejected
-			for k := range numBuckets {
+			for k := range hist.Buckets {
 				s.latency[k] += c.latency[k]
 				s.queue[k] += c.queue[k]
 			}
@@ -131,12 +136,12 @@ func (l *Levels) Figures(now time.Time) []LevelFigures {
 		return nil
 	}
 	// The span counted: the window, or less when traffic began later.
-	start := l.epoch.Add(time.Duration(cur-WindowBuckets+1) * BucketWidth)
+	start := l.epoch.Add(time.Duration(cur-advice.WindowBuckets+1) * advice.BucketWidth)
 	if first.After(start) {
 		start = first
 	}
 	span := max(now.Sub(start), time.Second).Seconds()
-	var out []LevelFigures
+	var out []Figures
 	for lv := len(l.names) - 1; lv >= 0; lv-- {
 		s := &sum[lv]
 		requests := 0
@@ -146,11 +151,11 @@ func (l *Levels) Figures(now time.Time) []LevelFigures {
 		if requests == 0 {
 			continue
 		}
-		out = append(out, LevelFigures{
+		out = append(out, Figures{
 			Name: l.names[lv], Requests: requests, Answered: int(s.answered), Rejected: int(s.rejected),
 			Throughput:    float64(s.answered) / span,
-			LatencyP99:    quantile(0.99, windowBounds[:], s.latency[:]),
-			QueueP99:      quantile(0.99, windowBounds[:], s.queue[:]),
+			LatencyP99:    hist.Quantile(0.99, hist.Bounds[:], s.latency[:]),
+			QueueP99:      hist.Quantile(0.99, hist.Bounds[:], s.queue[:]),
 			RejectedShare: float64(s.rejected) / float64(requests),
 		})
 	}
