@@ -19,24 +19,7 @@ import (
 // closedLoop runs n clients against url, each sending its next request
 // when its answer arrives, until stop is closed.
 func closedLoop(url string, n int, stop <-chan struct{}, wg *sync.WaitGroup) {
-	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: n}, Timeout: 30 * time.Second}
-	for range n {
-		wg.Go(func() {
-			for {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				resp, err := client.Get(url)
-				if err != nil {
-					continue
-				}
-				io.Copy(io.Discard, resp.Body)
-				resp.Body.Close()
-			}
-		})
-	}
+	(&flowLoad{clients: n}).run(url, time.Time{}, stop, wg)
 }
 
 // TestAdaptiveModeFindsAHiddenPool: behind MODE=adaptive, an upstream with
