@@ -297,3 +297,71 @@ func BenchmarkQueuedPriorities(b *testing.B) {
 		})
 	}
 }
+
+// Many clients leave at once, from every level and flow (a third of 40): their waiters
+// leave the lanes with them, each with its context's error, none is
+// admitted after, and the freed permits go to those left, highest level
+// first, until nothing waits.
+func TestPrioritiesWaitersLeaveTheLanes(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		l := mustNew(t, Config{Mode: Fixed, Workers: 1, QueueSize: 100, QueueTimeout: time.Minute, Priorities: true})
+		fill(t, l, 1, Default)
+		type waiting struct {
+			level  Level
+			leaves bool
+			done   chan error
+		}
+		ctx, leave := context.WithCancel(context.Background())
+		var ws []*waiting
+		for i := range 40 {
+			w := &waiting{level: Level(i % int(NumLevels)), leaves: i%3 == 0, done: make(chan error, 1)}
+			c := context.Background()
+			if w.leaves {
+				c = ctx
+			}
+			go func() { w.done <- l.AcquireLevel(c, 0, w.level, uint64(i%5+1)) }()
+			ws = append(ws, w)
+		}
+		synctest.Wait()
+		leave()
+		synctest.Wait()
+		for i, w := range ws {
+			if !w.leaves {
+				continue
+			}
+			if err := <-w.done; !errors.Is(err, context.Canceled) {
+				t.Fatalf("waiter %d left: %v; want context.Canceled", i, err)
+			}
+		}
+		// 14 of the 40 left, from every level.
+		if s := l.Stats(); s.Queued != 26 || s.InFlight != 1 {
+			t.Fatalf("Stats after 14 left = %+v; want 26 waiting, 1 in flight", s)
+		}
+		prev, last := Default, Critical
+		for range 26 {
+			l.ReleaseLevel(time.Now(), 0, prev)
+			synctest.Wait()
+			admitted := 0
+			for _, w := range ws {
+				select {
+				case err := <-w.done:
+					if err != nil {
+						t.Fatalf("a waiter that stayed: %v", err)
+					}
+					if w.level > last {
+						t.Fatalf("admitted %s after %s; want the highest level first", w.level, last)
+					}
+					prev, last = w.level, w.level
+					admitted++
+				default:
+				}
+			}
+			if admitted != 1 {
+				t.Fatalf("one release admitted %d", admitted)
+			}
+		}
+		if s := l.Stats(); s.Queued != 0 || s.InFlight != 1 {
+			t.Errorf("Stats at the end = %+v; want none waiting, 1 in flight", s)
+		}
+	})
+}
