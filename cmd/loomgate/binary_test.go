@@ -107,15 +107,22 @@ func TestHelpListsEveryVariable(t *testing.T) {
 	}
 }
 
-// freePort returns a loopback address nothing listens on.
-func freePort(t testing.TB) string {
+// freePorts returns two distinct loopback addresses nothing listens on,
+// for traffic and admin. Both listeners stay open until both are found:
+// the kernel may hand a port it just released to the next listen, and a
+// sidecar told to use one port twice refuses to start.
+func freePorts(t testing.TB) (string, string) {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
+	var addrs [2]string
+	for i := range addrs {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer ln.Close()
+		addrs[i] = ln.Addr().String()
 	}
-	defer ln.Close()
-	return ln.Addr().String()
+	return addrs[0], addrs[1]
 }
 
 // TestDrainOnSIGTERM sends SIGTERM while requests are both in flight and
@@ -129,7 +136,7 @@ func TestDrainOnSIGHUP(t *testing.T) { drainOnSignal(t, syscall.SIGHUP) }
 
 func drainOnSignal(t *testing.T, sig syscall.Signal) {
 	upURL, _ := slowUpstream(t, 400*time.Millisecond)
-	traffic, admin := freePort(t), freePort(t)
+	traffic, admin := freePorts(t)
 	cmd := exec.Command(loomgateBinary(t))
 	cmd.Env = []string{
 		"LOOMGATE_LISTEN=" + traffic, "LOOMGATE_ADMIN_LISTEN=" + admin, "LOOMGATE_UPSTREAM=" + upURL,
@@ -225,7 +232,7 @@ func metricsText(t testing.TB, admin string) string {
 // that time and exits 0, not at the drain timeout with 1.
 func TestHalfSentRequestDoesNotHoldTheDrain(t *testing.T) {
 	upURL, _ := slowUpstream(t, 0)
-	traffic, admin := freePort(t), freePort(t)
+	traffic, admin := freePorts(t)
 	cmd := exec.Command(loomgateBinary(t))
 	cmd.Env = []string{
 		"LOOMGATE_LISTEN=" + traffic, "LOOMGATE_ADMIN_LISTEN=" + admin, "LOOMGATE_UPSTREAM=" + upURL,

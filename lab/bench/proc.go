@@ -157,12 +157,29 @@ func ResidentBytes(pid int) (int64, error) {
 // FreeAddr is a loopback address nothing listens on at the moment, for a
 // process about to be told to listen there.
 func FreeAddr() (string, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	addrs, err := FreeAddrs(1)
 	if err != nil {
 		return "", err
 	}
-	defer ln.Close()
-	return ln.Addr().String(), nil
+	return addrs[0], nil
+}
+
+// FreeAddrs is n distinct loopback addresses nothing listens on at the
+// moment. The kernel may hand a port it just released to the very next
+// listen, so addresses found one at a time can repeat (a sidecar told to
+// serve traffic and its admin on one port refuses to start): all n are
+// held open until the last is found.
+func FreeAddrs(n int) ([]string, error) {
+	addrs := make([]string, n)
+	for i := range addrs {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, err
+		}
+		defer ln.Close()
+		addrs[i] = ln.Addr().String()
+	}
+	return addrs, nil
 }
 
 // ErrEnded is a process that ended before it listened where it was told

@@ -203,7 +203,7 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	traffic := make([]string, cfg.Replicas)
 	admin := make([]string, cfg.Replicas)
 	for i := range cfg.Replicas {
-		addrs, err := freeAddrs(3)
+		addrs, err := bench.FreeAddrs(3)
 		if err != nil {
 			return res, err
 		}
@@ -377,17 +377,6 @@ func hpaReplicas(current int, pods []float64) int {
 		return current
 	}
 	return min(max(int(math.Ceil(float64(n)*ratio)), MinReplicas), MaxReplicas)
-}
-
-func freeAddrs(n int) ([]string, error) {
-	addrs := make([]string, n)
-	for i := range addrs {
-		var err error
-		if addrs[i], err = bench.FreeAddr(); err != nil {
-			return nil, err
-		}
-	}
-	return addrs, nil
 }
 
 // haproxyConfig balances round robin over the sidecars' traffic ports,

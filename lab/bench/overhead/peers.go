@@ -88,14 +88,11 @@ func startBare(ctx context.Context, dir string, cfg Config, upstream string, at 
 // startLoomgate runs the sidecar in mode, with extra added to its
 // environment (GOMAXPROCS, for the comparison of Ps).
 func startLoomgate(ctx context.Context, dir string, cfg Config, upstream, mode string, at place, extra []string) (*bench.Proc, string, error) {
-	addr, err := bench.FreeAddr()
+	addrs, err := bench.FreeAddrs(2)
 	if err != nil {
 		return nil, "", err
 	}
-	admin, err := bench.FreeAddr()
-	if err != nil {
-		return nil, "", err
-	}
+	addr, admin := addrs[0], addrs[1]
 	env := []string{
 		"LOOMGATE_LISTEN=" + addr, "LOOMGATE_ADMIN_LISTEN=" + admin,
 		"LOOMGATE_UPSTREAM=http://" + upstream, "LOOMGATE_MODE=" + mode,

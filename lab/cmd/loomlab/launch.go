@@ -40,11 +40,9 @@ func (l processes) Launch(ctx context.Context, arm bench.Arm) (bench.Target, fun
 			return bench.Target{}, nil, fmt.Errorf("cannot find this executable to run the stub and the sidecar: %w", err)
 		}
 	}
-	addrs := make([]string, 3) // stub, traffic, admin
-	for i := range addrs {
-		if addrs[i], err = bench.FreeAddr(); err != nil {
-			return bench.Target{}, nil, err
-		}
+	addrs, err := bench.FreeAddrs(3) // stub, traffic, admin
+	if err != nil {
+		return bench.Target{}, nil, err
 	}
 	stubArgs := []string{"stub", "--listen", addrs[0], "--pool", strconv.Itoa(arm.Stub.Pool)}
 	if arm.Stub.DBPool > 0 {
