@@ -10,7 +10,6 @@ require (
 	github.com/prometheus/common v0.72.0
 	github.com/valyala/fasthttp v1.78.0
 	golang.org/x/net v0.62.0
-	golang.org/x/sync v0.25.0
 	google.golang.org/grpc v1.85.0
 )
 

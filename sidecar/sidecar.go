@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"golang.org/x/sync/errgroup"
 
 	"github.com/loomgate/loomgate/adaptive"
 	"github.com/loomgate/loomgate/advice"
@@ -338,7 +337,7 @@ func (s *Sidecar) adminListener(ln net.Listener) net.Listener {
 func (s *Sidecar) Run(ctx context.Context, ln, adminLn net.Listener) error {
 	// Each part runs in the group; the first to fail ends the others' run
 	// as ctx's end does.
-	g, gctx := errgroup.WithContext(ctx)
+	g, gctx := newGroup(ctx)
 	// The window's sampler and the upstream's scraper run for as long as
 	// the admin listener, which shows what they measure.
 	runCtx, stopRun := context.WithCancel(context.Background())
