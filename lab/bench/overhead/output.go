@@ -91,6 +91,7 @@ func WriteMarkdown(w io.Writer, res Result) error {
 	for _, s := range res.Skipped {
 		fmt.Fprintf(&b, "\nSkipped %s.\n", s)
 	}
+	writeProtocols(&b, res, cfg)
 	if len(res.Procs) > 0 || len(res.ProcsNotes) > 0 {
 		writeProcs(&b, res, cfg)
 	}

@@ -92,6 +92,11 @@ type Config struct {
 	// sidecar's are with its service, then loomgate with 1 and 2 Ps under
 	// a CPU quota of Quota (when a cgroup can be made here).
 	Procs bool
+	// Protocols adds the HTTP/2 comparison: CPU per call of h2c GETs and
+	// unary gRPC calls through loomgate, a bare Go proxy of HTTP/2
+	// (net/http's ReverseProxy) and HAProxy, HTTP/2 on both sides of
+	// each, placed as the HTTP/1.1 arms are.
+	Protocols bool
 	// Quota is the quota arms' CPU quota, in CPUs. If zero, 0.5: below 2
 	// CPUs Go's default GOMAXPROCS is 2, above what the quota grants.
 	Quota float64
@@ -128,6 +133,9 @@ type Result struct {
 	// Rows are direct, loomgate, bare fasthttp, HAProxy and nginx, those
 	// that ran.
 	Rows []Row
+	// Protocols is the HTTP/2 comparison (Config.Protocols), h2c then
+	// gRPC.
+	Protocols []ProtoRows
 	// Procs are the GOMAXPROCS comparison's arms (Config.Procs), CPU and
 	// p99 only, and ProcsNotes what it could not do.
 	Procs      []Row
@@ -370,6 +378,11 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 		res.Rows = append(res.Rows, a.result())
 	}
 	progressRatios(progress, res.Rows, cfg)
+	if cfg.Protocols {
+		if res.Protocols, err = runProtocols(ctx, cfg, dir, haproxy, stubAddr, proxyAt, progress); err != nil {
+			return res, fmt.Errorf("HTTP/2 comparison: %w", err)
+		}
+	}
 	res.StubRSS, _ = stub.RSS()
 	stub.Stop()
 

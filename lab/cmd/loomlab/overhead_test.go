@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -27,7 +28,7 @@ func TestOverheadScenario(t *testing.T) {
 	res, err := overhead.Run(ctx, overhead.Config{
 		Binary: labBinary(t), HAProxy: haproxy, Nginx: nginx, Wrk: wrk,
 		Duration: time.Second, CPUWindow: time.Second, CPUConcurrency: 4, CPURate: 300, Rounds: 2, ProcessRounds: 1, LatencyLevels: []int{4}, LatencyDelay: 20 * time.Millisecond,
-		Held: 40, HoldDelay: 300 * time.Millisecond, FixedWorkers: 10, Procs: true,
+		Held: 40, HoldDelay: 300 * time.Millisecond, FixedWorkers: 10, Procs: true, Protocols: true,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -62,6 +63,23 @@ func TestOverheadScenario(t *testing.T) {
 	for _, r := range res.Procs {
 		if r.CPUPerRequest <= 0 || r.CPUAtRate <= 0 || len(r.CPURounds) != 2 {
 			t.Errorf("%s: CPU per request %v, %v at 300 rps, rounds %v; want two rounds measured", r.Name, r.CPUPerRequest, r.CPUAtRate, r.CPURounds)
+		}
+	}
+	// The HTTP/2 comparison: h2c then gRPC, each through loomgate, the
+	// bare Go proxy and HAProxy, every round measured.
+	if len(res.Protocols) != 2 || res.Protocols[0].Proto != "h2c" || res.Protocols[1].Proto != "grpc" {
+		t.Errorf("HTTP/2 comparison: %+v; want h2c then grpc", res.Protocols)
+	}
+	for _, pr := range res.Protocols {
+		var got []string
+		for _, r := range pr.Rows {
+			got = append(got, r.Name)
+			if r.CPUPerRequest <= 0 || r.RPS <= 0 || len(r.CPURounds) != 2 || r.Lost > 0 {
+				t.Errorf("%s %s: CPU per call %v at %.0f calls/s, rounds %v, %d lost; want two rounds measured", pr.Proto, r.Name, r.CPUPerRequest, r.RPS, r.CPURounds, r.Lost)
+			}
+		}
+		if want := []string{"loomgate", "bare Go", "HAProxy"}; !slices.Equal(got, want) {
+			t.Errorf("%s: arms %q; want %q", pr.Proto, got, want)
 		}
 	}
 	if res.RigRPS <= 0 || res.WrkRPS <= 0 {

@@ -57,6 +57,7 @@ func stubCommand(ctx context.Context, args []string, lookupEnv func(string) (str
 	pool := fs.Int("pool", 0, "serve every request through a hidden FIFO pool of this many workers, 0 = none (STUB_POOL)")
 	dbPool := fs.Int("db-pool", 10, "connections /db requests share (STUB_DB_POOL)")
 	forward := fs.String("forward", "", "host:port: instead of answering, forward every request there through fasthttp's HostClient alone, no limit and no measurement: the bare proxy the overhead scenario compares loomgate with (STUB_FORWARD)")
+	forwardH2C := fs.String("forward-h2c", "", "host:port: instead of answering, take HTTP/2 with prior knowledge (h2c, gRPC) and forward it there as h2c through net/http's ReverseProxy alone: the bare HTTP/2 proxy the overhead scenario compares loomgate with (STUB_FORWARD_H2C)")
 	fs.Usage = func() {
 		fmt.Fprint(stderr, `Usage: loomgate stub [flags]
 
@@ -85,7 +86,7 @@ Flags:
 	}
 
 	// Variables are applied first, as defaults, so that flags win.
-	for _, f := range []stubFlag{{"listen", "STUB_LISTEN"}, {"pool", "STUB_POOL"}, {"db-pool", "STUB_DB_POOL"}, {"forward", "STUB_FORWARD"}} {
+	for _, f := range []stubFlag{{"listen", "STUB_LISTEN"}, {"pool", "STUB_POOL"}, {"db-pool", "STUB_DB_POOL"}, {"forward", "STUB_FORWARD"}, {"forward-h2c", "STUB_FORWARD_H2C"}} {
 		v, ok := lookupEnv(f.env)
 		if !ok {
 			continue
@@ -115,11 +116,22 @@ Flags:
 			bad = append(bad, fmt.Sprintf("--forward %q (or STUB_FORWARD): want host:port, e.g. 127.0.0.1:8081", *forward))
 		}
 	}
+	if *forwardH2C != "" {
+		if _, _, err := net.SplitHostPort(*forwardH2C); err != nil {
+			bad = append(bad, fmt.Sprintf("--forward-h2c %q (or STUB_FORWARD_H2C): want host:port, e.g. 127.0.0.1:8081", *forwardH2C))
+		}
+		if *forward != "" {
+			bad = append(bad, "--forward and --forward-h2c: want one of them; one forwards HTTP/1.1, the other HTTP/2")
+		}
+	}
 	if len(bad) > 0 {
 		for _, b := range bad {
 			fmt.Fprintln(stderr, "loomgate stub:", b)
 		}
 		return 2
+	}
+	if *forwardH2C != "" {
+		return forwardH2CCommand(ctx, *listen, *forwardH2C, stderr)
 	}
 
 	s, err := stub.New(stub.Config{
@@ -146,9 +158,15 @@ Flags:
 	} else {
 		fmt.Fprintf(stderr, "loomgate stub: listening on %s (db pool %d, %s)\n", ln.Addr(), *dbPool, hidden)
 	}
+	return serveUntilDone(ctx, func() error { return s.Serve(ln) }, s.Shutdown, stderr)
+}
 
+// serveUntilDone runs serve until it fails or ctx ends, then shuts it
+// down, giving what is in flight stubDrainTimeout, and returns the
+// command's exit status.
+func serveUntilDone(ctx context.Context, serve func() error, shutdown func(context.Context) error, stderr io.Writer) int {
 	served := make(chan error, 1)
-	go func() { served <- s.Serve(ln) }()
+	go func() { served <- serve() }()
 	select {
 	case err := <-served:
 		fmt.Fprintf(stderr, "loomgate stub: %v\n", err)
@@ -157,13 +175,29 @@ Flags:
 	}
 	shutdownCtx, cancel := context.WithTimeout(context.Background(), stubDrainTimeout)
 	defer cancel()
-	if err := s.Shutdown(shutdownCtx); err != nil {
+	if err := shutdown(shutdownCtx); err != nil {
 		fmt.Fprintf(stderr, "loomgate stub: stopped with requests still in flight after %s\n", stubDrainTimeout)
 		return 1
 	}
 	<-served
 	fmt.Fprintln(stderr, "loomgate stub: stopped")
 	return 0
+}
+
+// forwardH2CCommand serves `loomgate stub --forward-h2c` until ctx ends.
+func forwardH2CCommand(ctx context.Context, listen, to string, stderr io.Writer) int {
+	srv, err := stub.NewH2CForwarder(to)
+	if err != nil {
+		fmt.Fprintf(stderr, "loomgate stub: %v\n", err)
+		return 2
+	}
+	ln, err := net.Listen("tcp", listen)
+	if err != nil {
+		fmt.Fprintf(stderr, "loomgate stub: --listen %s: %v\n", listen, err)
+		return 1
+	}
+	fmt.Fprintf(stderr, "loomgate stub: listening on %s for h2c, forwarding to %s\n", ln.Addr(), to)
+	return serveUntilDone(ctx, func() error { return srv.Serve(ln) }, srv.Shutdown, stderr)
 }
 
 // Defaults of `loomgate bench --url`; scenarios bring their own.
@@ -204,6 +238,7 @@ func benchCommand(ctx context.Context, args []string, launcher bench.Launcher, s
 	protoFlag := fs.String("proto", "", "protocol: http1, h2c (HTTP/2 with prior knowledge, a GET per request) or grpc (a unary call per request: the URL's path is the method, or /wait and /cpu for the stub's, and its query the request); with a scenario it replaces the arms' (default http1, or the scenario's)")
 	conns := fs.Int("conns", 0, fmt.Sprintf("with --proto h2c or grpc: the connections every user's or request's streams share, as HTTP/2 clients share few (default %d)", bench.DefaultConns))
 	rounds := fs.Int("rounds", 0, "with --scenario adaptive: run each case this many times, the arms in turn, each round starting one arm further on, and judge adaptive mode on the rounds' means (default 1)")
+	h2 := fs.Bool("h2", false, "with --scenario overhead: also compare the CPU per call of HTTP/2 (h2c GETs and unary gRPC calls, prior knowledge on both sides) through loomgate, a bare Go proxy and HAProxy")
 	procs := fs.Bool("procs", false, "with --scenario overhead: also compare loomgate with GOMAXPROCS 1 and 2 on shared CPUs, and under a CPU quota when a cgroup can be made")
 	fs.Usage = func() {
 		fmt.Fprint(stderr, `Usage: loomgate bench --url URL [flags]
@@ -331,10 +366,13 @@ Flags:
 		case open || *levelsFlag != "":
 			return fail("--scenario %s has its own loads; -c and --rate do not go with it", overheadScenario)
 		}
-		return runOverhead(ctx, overhead.Config{Duration: *window, Procs: *procs}, *out, stdout, stderr)
+		return runOverhead(ctx, overhead.Config{Duration: *window, Procs: *procs, Protocols: *h2}, *out, stdout, stderr)
 	}
 	if *procs {
 		return fail("--procs goes with --scenario %s", overheadScenario)
+	}
+	if *h2 {
+		return fail("--h2 goes with --scenario %s", overheadScenario)
 	}
 	if *scenarioName == fleetScenario {
 		switch {
@@ -676,7 +714,7 @@ func runAdviceMatrix(ctx context.Context, launcher bench.Launcher, names string,
 const (
 	overheadScenario    = "overhead"
 	overheadDescription = "what the sidecar costs per replica beside a bare fasthttp proxy, HAProxy and nginx (when installed), each its own process " +
-		"in front of the same `loomgate stub`: CPU per request at c50 and at 5000 rps, memory with 4000 requests held in each mode, latency added at c50 and c1000"
+		"in front of the same `loomgate stub`: CPU per request at c50 and at 5000 rps, memory with 4000 requests held in each mode, latency added at c50 and c1000; with --h2, CPU per call of h2c and gRPC beside a bare Go proxy and HAProxy"
 )
 
 // runOverhead runs the overhead scenario with this executable as the stub

@@ -39,6 +39,8 @@ func TestStubCommandRefusesBadInput(t *testing.T) {
 		{nil, map[string]string{"STUB_DB_POOL": "-3"}, "--db-pool -3: want at least 1 connection"},
 		{[]string{"--forward", "http://127.0.0.1:8081"}, nil, `--forward "http://127.0.0.1:8081" (or STUB_FORWARD): want host:port`},
 		{nil, map[string]string{"STUB_FORWARD": "nope"}, `--forward "nope" (or STUB_FORWARD): want host:port`},
+		{[]string{"--forward-h2c", "h2c://127.0.0.1:8081"}, nil, `--forward-h2c "h2c://127.0.0.1:8081" (or STUB_FORWARD_H2C): want host:port`},
+		{[]string{"--forward", "127.0.0.1:1", "--forward-h2c", "127.0.0.1:2"}, nil, "--forward and --forward-h2c: want one of them"},
 	}
 	for _, tt := range tests {
 		var stderr bytes.Buffer
@@ -144,6 +146,8 @@ func TestBenchCommandRefusesBadInput(t *testing.T) {
 		{[]string{"--url", "http://127.0.0.1:1/", "stray"}, 2, `unexpected argument "stray"`},
 		{[]string{"--url", "http://127.0.0.1:1/", "--proto", "h3"}, 2, `--proto "h3": want http1, h2c or grpc`},
 		{[]string{"--url", "http://127.0.0.1:1/", "--conns", "2"}, 2, "--conns goes with --proto h2c or grpc"},
+		{[]string{"--url", "http://127.0.0.1:1/", "--procs"}, 2, "--procs goes with --scenario overhead"},
+		{[]string{"--scenario", "pool", "--h2"}, 2, "--h2 goes with --scenario overhead"},
 		{[]string{"--url", "http://127.0.0.1:1/", "--proto", "grpc", "--conns", "0"}, 2, "--conns 0: want at least 1 connection"},
 		{[]string{"--url", "http://127.0.0.1:1/", "--proto", "grpc"}, 2, "with grpc the path is the method"},
 		{[]string{"--scenario", "overhead", "--proto", "h2c"}, 2, "--scenario overhead speaks HTTP/1.1"},
