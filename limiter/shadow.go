@@ -51,10 +51,14 @@ type Decision struct {
 // and its queue grew without end where a real limit's stood still. Given
 // the upstream's capacity (SetCapacity), a request that found the upstream
 // holding more than that holds its shadow place for the time it would
-// have taken at the shadow's concurrency: the unloaded service time the
-// shadow learns from the answers (each one's service time over the
+// have taken at the shadow's concurrency: the service time at capacity
+// the shadow learns from the answers (each one's service time over the
 // stretch it met), times the shadow's requests in flight over the
-// capacity where they are more.
+// capacity where they are more. That time is learnt here, not taken from
+// the advice's unloaded speeds, because it must agree with the capacity
+// it is scaled by: given a capacity that is only a bound (the calmest
+// load seen was past the knee), a request served at it is slower than
+// unloaded, and this learns how much slower.
 type Shadow struct {
 	lim    *Limiter
 	report func(Decision)
@@ -65,9 +69,9 @@ type Shadow struct {
 	capacity atomic.Uint64
 
 	mu sync.Mutex
-	// unloaded is a moving mean of the answers' service times at the
+	// atCapacity is a moving mean of the answers' service times at the
 	// upstream's capacity; 0 until the first answer.
-	unloaded time.Duration
+	atCapacity time.Duration
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -155,7 +159,7 @@ func (t *Ticket) wait() {
 // return where the time it would have been served is known: it was
 // really served already (and in the shadow is served now, for as long,
 // at the shadow's concurrency), or the upstream held more than its
-// capacity when it arrived, and the unloaded service time says.
+// capacity when it arrived, and the service time at capacity says.
 // Otherwise Leave schedules it.
 func (t *Ticket) admit(now time.Time) {
 	atOnce := t.s.lim.Stats().InFlight
@@ -167,7 +171,7 @@ func (t *Ticket) admit(now time.Time) {
 	case t.done:
 		hold, t.releasing = t.s.shadowService(t.service, t.upstreamHeld, atOnce, c), true
 	case c > 0 && float64(t.upstreamHeld) > c:
-		if u := t.s.unloadedService(); u > 0 {
+		if u := t.s.serviceAtCapacity(); u > 0 {
 			hold, t.releasing = time.Duration(float64(u)*max(1, float64(atOnce)/c)), true
 		}
 	}
@@ -218,29 +222,29 @@ func (s *Shadow) shadowService(service time.Duration, held, atOnce int64, c floa
 	return time.Duration(float64(service) * min(1, max(c, float64(atOnce))/float64(held)))
 }
 
-// unloadedMemory is how many answers the moving mean of unloaded service
-// times remembers, about: a fraction of a second's at a load that fills a
-// pool.
-const unloadedMemory = 64
+// atCapacityMemory is how many answers the moving mean of service times
+// at capacity remembers, about: a fraction of a second's at a load that
+// fills a pool.
+const atCapacityMemory = 64
 
 // learn adds an answer's service time at the upstream's capacity to the
 // moving mean.
 func (s *Shadow) learn(d time.Duration) {
 	s.mu.Lock()
-	if s.unloaded == 0 {
-		s.unloaded = d
+	if s.atCapacity == 0 {
+		s.atCapacity = d
 	} else {
-		s.unloaded += (d - s.unloaded) / unloadedMemory
+		s.atCapacity += (d - s.atCapacity) / atCapacityMemory
 	}
 	s.mu.Unlock()
 }
 
-// unloadedService is the moving mean of the answers' service times at the
-// upstream's capacity, 0 before the first.
-func (s *Shadow) unloadedService() time.Duration {
+// serviceAtCapacity is the moving mean of the answers' service times at
+// the upstream's capacity, 0 before the first.
+func (s *Shadow) serviceAtCapacity() time.Duration {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.unloaded
+	return s.atCapacity
 }
 
 // releaseAt returns the shadow permit at due.
