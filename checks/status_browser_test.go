@@ -158,8 +158,15 @@ func TestStatusPageShowsUpstreamDown(t *testing.T) {
 		t.Skip("drives a browser")
 	}
 	chromium := sidecartest.RequireTool(t, "chromium", "chromium")
-	addr := freePort(t)
+	// The upstream's port is held until the sidecar listens, so that the
+	// kernel cannot hand it to the sidecar; closed, nothing answers there.
+	down, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := down.Addr().String()
 	s := startSidecar(t, map[string]string{"LOOMGATE_UPSTREAM": "http://" + addr})
+	down.Close()
 	const n = 3
 	for range n {
 		resp, err := http.Get(s.URL + "/")
