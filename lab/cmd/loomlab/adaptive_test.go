@@ -18,7 +18,7 @@ import (
 // here, with other packages' tests on the two cores, wider ones.
 func TestAdaptiveMatrixReduced(t *testing.T) {
 	if testing.Short() {
-		t.Skip("45 s of load")
+		t.Skip("95 s of load")
 	}
 	var cases []adaptivematrix.Case
 	for _, c := range adaptivematrix.Cases() {
