@@ -49,8 +49,8 @@ func Levels() []Level { return []Level{Critical, High, Default, Sheddable} }
 // flow's hand is two of them (shuffle sharding, as
 // Kubernetes API Priority and Fairness has it): a flow's requests join
 // the queue of its hand it already waits in, else an empty one, else the
-// shorter. So each flow with waiters has a queue of its own, and one
-// turn a round, unless both queues of its hand are taken by others: with
+// shorter. So each flow with waiters has a queue of its own, and its
+// share of the turns, unless both queues of its hand are taken by others: with
 // k other flows waiting, about (k/64)^2 of the time, 0.4% for k = 4. 64
 // queues keep the state a few kilobytes whatever the flows.
 const flowQueues = 64
@@ -59,8 +59,20 @@ const flowQueues = 64
 // between flows: a freed permit goes to a level below its guaranteed
 // share first, then to the highest level waiting, as far as the shares of
 // the other active levels leave it free (see mayTake); within the level,
-// the queues with waiters take turns (round robin, each request one
-// turn), FIFO within a queue.
+// to the queue with waiters that has been served least, FIFO within a
+// queue.
+//
+// Served is counted in the upstream's time, not in requests (start-time
+// fair queuing, as Kubernetes API Priority and Fairness counts in
+// seat-seconds): a permit held ten times as long costs its flow ten
+// times as much, so that a flow of slow requests and one of fast ones
+// beside it each get half of the permits' time, not half of the
+// admissions and so ten elevenths of the time. A turn is charged, as it
+// is taken, what the queue's recent requests were served for, and settled
+// at Leave against what this one was. A queue that starts waiting starts
+// at the level's clock, banking nothing from while it was idle. Where
+// nothing is known yet, or every request costs alike, the queues take
+// turns, a request each.
 //
 // Every waiter also stands in the Limiter's one list by arrival, whose
 // head has the earliest deadline: the lanes choose who is admitted, the
@@ -79,8 +91,13 @@ type lanes struct {
 type levelLanes struct {
 	queue   [flowQueues]laneQueue
 	turns   []uint8 // the queues with waiters, in the order they take turns
-	turn    int     // whose turn is next, an index of turns
+	turn    int     // where the next search for the least served starts, an index of turns
 	waiting int
+	// clock is the served count of the queue whose turn was taken last:
+	// where a queue that starts waiting starts. cost is a moving mean of
+	// what the level's requests were served for, the charge of a queue
+	// that has none of its own yet.
+	clock, cost time.Duration
 }
 
 // laneQueue is one queue of a level, FIFO by the waiters' lane links.
@@ -90,7 +107,15 @@ type laneQueue struct {
 	// owner is the flow whose request found it empty: while it has
 	// waiters, that flow's requests join it.
 	owner uint64
+	// served is the upstream's time charged to the queue, on its level's
+	// clock; cost a moving mean of what its requests were served for.
+	served, cost time.Duration
 }
+
+// costMemory is how many requests the moving means of cost remember,
+// about: a flow's cost follows its requests within a few, and one slow
+// outlier moves it by a quarter of the difference.
+const costMemory = 4
 
 // push adds w, of level and flow (0 for none: every request of the level
 // in one queue), to its lanes.
@@ -127,6 +152,8 @@ func (ls *lanes) push(w *waiter, level Level, flow uint64) {
 	} else {
 		lq.head = w
 		lv.turns = append(lv.turns, q)
+		// Waiting from now: no credit for the time it was idle.
+		lq.served = max(lq.served, lv.clock)
 	}
 	lq.tail = w
 	lq.n++
@@ -191,14 +218,59 @@ func (ls *lanes) next(newest bool) *waiter {
 	}
 }
 
-// pick is the waiter whose turn it is, and moves the turn on.
+// pick is the waiter of the queue served least, the first of them from
+// the turn on where several tie; it moves nothing (see took).
 func (lv *levelLanes) pick(newest bool) *waiter {
-	q := &lv.queue[lv.turns[lv.turn]]
-	lv.turn = (lv.turn + 1) % len(lv.turns)
-	if newest {
-		return q.tail
+	n := len(lv.turns)
+	best := &lv.queue[lv.turns[lv.turn]]
+	for i := 1; i < n; i++ {
+		if q := &lv.queue[lv.turns[(lv.turn+i)%n]]; q.served < best.served {
+			best = q
+		}
 	}
-	return q.head
+	if newest {
+		return best.tail
+	}
+	return best.head
+}
+
+// took charges w's queue for the permit w is about to be admitted with,
+// before w leaves the lanes, and returns the charge: the queue's cost,
+// else the level's. The level's clock moves to the queue's served count,
+// and the next search starts after it.
+func (ls *lanes) took(w *waiter) time.Duration {
+	lv := &ls.level[w.level]
+	q := &lv.queue[w.lane]
+	charge := q.cost
+	if charge == 0 {
+		charge = lv.cost
+	}
+	lv.clock = max(lv.clock, q.served)
+	q.served += charge
+	for i, t := range lv.turns {
+		if t == w.lane {
+			lv.turn = (i + 1) % len(lv.turns)
+			break
+		}
+	}
+	return charge
+}
+
+// settle corrects what a request admitted from lane of level was charged
+// for its turn to what it was served for, and learns its cost.
+func (ls *lanes) settle(level Level, lane uint8, charged, service time.Duration) {
+	lv := &ls.level[level]
+	q := &lv.queue[lane]
+	q.served += service - charged
+	q.cost = movingMean(q.cost, service)
+	lv.cost = movingMean(lv.cost, service)
+}
+
+func movingMean(mean, d time.Duration) time.Duration {
+	if mean == 0 {
+		return d
+	}
+	return mean + (d-mean)/costMemory
 }
 
 // shed is the waiter a full queue turns away for a newcomer of level: the

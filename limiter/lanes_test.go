@@ -2,6 +2,7 @@ package limiter
 
 import (
 	"testing"
+	"time"
 )
 
 // lanesOf pushes a waiter for each (level, flow) in order and returns them.
@@ -15,11 +16,13 @@ func lanesOf(ls *lanes, reqs ...[2]uint64) []*waiter {
 	return ws
 }
 
-// drain takes every waiter in the order next gives them, each holding a
+// drain takes every waiter in the order next gives them, each admitted as
+// the Limiter admits one (took, then out of the lanes) and holding a
 // permit of its level until the end.
 func drain(ls *lanes, newest bool) []*waiter {
 	var out []*waiter
 	for w := ls.next(newest); w != nil; w = ls.next(newest) {
+		ls.took(w)
 		ls.remove(w)
 		ls.held[w.level]++
 		out = append(out, w)
@@ -133,5 +136,32 @@ func TestLanesNewest(t *testing.T) {
 	ws := lanesOf(&ls, [2]uint64{uint64(Default), 0}, [2]uint64{uint64(Default), 0}, [2]uint64{uint64(Default), 0})
 	if got := indexes(ws, drain(&ls, true)); got[0] != 2 || got[1] != 1 || got[2] != 0 {
 		t.Errorf("order %v; want 2, 1, 0", got)
+	}
+}
+
+// A queue that starts waiting starts at the level's clock: a flow idle
+// while another was served for a minute banks nothing, and the two take
+// turns from then on rather than the newcomer taking every permit until
+// it has caught up.
+func TestLanesIdleFlowBanksNothing(t *testing.T) {
+	var ls lanes
+	busy, idle := uint64(1)|1<<6, uint64(2)|2<<6
+	for range 60 {
+		w := lanesOf(&ls, [2]uint64{uint64(Default), busy})[0]
+		charged := ls.took(w)
+		ls.remove(w)
+		ls.settle(Default, w.lane, charged, time.Second)
+	}
+	var reqs [][2]uint64
+	for range 4 {
+		reqs = append(reqs, [2]uint64{uint64(Default), busy}, [2]uint64{uint64(Default), idle})
+	}
+	ws := lanesOf(&ls, reqs...)
+	got := indexes(ws, drain(&ls, false))
+	// Alternating: the busy flow's are the even indexes.
+	for i := 0; i+1 < 6; i += 2 {
+		if got[i]%2 == got[i+1]%2 {
+			t.Fatalf("order %v; want the two flows in turn", got)
+		}
 	}
 }

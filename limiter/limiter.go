@@ -372,6 +372,8 @@ type waiter struct {
 	flow         uint64
 	lane         uint8
 	lprev, lnext *waiter
+	// charged is what its queue was charged for its turn (lanes.took).
+	charged time.Duration
 }
 
 // maxFree bounds the waiters kept for reuse: enough for the queue of a
@@ -477,12 +479,13 @@ func (l *Limiter) Admit(now time.Time, r *Request) error {
 
 // Wait is Acquire for the Policy.
 func (l *Limiter) Wait(ctx context.Context, r *Request) error {
-	return l.acquire(ctx, r.Bytes, r.Level, r.Flow)
+	return l.acquire(ctx, r.Bytes, r.Level, r.Flow, r)
 }
 
-// Leave is ReleaseAt for the Policy.
+// Leave is ReleaseAt for the Policy. With priorities, a request admitted
+// from the lanes settles its turn's charge against r.Service.
 func (l *Limiter) Leave(now time.Time, r *Request, bytes int64) {
-	l.releaseAt(now, bytes, r.Level)
+	l.releaseAt(now, bytes, r.Level, r)
 }
 
 // admitLocked takes a permit if one is free and reports whether it did,
@@ -540,7 +543,7 @@ func (l *Limiter) countAdmitted() { peak(&l.inFlightPeak, l.inFlight.Add(1)) }
 // ctx.Err() when ctx ends first (the client left). On nil the caller must
 // call Release(bytes) exactly once.
 func (l *Limiter) Acquire(ctx context.Context, bytes int64) error {
-	return l.acquire(ctx, bytes, Default, 0)
+	return l.acquire(ctx, bytes, Default, 0, nil)
 }
 
 // AcquireLevel is Acquire for a request of level, in flow (0 for none):
@@ -548,10 +551,12 @@ func (l *Limiter) Acquire(ctx context.Context, bytes int64) error {
 // turns with the level's others. The caller releases it with ReleaseLevel
 // and the same level.
 func (l *Limiter) AcquireLevel(ctx context.Context, bytes int64, level Level, flow uint64) error {
-	return l.acquire(ctx, bytes, level, flow)
+	return l.acquire(ctx, bytes, level, flow, nil)
 }
 
-func (l *Limiter) acquire(ctx context.Context, bytes int64, level Level, flow uint64) error {
+// acquire admits a request of bytes, level and flow, at once or after a
+// wait; r, if not nil, learns what its queue was charged for its turn.
+func (l *Limiter) acquire(ctx context.Context, bytes int64, level Level, flow uint64, r *Request) error {
 	if err := l.reserveBytes(bytes); err != nil {
 		return err
 	}
@@ -602,6 +607,9 @@ func (l *Limiter) acquire(ctx context.Context, bytes int64, level Level, flow ui
 
 	err := l.await(ctx, w)
 	l.mu.Lock()
+	if err == nil && r != nil && l.lanes != nil {
+		r.lane, r.laned, r.charged = w.lane, true, w.charged
+	}
 	if l.nfree < maxFree {
 		w.next, l.free = l.free, w
 		l.nfree++
@@ -633,8 +641,9 @@ func (l *Limiter) await(ctx context.Context, w *waiter) error {
 	<-w.ready
 	if w.err == nil {
 		// Admitted, but nobody is left to serve: the permit goes on to
-		// the next waiter.
-		l.releaseAt(time.Now(), 0, w.level)
+		// the next waiter, and its queue gets back its turn's charge.
+		gone := Request{lane: w.lane, laned: l.lanes != nil, charged: w.charged}
+		l.releaseAt(time.Now(), 0, w.level, &gone)
 	}
 	// Both may be done at once; the client leaving is the truer story and
 	// keeps a disconnect from counting as a timeout.
@@ -825,16 +834,18 @@ func (l *Limiter) Release(bytes int64) {
 // ReleaseAt is Release for a caller that has read the clock already: now,
 // a reading taken a moment ago, is when the permit stops being held.
 func (l *Limiter) ReleaseAt(now time.Time, bytes int64) {
-	l.releaseAt(now, bytes, Default)
+	l.releaseAt(now, bytes, Default, nil)
 }
 
 // ReleaseLevel is ReleaseAt for a request admitted by TryAcquireLevel or
 // AcquireLevel with level.
 func (l *Limiter) ReleaseLevel(now time.Time, bytes int64, level Level) {
-	l.releaseAt(now, bytes, level)
+	l.releaseAt(now, bytes, level, nil)
 }
 
-func (l *Limiter) releaseAt(now time.Time, bytes int64, level Level) {
+// releaseAt returns a permit of level and bytes at now; r, if not nil, is
+// the request that held it, whose turn's charge is settled.
+func (l *Limiter) releaseAt(now time.Time, bytes int64, level Level, r *Request) {
 	if l.inFlight.Add(-1) < 0 {
 		panic("limiter: released more than acquired")
 	}
@@ -852,6 +863,10 @@ func (l *Limiter) releaseAt(now time.Time, bytes int64, level Level) {
 		l.used--
 		l.lanes.held[level]--
 		l.lanes.released[level] = now
+		if r != nil && r.laned {
+			l.lanes.settle(level, r.lane, r.charged, r.Service)
+			r.laned = false
+		}
 		l.admitWaiting(now)
 		l.mu.Unlock()
 		l.releaseBytes(bytes)
@@ -912,6 +927,7 @@ func (l *Limiter) admitWaiting(now time.Time) {
 				return
 			}
 			l.lanes.held[w.level]++
+			w.charged = l.lanes.took(w)
 		}
 		l.held.add(now, 1)
 		l.used++

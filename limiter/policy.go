@@ -18,10 +18,17 @@ type Request struct {
 	Level Level
 	Flow  uint64
 	// Service is how long the upstream served the request, set before
-	// Leave: a dry run's shadow holds its permit that long.
+	// Leave: a dry run's shadow holds its permit that long, and a flow
+	// that waited is charged that much of its level's time.
 	Service time.Duration
 	// ticket is the request's place in a dry run's shadow.
 	ticket *Ticket
+	// With priorities, a request admitted from the lanes: its queue there
+	// and what it was charged for its turn, settled at Leave against its
+	// Service.
+	lane    uint8
+	laned   bool
+	charged time.Duration
 }
 
 // Policy decides admission, one implementation behind one interface,

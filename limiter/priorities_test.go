@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"slices"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"testing/synctest"
@@ -362,6 +363,49 @@ func TestPrioritiesWaitersLeaveTheLanes(t *testing.T) {
 		}
 		if s := l.Stats(); s.Queued != 0 || s.InFlight != 1 {
 			t.Errorf("Stats at the end = %+v; want none waiting, 1 in flight", s)
+		}
+	})
+}
+
+// Flows share the permits' time, not the admissions: behind 2 permits, a
+// flow of requests served in 100 ms and one of requests served in 10 ms,
+// ten clients each, each hold the permits about half the time; counted
+// in requests, as it was, the slow flow held ten elevenths of it. Flows
+// of one cost still take turns, a request each.
+func TestPrioritiesFlowsShareTime(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		l := mustNew(t, Config{Mode: Fixed, Workers: 2, QueueSize: 1000, QueueTimeout: time.Hour, Priorities: true})
+		ctx, cancel := context.WithCancel(context.Background())
+		slow, fast := uint64(1)|1<<6, uint64(2)|2<<6
+		var held [2]atomic.Int64 // slow, fast: permit time, ns
+		var served [2]atomic.Int64
+		var wg sync.WaitGroup
+		for i, flow := range []uint64{slow, fast} {
+			service := []time.Duration{100 * time.Millisecond, 10 * time.Millisecond}[i]
+			for range 10 {
+				wg.Go(func() {
+					for ctx.Err() == nil {
+						r := Request{Level: Default, Flow: flow}
+						if err := l.Wait(ctx, &r); err != nil {
+							return
+						}
+						time.Sleep(service)
+						r.Service = service
+						held[i].Add(int64(service))
+						served[i].Add(1)
+						l.Leave(time.Now(), &r, 0)
+					}
+				})
+			}
+		}
+		time.Sleep(20 * time.Second)
+		cancel()
+		wg.Wait()
+		s, f := float64(held[0].Load()), float64(held[1].Load())
+		share := s / (s + f)
+		t.Logf("slow flow: %d requests, %.0f%% of the permits' time; fast flow: %d requests", served[0].Load(), 100*share, served[1].Load())
+		if share < 0.4 || share > 0.6 {
+			t.Errorf("the slow flow held %.0f%% of the permits' time; want about half (40%% to 60%%)", 100*share)
 		}
 	})
 }

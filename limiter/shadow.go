@@ -121,12 +121,16 @@ type Ticket struct {
 	// atOnce is the shadow's requests in flight when it was admitted
 	// there, itself included.
 	atOnce int64
+	// req is the ticket as the shadow's Limiter sees it, from Wait to
+	// Leave.
+	req Request
 }
 
 // Arrive puts a request that will hold bytes, of level and flow, into the
 // shadow, now.
 func (s *Shadow) Arrive(bytes int64, level Level, flow uint64) *Ticket {
 	t := &Ticket{s: s, bytes: bytes, level: level, flow: flow, arrived: time.Now(), upstreamHeld: s.inFlight.Add(1)}
+	t.req = Request{Bytes: bytes, Level: level, Flow: flow}
 	switch err := s.lim.TryAcquireLevel(t.arrived, bytes, level); err {
 	case nil:
 		t.admit(t.arrived)
@@ -142,7 +146,9 @@ func (s *Shadow) Arrive(bytes int64, level Level, flow uint64) *Ticket {
 }
 
 func (t *Ticket) wait() {
-	err := t.s.lim.AcquireLevel(t.s.ctx, t.bytes, t.level, t.flow)
+	// Through the Policy's Wait and Leave, as a real request: with
+	// priorities its flow is charged the time it holds its shadow permit.
+	err := t.s.lim.Wait(t.s.ctx, &t.req)
 	now := time.Now()
 	wait := now.Sub(t.arrived)
 	if err != nil {
@@ -247,17 +253,21 @@ func (s *Shadow) serviceAtCapacity() time.Duration {
 	return s.atCapacity
 }
 
-// releaseAt returns the shadow permit at due.
+// releaseAt returns the shadow permit at due, held since the shadow
+// admitted the ticket.
 func (t *Ticket) releaseAt(due time.Time) {
+	t.mu.Lock()
+	t.req.Service = due.Sub(t.admittedAt)
+	t.mu.Unlock()
 	d := time.Until(due)
 	if d <= 0 {
-		t.s.lim.ReleaseLevel(time.Now(), t.bytes, t.level)
+		t.s.lim.Leave(time.Now(), &t.req, t.bytes)
 		return
 	}
 	t.s.wg.Add(1)
 	time.AfterFunc(d, func() {
 		defer t.s.wg.Done()
-		t.s.lim.ReleaseLevel(time.Now(), t.bytes, t.level)
+		t.s.lim.Leave(time.Now(), &t.req, t.bytes)
 	})
 }
 

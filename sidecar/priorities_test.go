@@ -2,6 +2,7 @@ package sidecar
 
 import (
 	"io"
+	"net"
 	"net/http"
 	"slices"
 	"sync"
@@ -218,5 +219,47 @@ func TestFairQueuingOfANoisyTenant(t *testing.T) {
 				t.Errorf("the noisy tenant got %.0f rps, %.2f times its fair share of %.0f; want at most 1.2", rates[0], rates[0]/fair, fair)
 			}
 		})
+	}
+}
+
+// Tenants of unequal cost: behind WORKERS=4, a tenant whose requests take
+// 100 ms and one whose requests take 10 ms, ten clients each, keyed by
+// X-Tenant. Fair queuing counts the upstream's time, so each holds about
+// half of the workers' time: the fast tenant gets about ten times the
+// slow one's answers, where a turn a request each gave the slow tenant
+// ten elevenths of the workers.
+func TestFairQueuingByCost(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs load for about 13 seconds")
+	}
+	if raceEnabled {
+		t.Skip("measures shares under load, which the race detector's slowdown changes")
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	up := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		d := 10 * time.Millisecond
+		if r.URL.Path == "/slow" {
+			d = 100 * time.Millisecond
+		}
+		time.Sleep(d)
+		io.WriteString(w, "ok")
+	})}
+	go up.Serve(ln)
+	t.Cleanup(func() { up.Close() })
+	s := start(t, testConfig(t, "LOOMGATE_UPSTREAM=http://"+ln.Addr().String(), "LOOMGATE_MODE=fixed", "LOOMGATE_WORKERS=4",
+		"LOOMGATE_FLOW_KEY=header:X-Tenant"))
+	slow := &flowLoad{path: "/slow", header: "X-Tenant", value: "slow", clients: 10}
+	fast := &flowLoad{path: "/fast", header: "X-Tenant", value: "fast", clients: 10}
+	d := playFlows(t, s.URL, 3*time.Second, 10*time.Second, slow, fast)
+	// The workers' time each tenant held, by its answers: 0.1 s and 0.01 s
+	// each (the proxy's own time is the same for both).
+	ts, tf := slow.rate(d)*0.1, fast.rate(d)*0.01
+	share := ts / (ts + tf)
+	t.Logf("slow tenant %.0f rps, fast tenant %.0f rps: the slow one held %.0f%% of the workers' time", slow.rate(d), fast.rate(d), 100*share)
+	if share < 0.35 || share > 0.65 {
+		t.Errorf("the slow tenant held %.0f%% of the workers' time; want about half (35%% to 65%%)", 100*share)
 	}
 }
