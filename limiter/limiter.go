@@ -440,14 +440,6 @@ func (l *Limiter) TryAcquireAt(now time.Time, bytes int64) error {
 	return l.tryAcquire(now, bytes, Default)
 }
 
-// TryAcquireLevel is TryAcquireAt for a request of level: with
-// Config.Priorities, a full queue may shed one of a lower level for it
-// (ErrMustWait then, and AcquireLevel sheds it as it queues). The caller
-// releases it with ReleaseLevel and the same level.
-func (l *Limiter) TryAcquireLevel(now time.Time, bytes int64, level Level) error {
-	return l.tryAcquire(now, bytes, level)
-}
-
 func (l *Limiter) tryAcquire(now time.Time, bytes int64, level Level) error {
 	if err := l.reserveBytes(bytes); err != nil {
 		return err
@@ -472,12 +464,16 @@ func (l *Limiter) tryAcquire(now time.Time, bytes int64, level Level) error {
 	return ErrMustWait
 }
 
-// Admit is TryAcquireAt for the Policy.
+// Admit is TryAcquireAt for the Policy, for a request of r.Level: with
+// Config.Priorities, a full queue may shed one of a lower level for it
+// (ErrMustWait then, and Wait sheds it as it queues).
 func (l *Limiter) Admit(now time.Time, r *Request) error {
 	return l.tryAcquire(now, r.Bytes, r.Level)
 }
 
-// Wait is Acquire for the Policy.
+// Wait is Acquire for the Policy, for a request of r.Level in r.Flow (0
+// for none): with Config.Priorities it waits in its level's lanes, its
+// flow served fairly with the level's others.
 func (l *Limiter) Wait(ctx context.Context, r *Request) error {
 	return l.acquire(ctx, r.Bytes, r.Level, r.Flow, r)
 }
@@ -544,14 +540,6 @@ func (l *Limiter) countAdmitted() { peak(&l.inFlightPeak, l.inFlight.Add(1)) }
 // call Release(bytes) exactly once.
 func (l *Limiter) Acquire(ctx context.Context, bytes int64) error {
 	return l.acquire(ctx, bytes, Default, 0, nil)
-}
-
-// AcquireLevel is Acquire for a request of level, in flow (0 for none):
-// with Config.Priorities it waits in its level's lanes, its flow taking
-// turns with the level's others. The caller releases it with ReleaseLevel
-// and the same level.
-func (l *Limiter) AcquireLevel(ctx context.Context, bytes int64, level Level, flow uint64) error {
-	return l.acquire(ctx, bytes, level, flow, nil)
 }
 
 // acquire admits a request of bytes, level and flow, at once or after a
@@ -835,12 +823,6 @@ func (l *Limiter) Release(bytes int64) {
 // a reading taken a moment ago, is when the permit stops being held.
 func (l *Limiter) ReleaseAt(now time.Time, bytes int64) {
 	l.releaseAt(now, bytes, Default, nil)
-}
-
-// ReleaseLevel is ReleaseAt for a request admitted by TryAcquireLevel or
-// AcquireLevel with level.
-func (l *Limiter) ReleaseLevel(now time.Time, bytes int64, level Level) {
-	l.releaseAt(now, bytes, level, nil)
 }
 
 // releaseAt returns a permit of level and bytes at now; r, if not nil, is

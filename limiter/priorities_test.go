@@ -11,10 +11,20 @@ import (
 	"time"
 )
 
-// queueAt starts an AcquireLevel and lets it reach its wait.
+// tryLevel, waitLevel and leaveLevel are a request of level (in flow)
+// through the Policy's Admit, Wait and Leave, holding no bytes.
+func tryLevel(l *Limiter, level Level) error { return l.Admit(time.Now(), &Request{Level: level}) }
+
+func waitLevel(ctx context.Context, l *Limiter, level Level, flow uint64) error {
+	return l.Wait(ctx, &Request{Level: level, Flow: flow})
+}
+
+func leaveLevel(l *Limiter, level Level) { l.Leave(time.Now(), &Request{Level: level}, 0) }
+
+// queueAt starts a wait of level in flow and lets it reach the queue.
 func queueAt(l *Limiter, level Level, flow uint64) <-chan error {
 	done := make(chan error, 1)
-	go func() { done <- l.AcquireLevel(context.Background(), 0, level, flow) }()
+	go func() { done <- waitLevel(context.Background(), l, level, flow) }()
 	synctest.Wait()
 	return done
 }
@@ -23,7 +33,7 @@ func queueAt(l *Limiter, level Level, flow uint64) <-chan error {
 // admitted by it (-1 for none).
 func admittedOf(t *testing.T, l *Limiter, level Level, waits []<-chan error) int {
 	t.Helper()
-	l.ReleaseLevel(time.Now(), 0, level)
+	leaveLevel(l, level)
 	synctest.Wait()
 	got := -1
 	for i, ch := range waits {
@@ -45,7 +55,7 @@ func admittedOf(t *testing.T, l *Limiter, level Level, waits []<-chan error) int
 func fill(t *testing.T, l *Limiter, n int, level Level) {
 	t.Helper()
 	for range n {
-		if err := l.TryAcquireLevel(time.Now(), 0, level); err != nil {
+		if err := tryLevel(l, level); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -80,7 +90,7 @@ func TestPrioritiesShedTheLowest(t *testing.T) {
 		l := mustNew(t, Config{Mode: Fixed, Workers: 1, QueueSize: 2, QueueTimeout: time.Minute, Priorities: true})
 		fill(t, l, 1, Default)
 		s1, s2 := queueAt(l, Sheddable, 0), queueAt(l, Sheddable, 0)
-		if err := l.TryAcquireLevel(time.Now(), 0, Sheddable); !errors.Is(err, ErrQueueFull) {
+		if err := tryLevel(l, Sheddable); !errors.Is(err, ErrQueueFull) {
 			t.Fatalf("a sheddable newcomer to a queue full of sheddable: %v; want ErrQueueFull", err)
 		}
 		c := queueAt(l, Critical, 0)
@@ -159,7 +169,7 @@ func TestPrioritiesShareLentWhileIdle(t *testing.T) {
 		// Default holds 5, critical 5, one default waits. Critical
 		// finishes two: its share holds them free for it.
 		for range 2 {
-			l.ReleaseLevel(time.Now(), 0, Critical)
+			leaveLevel(l, Critical)
 		}
 		synctest.Wait()
 		select {
@@ -167,22 +177,22 @@ func TestPrioritiesShareLentWhileIdle(t *testing.T) {
 			t.Fatal("a default waiter took a permit critical's share holds while it is active")
 		default:
 		}
-		if err := l.TryAcquireLevel(time.Now(), 0, Default); err == nil {
+		if err := tryLevel(l, Default); err == nil {
 			t.Fatal("a default newcomer took a permit critical's share holds while it is active")
 		}
 		// Idle past shareHold, critical's share is lent again: the next
 		// release admits the default waiter and a newcomer finds one free.
 		for range 3 {
-			l.ReleaseLevel(time.Now(), 0, Critical)
+			leaveLevel(l, Critical)
 		}
 		synctest.Wait()
 		// Between its requests, critical holds nothing and waits for
 		// nothing; its share stays held for shareHold.
-		if err := l.TryAcquireLevel(time.Now(), 0, Default); err == nil {
+		if err := tryLevel(l, Default); err == nil {
 			t.Fatal("just after critical's last release, a default newcomer took a permit of its share")
 		}
 		time.Sleep(shareHold)
-		l.ReleaseLevel(time.Now(), 0, Default)
+		leaveLevel(l, Default)
 		synctest.Wait()
 		select {
 		case err := <-other:
@@ -192,7 +202,7 @@ func TestPrioritiesShareLentWhileIdle(t *testing.T) {
 		default:
 			t.Fatalf("critical idle for %s, the default waiter still waits; want its share lent", shareHold)
 		}
-		if err := l.TryAcquireLevel(time.Now(), 0, Default); err != nil {
+		if err := tryLevel(l, Default); err != nil {
 			t.Errorf("critical idle for %s, a default newcomer: %v; want a lent permit", shareHold, err)
 		}
 		l.RejectWaiting()
@@ -289,10 +299,10 @@ func BenchmarkQueuedPriorities(b *testing.B) {
 					level, flow = Level(i%uint64(NumLevels)), i*0x9e3779b97f4a7c15
 				}
 				for pb.Next() {
-					if err := l.AcquireLevel(ctx, 0, level, flow); err != nil {
+					if err := waitLevel(ctx, l, level, flow); err != nil {
 						b.Fatal(err)
 					}
-					l.ReleaseLevel(time.Now(), 0, level)
+					leaveLevel(l, level)
 				}
 			})
 		})
@@ -320,7 +330,7 @@ func TestPrioritiesWaitersLeaveTheLanes(t *testing.T) {
 			if w.leaves {
 				c = ctx
 			}
-			go func() { w.done <- l.AcquireLevel(c, 0, w.level, uint64(i%5+1)) }()
+			go func() { w.done <- waitLevel(c, l, w.level, uint64(i%5+1)) }()
 			ws = append(ws, w)
 		}
 		synctest.Wait()
@@ -340,7 +350,7 @@ func TestPrioritiesWaitersLeaveTheLanes(t *testing.T) {
 		}
 		prev, last := Default, Critical
 		for range 26 {
-			l.ReleaseLevel(time.Now(), 0, prev)
+			leaveLevel(l, prev)
 			synctest.Wait()
 			admitted := 0
 			for _, w := range ws {

@@ -99,10 +99,10 @@ func (s *Shadow) Limiter() *Limiter { return s.lim }
 
 // Ticket is one request's place in the shadow.
 type Ticket struct {
-	s       *Shadow
-	bytes   int64
-	level   Level
-	flow    uint64
+	s *Shadow
+	// req is the ticket as the shadow's Limiter sees it (its bytes, level
+	// and flow), from Admit or Wait to Leave.
+	req     Request
 	arrived time.Time
 	// upstreamHeld is the requests really in flight when it arrived,
 	// itself included.
@@ -121,17 +121,15 @@ type Ticket struct {
 	// atOnce is the shadow's requests in flight when it was admitted
 	// there, itself included.
 	atOnce int64
-	// req is the ticket as the shadow's Limiter sees it, from Wait to
-	// Leave.
-	req Request
 }
 
 // Arrive puts a request that will hold bytes, of level and flow, into the
 // shadow, now.
 func (s *Shadow) Arrive(bytes int64, level Level, flow uint64) *Ticket {
-	t := &Ticket{s: s, bytes: bytes, level: level, flow: flow, arrived: time.Now(), upstreamHeld: s.inFlight.Add(1)}
-	t.req = Request{Bytes: bytes, Level: level, Flow: flow}
-	switch err := s.lim.TryAcquireLevel(t.arrived, bytes, level); err {
+	t := &Ticket{s: s, req: Request{Bytes: bytes, Level: level, Flow: flow}, arrived: time.Now(), upstreamHeld: s.inFlight.Add(1)}
+	// Through the Policy's Admit, Wait and Leave, as a real request: with
+	// priorities its flow is charged the time it holds its shadow permit.
+	switch err := s.lim.Admit(t.arrived, &t.req); err {
 	case nil:
 		t.admit(t.arrived)
 		s.report(Decision{Would: WouldAdmit, Level: level})
@@ -146,18 +144,16 @@ func (s *Shadow) Arrive(bytes int64, level Level, flow uint64) *Ticket {
 }
 
 func (t *Ticket) wait() {
-	// Through the Policy's Wait and Leave, as a real request: with
-	// priorities its flow is charged the time it holds its shadow permit.
 	err := t.s.lim.Wait(t.s.ctx, &t.req)
 	now := time.Now()
 	wait := now.Sub(t.arrived)
 	if err != nil {
 		if t.s.ctx.Err() == nil {
-			t.s.report(Decision{Would: WouldReject, Wait: wait, Err: err, Level: t.level})
+			t.s.report(Decision{Would: WouldReject, Wait: wait, Err: err, Level: t.req.Level})
 		}
 		return
 	}
-	t.s.report(Decision{Would: WouldQueue, Wait: wait, Level: t.level})
+	t.s.report(Decision{Would: WouldQueue, Wait: wait, Level: t.req.Level})
 	t.admit(now)
 }
 
@@ -261,13 +257,13 @@ func (t *Ticket) releaseAt(due time.Time) {
 	t.mu.Unlock()
 	d := time.Until(due)
 	if d <= 0 {
-		t.s.lim.Leave(time.Now(), &t.req, t.bytes)
+		t.s.lim.Leave(time.Now(), &t.req, t.req.Bytes)
 		return
 	}
 	t.s.wg.Add(1)
 	time.AfterFunc(d, func() {
 		defer t.s.wg.Done()
-		t.s.lim.Leave(time.Now(), &t.req, t.bytes)
+		t.s.lim.Leave(time.Now(), &t.req, t.req.Bytes)
 	})
 }
 
