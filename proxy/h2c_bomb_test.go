@@ -20,11 +20,7 @@ import (
 // the header limit, long before the 64 MiB the client would send, and
 // nothing of it reaches the upstream. The next client is served.
 func TestH2CContinuationFlood(t *testing.T) {
-	var reached atomic.Int64
-	up := h2cUpstream(t, func(w http.ResponseWriter, r *http.Request) {
-		reached.Add(1)
-		w.Write([]byte("ok"))
-	})
+	up, reached := countingUpstream(t)
 	tp := startProxy(t, up, limiter.Config{Mode: limiter.Unbounded}, func(c *Config) { c.Logger = discardLogger() })
 	c, err := h2raw.Dial(tp.addr)
 	if err != nil {
@@ -82,11 +78,7 @@ func TestH2CContinuationFlood(t *testing.T) {
 // connection is ended (PROTOCOL_ERROR, Go's server's bound on a block it
 // will discard), and the bomb is not forwarded. The next client is served.
 func TestH2CHPACKBomb(t *testing.T) {
-	var reached atomic.Int64
-	up := h2cUpstream(t, func(w http.ResponseWriter, r *http.Request) {
-		reached.Add(1)
-		w.Write([]byte("ok"))
-	})
+	up, reached := countingUpstream(t)
 	tp := startProxy(t, up, limiter.Config{Mode: limiter.Unbounded}, func(c *Config) { c.Logger = discardLogger() })
 	// armed is a connection on which stream 1 has put the field in the
 	// table (the encoder indexes it), and the bomb's block: 10,000
@@ -149,6 +141,16 @@ func TestH2CHPACKBomb(t *testing.T) {
 		}
 	})
 	assertServed(t, tp.addr)
+}
+
+// countingUpstream is an h2c upstream that answers "ok" and counts the
+// requests that reach it.
+func countingUpstream(t *testing.T) (string, *atomic.Int64) {
+	reached := new(atomic.Int64)
+	return h2cUpstream(t, func(w http.ResponseWriter, r *http.Request) {
+		reached.Add(1)
+		w.Write([]byte("ok"))
+	}), reached
 }
 
 // assertServed fails unless a new h2c client is answered 200.
