@@ -197,6 +197,19 @@ func (r *Request) Expired() bool { return r.expired }
 // left or whose own deadline passed (ClientClosed; see Expired), or a
 // policy that failed (InternalError).
 func (g *Gate) Admit(r *Request, c Client) bool {
+	admitted, wait := g.TryAdmit(r, c)
+	if wait {
+		return g.Await(r, c)
+	}
+	return admitted
+}
+
+// TryAdmit is Admit without the wait: it reports whether r was admitted
+// at once, or, with wait, that r must wait, which Await then does. A
+// protocol that serves many requests from one goroutine (an HTTP/2
+// connection's frames) admits on that goroutine and waits on another only
+// for a request that must.
+func (g *Gate) TryAdmit(r *Request, c Client) (admitted, wait bool) {
 	r.Record.Class = g.classes.Class(r.Record.Method, r.Record.Target)
 	if g.prioOn {
 		g.place(r, c)
@@ -210,8 +223,19 @@ func (g *Gate) Admit(r *Request, c Client) bool {
 	r.AdmittedAt = r.Start
 	err := g.policy.Admit(r.Start, &r.Request)
 	if err == limiter.ErrMustWait {
-		err = g.wait(r, c)
+		return false, true
 	}
+	return g.settle(r, err), false
+}
+
+// Await waits for the admission of r, which TryAdmit said must wait,
+// watched by c, and reports whether r was admitted, as Admit does.
+func (g *Gate) Await(r *Request, c Client) bool {
+	return g.settle(r, g.wait(r, c))
+}
+
+// settle records the Policy's answer to r.
+func (g *Gate) settle(r *Request, err error) bool {
 	if err != nil {
 		g.refuse(r, err)
 		return false
