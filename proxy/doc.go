@@ -29,7 +29,7 @@
 // own; at the upstream's 101 its permit is released, its Outcome
 // reported, and the connection relayed both ways, bounded by
 // Config.MaxUpgraded (upgrade.go). A connection that opens with the HTTP/2
-// preface goes to net/http's h2c server, where each stream is admitted
-// and reported like a request; a gRPC call holds its permit until the
-// upstream's response headers (h2c.go).
+// preface goes to the HTTP/2 relay of internal/h2c, where each stream is
+// admitted and reported like a request; a gRPC call holds its permit
+// until the upstream's response headers.
 package proxy

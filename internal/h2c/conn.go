@@ -1,0 +1,639 @@
+package h2c
+
+import (
+	"bufio"
+	"errors"
+	"io"
+	"net"
+	"os"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/loomgate/loomgate/internal/outcome"
+	"golang.org/x/net/http2"
+	"golang.org/x/net/http2/hpack"
+)
+
+// conn is a client's connection. Its reader goroutine reads its frames
+// and is the only one to open or tear down its streams; mu guards the
+// streams' state, which the upstream's readers, the streams' timers and
+// their waits for admission also touch.
+type conn struct {
+	s      *Server
+	nc     net.Conn
+	br     *bufio.Reader
+	fr     *http2.Framer
+	out    *out
+	remote net.Addr
+
+	mu      sync.Mutex
+	streams map[uint32]*stream
+	// lastID is the highest stream the client opened.
+	lastID uint32
+	// sendWin is the client's connection window for the relay's DATA;
+	// initWin its SETTINGS_INITIAL_WINDOW_SIZE, each stream's to begin.
+	sendWin, initWin int32
+	// blocked are the streams whose DATA waits for sendWin.
+	blocked []*stream
+	// recvUsed is what the client sent since the connection's window was
+	// last given back.
+	recvUsed uint32
+	// pending are the streams opened in the batch of frames being read,
+	// admitted once it is read.
+	pending []*stream
+	// goingAway is set once a GOAWAY went out: no stream opens after it.
+	goingAway bool
+	// stalled is set when the client took nothing of a write for the
+	// stall timeout.
+	stalled bool
+	// resets is the budget of premature resets, as of resetAt.
+	resets  float64
+	resetAt time.Time
+	// The stall watch: stallTimer runs while a stream's response waits
+	// for the client's window, and progressAt is when the client last
+	// granted any. ended is set once the watch ended the connection.
+	stallTimer *time.Timer
+	stallArmed bool
+	progressAt time.Time
+	ended      bool
+}
+
+func newConn(h *Server, nc net.Conn) *conn {
+	c := &conn{s: h, nc: nc, remote: nc.RemoteAddr(), streams: make(map[uint32]*stream),
+		sendWin: 65535, initWin: 65535, resets: resetBurst, resetAt: time.Now()}
+	c.br = bufio.NewReaderSize(nc, 16<<10)
+	c.fr = http2.NewFramer(nil, c.br)
+	c.fr.ReadMetaHeaders = hpack.NewDecoder(4096, nil)
+	// net/http's own reckoning of its bound on a header block.
+	c.fr.MaxHeaderListSize = uint32(h.cfg.MaxHeaderBytes) + 320
+	c.fr.SetMaxReadFrameSize(maxReadFrameSize)
+	c.fr.SetReuseFrames()
+	// What a stream's client may take to read its response, as on
+	// HTTP/1.1, where it is the connection's write timeout: here the
+	// whole connection's.
+	c.out = newOut(nc, h.cfg.UpstreamTimeout, func(error) {
+		c.mu.Lock()
+		c.stalled = true
+		c.mu.Unlock()
+		nc.Close()
+	})
+	return c
+}
+
+// errCalm ends a connection for its conduct.
+type errCalm string
+
+func (e errCalm) Error() string { return string(e) }
+
+// serve reads the connection's frames until it ends, then ends its
+// streams.
+func (c *conn) serve() {
+	go c.out.run(c.written)
+	err := c.read()
+	c.teardown(err)
+}
+
+func (c *conn) read() error {
+	h := c.s
+	_ = c.nc.SetReadDeadline(time.Now().Add(h.cfg.HeaderTimeout))
+	var preface [len(http2.ClientPreface)]byte
+	if _, err := io.ReadFull(c.br, preface[:]); err != nil {
+		return err
+	}
+	if string(preface[:]) != http2.ClientPreface {
+		c.goAwayErr(http2.ErrCodeProtocol)
+		return errors.New("bad preface")
+	}
+	c.out.mu.Lock()
+	_ = c.out.fr.WriteSettings(
+		http2.Setting{ID: http2.SettingMaxConcurrentStreams, Val: MaxStreams},
+		http2.Setting{ID: http2.SettingInitialWindowSize, Val: StreamReceiveWindow},
+		http2.Setting{ID: http2.SettingMaxFrameSize, Val: maxReadFrameSize},
+		http2.Setting{ID: http2.SettingMaxHeaderListSize, Val: c.fr.MaxHeaderListSize},
+	)
+	_ = c.out.fr.WriteWindowUpdate(0, connWindow-65535)
+	c.out.mu.Unlock()
+	c.out.kick()
+	var b batch
+	// dl is the deadline of the connection's reads between frames.
+	var dl time.Time
+	shrinking := false
+	for {
+		if c.br.Buffered() == 0 {
+			c.admitPending(&b)
+			b.kick()
+			c.out.mu.Lock()
+			full := c.out.full()
+			c.out.mu.Unlock()
+			if full {
+				// Frames that ask for an answer (PING, SETTINGS, streams
+				// refused), sent by a client that reads none of them.
+				c.calm("answers unread")
+				return errCalm("answers unread")
+			}
+			c.mu.Lock()
+			idle, away := len(c.streams) == 0, c.goingAway
+			c.mu.Unlock()
+			if idle && away {
+				return nil
+			}
+			dl = time.Time{}
+			shrinking = false
+			switch {
+			case away:
+				// Draining: the last stream's end wakes the reader, and
+				// this bounds a wake that raced with it.
+				dl = time.Now().Add(50 * time.Millisecond)
+			case idle && c.out.grown():
+				// A second with no stream, and the buffers a burst grew
+				// go: a connection kept open for long keeps little.
+				dl = time.Now().Add(time.Second)
+				shrinking = true
+			case idle:
+				dl = time.Now().Add(idleTimeout)
+			}
+			_ = c.nc.SetReadDeadline(dl)
+		}
+		// The header is peeked before it is read: a deadline that ends
+		// the wait halfway through one leaves what came in the buffer.
+		_, err := c.br.Peek(frameHeaderLen)
+		var fh http2.FrameHeader
+		if err == nil {
+			fh, err = c.fr.ReadFrameHeader()
+		}
+		if err != nil {
+			if errors.Is(err, os.ErrDeadlineExceeded) {
+				c.mu.Lock()
+				idle, away, ended := len(c.streams) == 0, c.goingAway, c.ended
+				c.mu.Unlock()
+				switch {
+				case ended:
+					return err
+				case away && !idle:
+					continue // woken to see whether the last stream ended
+				case shrinking && !away:
+					c.out.shrink()
+					continue
+				case !away:
+					c.goAwayErr(http2.ErrCodeNo) // idle
+				}
+			}
+			if ce, ok := err.(http2.ConnectionError); ok {
+				c.goAwayErr(http2.ErrCode(ce))
+			}
+			if err == http2.ErrFrameTooLarge {
+				c.goAwayErr(http2.ErrCodeFrameSize)
+			}
+			return err
+		}
+		// The rest of a frame, and of a header block, must come within
+		// HeaderTimeout of its start: a client that sends a stream's
+		// headers a byte at a time holds the connection's reads.
+		timed := int(fh.Length) > c.br.Buffered() || fh.Type == http2.FrameHeaders && !fh.Flags.Has(http2.FlagHeadersEndHeaders)
+		if timed {
+			_ = c.nc.SetReadDeadline(time.Now().Add(h.cfg.HeaderTimeout))
+		}
+		f, err := c.fr.ReadFrameForHeader(fh)
+		if timed {
+			_ = c.nc.SetReadDeadline(dl)
+		}
+		if err != nil {
+			var se http2.StreamError
+			var ce http2.ConnectionError
+			switch {
+			case errors.As(err, &se):
+				c.streamError(se.StreamID, se.Code, &b)
+				continue
+			case errors.As(err, &ce):
+				c.goAwayErr(http2.ErrCode(ce))
+			case errors.Is(err, os.ErrDeadlineExceeded) && fh.Type == http2.FrameHeaders:
+				c.headerTimedOut(fh.StreamID)
+			}
+			return err
+		}
+		if err := c.handle(f, &b); err != nil {
+			return err
+		}
+	}
+}
+
+// handle acts on one frame the client sent.
+func (c *conn) handle(f http2.Frame, b *batch) error {
+	switch f := f.(type) {
+	case *http2.MetaHeadersFrame:
+		return c.onHeaders(f, b)
+	case *http2.DataFrame:
+		return c.onData(f, b)
+	case *http2.RSTStreamFrame:
+		return c.onReset(f, b)
+	case *http2.WindowUpdateFrame:
+		return c.onWindowUpdate(f, b)
+	case *http2.SettingsFrame:
+		if f.IsAck() {
+			return nil
+		}
+		return c.onSettings(f, b)
+	case *http2.PingFrame:
+		if f.IsAck() {
+			return nil
+		}
+		return c.control(b, func() { _ = c.out.fr.WritePing(true, f.Data) })
+	case *http2.PriorityFrame:
+		if f.StreamDep == f.StreamID {
+			c.streamError(f.StreamID, http2.ErrCodeProtocol, b)
+		}
+	case *http2.GoAwayFrame:
+		// The client opens no more streams; those it has finish.
+	case *http2.PushPromiseFrame:
+		c.goAwayErr(http2.ErrCodeProtocol)
+		return errors.New("PUSH_PROMISE from a client")
+	}
+	return nil
+}
+
+// control appends a frame no window bounds (see out.full).
+func (c *conn) control(b *batch, write func()) error {
+	c.out.mu.Lock()
+	write()
+	c.out.mu.Unlock()
+	b.mark(c.out)
+	return nil
+}
+
+// onSettings applies the client's settings and acknowledges them.
+func (c *conn) onSettings(f *http2.SettingsFrame, b *batch) error {
+	if err := f.ForeachSetting(func(s http2.Setting) error { return s.Valid() }); err != nil {
+		if ce, ok := err.(http2.ConnectionError); ok {
+			c.goAwayErr(http2.ErrCode(ce))
+		}
+		return err
+	}
+	c.mu.Lock()
+	c.out.mu.Lock()
+	var grown []*stream
+	err := f.ForeachSetting(func(s http2.Setting) error {
+		switch s.ID {
+		case http2.SettingInitialWindowSize:
+			delta := int64(s.Val) - int64(c.initWin)
+			for _, st := range c.streams {
+				if int64(st.sendWin)+delta > 1<<31-1 {
+					return http2.ConnectionError(http2.ErrCodeFlowControl)
+				}
+				st.sendWin += int32(delta)
+				if delta > 0 {
+					grown = append(grown, st)
+				}
+			}
+			c.initWin = int32(s.Val)
+		case http2.SettingMaxFrameSize:
+			c.out.maxFrame = s.Val
+		case http2.SettingHeaderTableSize:
+			c.out.enc.SetMaxDynamicTableSizeLimit(s.Val)
+		}
+		return nil
+	})
+	if err == nil {
+		_ = c.out.fr.WriteSettingsAck()
+	}
+	c.out.mu.Unlock()
+	for _, st := range grown {
+		st.pushDown(b)
+	}
+	c.mu.Unlock()
+	b.mark(c.out)
+	if ce, ok := err.(http2.ConnectionError); ok {
+		c.goAwayErr(http2.ErrCode(ce))
+	}
+	return err
+}
+
+// onWindowUpdate gives the relay more of the client's window.
+func (c *conn) onWindowUpdate(f *http2.WindowUpdateFrame, b *batch) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.progressAt = time.Now()
+	if f.StreamID == 0 {
+		if int64(c.sendWin)+int64(f.Increment) > 1<<31-1 {
+			c.goAwayLocked(http2.ErrCodeFlowControl)
+			return http2.ConnectionError(http2.ErrCodeFlowControl)
+		}
+		c.sendWin += int32(f.Increment)
+		blocked := c.blocked
+		c.blocked = nil
+		for _, st := range blocked {
+			st.down.queued = false
+			st.pushDown(b)
+		}
+		return nil
+	}
+	st := c.streams[f.StreamID]
+	if st == nil {
+		if f.StreamID > c.lastID {
+			c.goAwayLocked(http2.ErrCodeProtocol)
+			return errors.New("WINDOW_UPDATE on an idle stream")
+		}
+		return nil
+	}
+	if int64(st.sendWin)+int64(f.Increment) > 1<<31-1 {
+		st.protocolError(http2.ErrCodeFlowControl, b)
+		return nil
+	}
+	st.sendWin += int32(f.Increment)
+	st.pushDown(b)
+	return nil
+}
+
+// onHeaders opens a stream, or ends one with its trailers.
+func (c *conn) onHeaders(f *http2.MetaHeadersFrame, b *batch) error {
+	id := f.StreamID
+	if id%2 == 0 {
+		c.goAwayErr(http2.ErrCodeProtocol)
+		return errors.New("HEADERS on an even stream")
+	}
+	if f.HasPriority() && f.Priority.StreamDep == id {
+		// A stream that depends on itself (RFC 9113, 5.3.1).
+		c.streamError(id, http2.ErrCodeProtocol, b)
+		return nil
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if st := c.streams[id]; st != nil {
+		switch {
+		case st.up.end:
+			st.protocolError(http2.ErrCodeStreamClosed, b)
+		case !f.StreamEnded() || len(f.PseudoFields()) > 0:
+			st.protocolError(http2.ErrCodeProtocol, b)
+		default:
+			st.up.trailers = append([]hpack.HeaderField(nil), f.Fields...)
+			st.endOfBody(b)
+		}
+		return nil
+	}
+	if id <= c.lastID {
+		c.goAwayLocked(http2.ErrCodeStreamClosed)
+		return errors.New("HEADERS on a closed stream")
+	}
+	c.lastID = id
+	if c.goingAway || len(c.streams) >= MaxStreams {
+		c.out.mu.Lock()
+		c.out.rst(id, http2.ErrCodeRefusedStream)
+		c.out.mu.Unlock()
+		b.mark(c.out)
+		return nil
+	}
+	st := newStream(c, id, f)
+	c.streams[id] = st
+	c.s.open.Add(1)
+	switch {
+	case f.Truncated:
+		// Past MaxHeaderBytes: 431, as on HTTP/1.1, and counted.
+		st.answer(outcome.BadRequest, 431, "request header fields too large\n", b)
+		return nil
+	case st.malformed:
+		st.answer(outcome.BadRequest, 400, "malformed request\n", b)
+		return nil
+	}
+	c.pending = append(c.pending, st)
+	return nil
+}
+
+// admitPending admits the streams the batch just read opened: a stream
+// reset in the same batch (the rapid reset) is never admitted.
+func (c *conn) admitPending(b *batch) {
+	c.mu.Lock()
+	if len(c.pending) == 0 {
+		c.mu.Unlock()
+		return
+	}
+	pending := c.pending
+	c.pending = nil
+	c.mu.Unlock()
+	for i, st := range pending {
+		pending[i] = nil
+		st.admit(b)
+	}
+}
+
+// onData takes a stream's body.
+func (c *conn) onData(f *http2.DataFrame, b *batch) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.out.took(&c.recvUsed, f.Length, b)
+	st := c.streams[f.StreamID]
+	if st == nil {
+		if f.StreamID > c.lastID {
+			c.goAwayLocked(http2.ErrCodeProtocol)
+			return errors.New("DATA on an idle stream")
+		}
+		c.out.mu.Lock()
+		c.out.rst(f.StreamID, http2.ErrCodeStreamClosed)
+		c.out.mu.Unlock()
+		b.mark(c.out)
+		return nil
+	}
+	if st.up.end {
+		st.protocolError(http2.ErrCodeStreamClosed, b)
+		return nil
+	}
+	if int32(f.Length) > st.recvWin {
+		st.protocolError(http2.ErrCodeFlowControl, b)
+		return nil
+	}
+	st.recvWin -= int32(f.Length)
+	data := f.Data()
+	if pad := uint32(len(data)); pad < f.Length {
+		// Padding is the window's too, and nobody's to forward.
+		st.credit(f.Length - pad)
+		b.mark(c.out)
+	}
+	st.body(data, f.StreamEnded(), b)
+	return nil
+}
+
+// onReset ends a stream the client reset.
+func (c *conn) onReset(f *http2.RSTStreamFrame, b *batch) error {
+	c.mu.Lock()
+	st := c.streams[f.StreamID]
+	if st == nil {
+		idle := f.StreamID > c.lastID
+		c.mu.Unlock()
+		if idle {
+			c.goAwayErr(http2.ErrCodeProtocol)
+			return errors.New("RST_STREAM on an idle stream")
+		}
+		return nil
+	}
+	premature := !st.headersSent
+	st.clientReset(b)
+	calm := false
+	if premature {
+		now := time.Now()
+		c.resets = min(resetBurst, c.resets+now.Sub(c.resetAt).Seconds()*resetRate) - 1
+		c.resetAt = now
+		calm = c.resets < 0
+	}
+	c.mu.Unlock()
+	if calm {
+		c.calm("rapid reset")
+		return errCalm("rapid reset")
+	}
+	return nil
+}
+
+// watchStall starts the stall watch, if it is not running: a stream's
+// response waits for the client's window; mu held.
+func (c *conn) watchStall() {
+	if c.stallArmed {
+		return
+	}
+	c.stallArmed = true
+	if c.progressAt.IsZero() {
+		c.progressAt = time.Now()
+	}
+	d := c.s.cfg.UpstreamTimeout - time.Since(c.progressAt)
+	if c.stallTimer == nil {
+		c.stallTimer = time.AfterFunc(d, c.stallCheck)
+	} else {
+		c.stallTimer.Reset(d)
+	}
+}
+
+// stallCheck ends the connection if a stream's response has waited for
+// the client's window, and the client granted none, for UpstreamTimeout:
+// a gRPC stream past its headers has no deadline of its own, and would
+// hold its reservation, and the connection, for as long as the client
+// liked.
+func (c *conn) stallCheck() {
+	c.mu.Lock()
+	c.stallArmed = false
+	blocked := false
+	for _, st := range c.streams {
+		if len(st.down.buf) > 0 && (st.sendWin <= 0 || c.sendWin <= 0) {
+			blocked = true
+			break
+		}
+	}
+	if !blocked {
+		c.mu.Unlock()
+		return
+	}
+	if time.Since(c.progressAt) < c.s.cfg.UpstreamTimeout {
+		c.watchStall()
+		c.mu.Unlock()
+		return
+	}
+	c.stalled, c.ended = true, true
+	c.mu.Unlock()
+	c.calm("no window granted for UPSTREAM_TIMEOUT")
+	_ = c.nc.SetReadDeadline(time.Now())
+}
+
+// answered gives back to the budget of resets one for a stream answered;
+// mu held.
+func (c *conn) answered() {
+	c.resets = min(resetBurst, c.resets+1)
+}
+
+// streamError resets a stream for an error of its client's.
+func (c *conn) streamError(id uint32, code http2.ErrCode, b *batch) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if id > c.lastID && id%2 == 1 {
+		c.lastID = id
+	}
+	if st := c.streams[id]; st != nil {
+		st.protocolError(code, b)
+		return
+	}
+	c.out.mu.Lock()
+	c.out.rst(id, code)
+	c.out.mu.Unlock()
+	b.mark(c.out)
+}
+
+// headerTimedOut answers a stream whose header block was not whole within
+// HeaderTimeout 408, as on HTTP/1.1, and counts it; the connection ends.
+func (c *conn) headerTimedOut(id uint32) {
+	now := time.Now()
+	c.s.gate.Observe(&outcome.Record{Kind: outcome.ClientTimeout, Status: 408, Remote: c.remote, Total: c.s.cfg.HeaderTimeout, End: now})
+	c.out.mu.Lock()
+	c.out.headers(id, []hpack.HeaderField{{Name: ":status", Value: "408"},
+		{Name: strings.ToLower(outcomeHeader), Value: outcome.ClientTimeout.String()}, {Name: "content-length", Value: "0"}}, true)
+	c.out.mu.Unlock()
+	c.goAwayErr(http2.ErrCodeNo)
+}
+
+// calm ends the connection for its conduct.
+func (c *conn) calm(reason string) {
+	c.s.ended(c, reason)
+	c.goAwayErr(http2.ErrCodeEnhanceYourCalm)
+}
+
+// goAwayErr sends a GOAWAY that ends the connection.
+func (c *conn) goAwayErr(code http2.ErrCode) {
+	c.mu.Lock()
+	c.goAwayLocked(code)
+	c.mu.Unlock()
+	c.out.kick()
+}
+
+// goAwayLocked appends a GOAWAY; mu held.
+func (c *conn) goAwayLocked(code http2.ErrCode) {
+	c.goingAway = true
+	c.out.mu.Lock()
+	if !c.out.closed {
+		_ = c.out.fr.WriteGoAway(c.lastID, code, nil)
+	}
+	c.out.mu.Unlock()
+}
+
+// goAway tells the client the connection is ending (a drain): the
+// streams it has open finish, and it closes after the last.
+func (c *conn) goAway() {
+	c.goAwayErr(http2.ErrCodeNo)
+	// Wake the reader, which closes the connection once no stream is
+	// left.
+	_ = c.nc.SetReadDeadline(time.Now())
+}
+
+// written is told of what the client's writes did.
+func (c *conn) written(ws []written) {
+	var b batch
+	for _, w := range ws {
+		w.s.sent(w, &b)
+	}
+	b.kick()
+}
+
+// teardown ends the connection's streams, once its reads ended.
+func (c *conn) teardown(err error) {
+	var b batch
+	c.mu.Lock()
+	away := c.goingAway
+	c.goingAway = true
+	gone := outcome.ClientClosed
+	if c.stalled {
+		gone = outcome.ClientTimeout
+	}
+	for _, st := range c.streams {
+		st.connGone(gone, &b)
+	}
+	c.mu.Unlock()
+	b.kick()
+	c.out.close()
+	select {
+	case <-c.out.done:
+	case <-time.After(time.Second):
+	}
+	if err != nil && away && !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) {
+		// Ended with a GOAWAY while the client was sending: what it
+		// sent is read, for a second at most, so that the close does not
+		// reset the connection under the GOAWAY before the client reads
+		// it.
+		_ = c.nc.SetReadDeadline(time.Now().Add(time.Second))
+		_, _ = io.CopyN(io.Discard, c.nc, 1<<20)
+	}
+	c.nc.Close()
+	c.s.forget(c)
+}

@@ -1,5 +1,0 @@
-//go:build race
-
-package h2c
-
-const raceEnabled = true

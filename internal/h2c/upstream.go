@@ -1,0 +1,450 @@
+package h2c
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"net"
+	"sync"
+
+	"golang.org/x/net/http2"
+	"golang.org/x/net/http2/hpack"
+)
+
+// errUpstreamProtocol is an upstream's breach of HTTP/2 on a stream.
+var errUpstreamProtocol = errors.New("h2c: the upstream broke HTTP/2 on the stream")
+
+// pool is the relay's HTTP/2 connections to the upstream: streams of
+// every client share them, as many on each as the upstream allows, and a
+// new one is dialled when none has room.
+type pool struct {
+	s     *Server
+	addr  string
+	mu    sync.Mutex
+	conns []*uconn
+	// dialing is the connection being dialled, and the streams that wait
+	// for it.
+	dialing *uconn
+	waiters []*stream
+	closed  bool
+}
+
+// open gives st a stream upstream, now or once a connection is dialled;
+// st.c.mu held.
+func (p *pool) open(st *stream, b *batch) {
+	p.mu.Lock()
+	for _, u := range p.conns {
+		if u.take() {
+			p.mu.Unlock()
+			u.start(st, b)
+			return
+		}
+	}
+	if p.closed {
+		p.mu.Unlock()
+		st.upFailed(net.ErrClosed, b)
+		return
+	}
+	p.waiters = append(p.waiters, st)
+	if p.dialing == nil {
+		p.dialing = &uconn{pool: p}
+		go p.dial(p.dialing)
+	}
+	p.mu.Unlock()
+}
+
+// dial opens a connection to the upstream and starts the streams that
+// waited for it.
+func (p *pool) dial(u *uconn) {
+	cfg := &p.s.cfg
+	ctx, cancel := context.WithTimeout(context.Background(), cfg.UpstreamTimeout)
+	nc, err := cfg.Dial(ctx, "tcp", p.addr)
+	cancel()
+	if err == nil {
+		u.init(nc)
+	}
+	p.mu.Lock()
+	waiters := p.waiters
+	p.waiters, p.dialing = nil, nil
+	if err == nil {
+		if p.closed {
+			err = net.ErrClosed
+			nc.Close()
+		} else {
+			p.conns = append(p.conns, u)
+		}
+	}
+	p.mu.Unlock()
+	if err == nil {
+		go u.serve()
+	}
+	var b batch
+	for _, st := range waiters {
+		c := st.c
+		c.mu.Lock()
+		switch {
+		case st.done:
+		case err != nil:
+			st.upFailed(err, &b)
+		case u.take():
+			u.start(st, &b)
+		default:
+			// More waited than the new connection has room for.
+			p.open(st, &b)
+		}
+		c.mu.Unlock()
+	}
+	b.kick()
+}
+
+// remove drops a connection that failed or is going away.
+func (p *pool) remove(u *uconn) {
+	p.mu.Lock()
+	for i, x := range p.conns {
+		if x == u {
+			p.conns = append(p.conns[:i], p.conns[i+1:]...)
+			break
+		}
+	}
+	p.mu.Unlock()
+}
+
+// closeAll closes every connection to the upstream.
+func (p *pool) closeAll() {
+	p.mu.Lock()
+	p.closed = true
+	conns := append([]*uconn(nil), p.conns...)
+	p.mu.Unlock()
+	for _, u := range conns {
+		u.nc.Close()
+	}
+}
+
+// uconn is an HTTP/2 connection to the upstream. Its reader goroutine
+// relays what the upstream sends to the streams' clients.
+type uconn struct {
+	pool *pool
+	nc   net.Conn
+	br   *bufio.Reader
+	fr   *http2.Framer
+	out  *out
+
+	mu      sync.Mutex
+	streams map[uint32]*stream
+	nextID  uint32
+	// active counts the streams open, or promised a place (take).
+	active int
+	// maxStreams is the upstream's SETTINGS_MAX_CONCURRENT_STREAMS.
+	maxStreams uint32
+	// sendWin is the upstream's connection window; initWin its
+	// SETTINGS_INITIAL_WINDOW_SIZE.
+	sendWin, initWin int32
+	blocked          []*stream
+	recvUsed         uint32
+	// away is set once the upstream sent GOAWAY, or the connection
+	// failed: no stream opens on it.
+	away bool
+}
+
+func (u *uconn) init(nc net.Conn) {
+	u.nc = nc
+	u.streams = make(map[uint32]*stream)
+	u.nextID = 1
+	u.maxStreams = 1 << 31
+	u.sendWin, u.initWin = 65535, 65535
+	u.br = bufio.NewReaderSize(nc, 16<<10)
+	u.fr = http2.NewFramer(nil, u.br)
+	u.fr.ReadMetaHeaders = hpack.NewDecoder(4096, nil)
+	u.fr.SetMaxReadFrameSize(1 << 20)
+	// A response's header block is bounded as a request's is, ten times
+	// over: the relay holds one while it relays it.
+	u.fr.MaxHeaderListSize = 10 * (uint32(u.pool.s.cfg.MaxHeaderBytes) + 320)
+	u.fr.SetReuseFrames()
+	u.out = newOut(nc, u.pool.s.cfg.UpstreamTimeout, func(error) { nc.Close() })
+	u.out.mu.Lock()
+	u.out.buf = append(u.out.buf, http2.ClientPreface...)
+	_ = u.out.fr.WriteSettings(
+		http2.Setting{ID: http2.SettingEnablePush, Val: 0},
+		http2.Setting{ID: http2.SettingInitialWindowSize, Val: upstreamStreamBuffer},
+	)
+	_ = u.out.fr.WriteWindowUpdate(0, connWindow-65535)
+	u.out.mu.Unlock()
+	go u.out.run(u.written)
+	u.out.kick()
+}
+
+// take promises a stream a place on u, if it has room; p.mu held.
+func (u *uconn) take() bool {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if u.away || uint32(u.active) >= u.maxStreams || u.nextID >= 1<<31-1 {
+		return false
+	}
+	u.active++
+	return true
+}
+
+// start opens st's stream on u, which take promised; st.c.mu held.
+func (u *uconn) start(st *stream, b *batch) {
+	fields := st.upstreamFields()
+	u.mu.Lock()
+	if u.away {
+		u.active--
+		u.mu.Unlock()
+		st.upFailed(net.ErrClosed, b)
+		return
+	}
+	st.u, st.upID = u, u.nextID
+	u.nextID += 2
+	st.upWin = u.initWin
+	u.streams[st.upID] = st
+	u.out.mu.Lock()
+	u.out.headers(st.upID, fields, st.up.end && len(st.up.buf) == 0 && st.up.trailers == nil)
+	u.out.mu.Unlock()
+	st.up.fin = st.up.end && len(st.up.buf) == 0 && st.up.trailers == nil
+	u.mu.Unlock()
+	b.mark(u.out)
+	st.pushUp(b)
+}
+
+// release ends st's stream on u, with RST_STREAM if rst; st.c.mu held.
+func (u *uconn) release(st *stream, rst bool, b *batch) {
+	u.mu.Lock()
+	if u.streams[st.upID] == st {
+		delete(u.streams, st.upID)
+		u.active--
+		if rst {
+			u.out.mu.Lock()
+			u.out.rst(st.upID, http2.ErrCodeCancel)
+			u.out.mu.Unlock()
+			b.mark(u.out)
+		}
+	}
+	idle := u.away && len(u.streams) == 0
+	u.mu.Unlock()
+	if idle {
+		u.nc.Close()
+	}
+}
+
+// written is told of what the upstream's writes did.
+func (u *uconn) written(ws []written) {
+	var b batch
+	for _, w := range ws {
+		w.s.sent(w, &b)
+	}
+	b.kick()
+}
+
+// lookup is the stream of upstream id, nil if it is gone.
+func (u *uconn) lookup(id uint32) *stream {
+	u.mu.Lock()
+	st := u.streams[id]
+	u.mu.Unlock()
+	return st
+}
+
+// serve reads the upstream's frames until the connection ends.
+func (u *uconn) serve() {
+	var b batch
+	var err error
+	for {
+		if u.br.Buffered() == 0 {
+			b.kick()
+		}
+		var f http2.Frame
+		f, err = u.fr.ReadFrame()
+		if err != nil {
+			var se http2.StreamError
+			if errors.As(err, &se) {
+				u.streamFailed(se.StreamID, errUpstreamProtocol, &b)
+				u.out.mu.Lock()
+				u.out.rst(se.StreamID, se.Code)
+				u.out.mu.Unlock()
+				b.mark(u.out)
+				continue
+			}
+			break
+		}
+		if err = u.handle(f, &b); err != nil {
+			break
+		}
+	}
+	b.kick()
+	u.fail(err)
+}
+
+func (u *uconn) handle(f http2.Frame, b *batch) error {
+	switch f := f.(type) {
+	case *http2.MetaHeadersFrame:
+		if st := u.lookup(f.StreamID); st != nil {
+			st.c.mu.Lock()
+			if st.u == u {
+				st.respHeaders(f, b)
+			}
+			st.c.mu.Unlock()
+		}
+	case *http2.DataFrame:
+		u.mu.Lock()
+		u.out.took(&u.recvUsed, f.Length, b)
+		st := u.streams[f.StreamID]
+		u.mu.Unlock()
+		if st == nil {
+			return nil
+		}
+		data := f.Data()
+		st.c.mu.Lock()
+		if st.u == u {
+			if pad := uint32(len(data)); pad < f.Length && !f.StreamEnded() {
+				u.out.mu.Lock()
+				u.out.windowUpdate(st.upID, f.Length-pad)
+				u.out.mu.Unlock()
+				b.mark(u.out)
+			}
+			st.respData(data, f.StreamEnded(), b)
+		}
+		st.c.mu.Unlock()
+	case *http2.RSTStreamFrame:
+		if st := u.lookup(f.StreamID); st != nil {
+			st.c.mu.Lock()
+			if st.u == u {
+				if f.ErrCode == http2.ErrCodeNo && st.upEnd {
+					// The response is whole: the upstream wants no more
+					// of the body.
+					st.up.fin = true
+					st.up.buf = nil
+					st.dropUp(b)
+				} else if f.ErrCode != http2.ErrCodeRefusedStream || !st.retry(b) {
+					st.upEnd = true
+					st.upFailed(http2.StreamError{StreamID: f.StreamID, Code: f.ErrCode}, b)
+				}
+			}
+			st.c.mu.Unlock()
+		}
+	case *http2.WindowUpdateFrame:
+		u.mu.Lock()
+		var ready []*stream
+		if f.StreamID == 0 {
+			u.sendWin += int32(f.Increment)
+			ready, u.blocked = u.blocked, nil
+			for _, st := range ready {
+				st.up.queued = false
+			}
+		} else if st := u.streams[f.StreamID]; st != nil {
+			st.upWin += int32(f.Increment)
+			ready = []*stream{st}
+		}
+		u.mu.Unlock()
+		for _, st := range ready {
+			st.c.mu.Lock()
+			st.pushUp(b)
+			st.c.mu.Unlock()
+		}
+	case *http2.SettingsFrame:
+		if f.IsAck() {
+			return nil
+		}
+		var grown []*stream
+		u.mu.Lock()
+		u.out.mu.Lock()
+		_ = f.ForeachSetting(func(s http2.Setting) error {
+			switch s.ID {
+			case http2.SettingInitialWindowSize:
+				delta := int32(int64(s.Val) - int64(u.initWin))
+				for _, st := range u.streams {
+					st.upWin += delta
+					if delta > 0 {
+						grown = append(grown, st)
+					}
+				}
+				u.initWin = int32(s.Val)
+			case http2.SettingMaxConcurrentStreams:
+				u.maxStreams = s.Val
+			case http2.SettingMaxFrameSize:
+				u.out.maxFrame = s.Val
+			case http2.SettingHeaderTableSize:
+				u.out.enc.SetMaxDynamicTableSizeLimit(s.Val)
+			}
+			return nil
+		})
+		_ = u.out.fr.WriteSettingsAck()
+		u.out.mu.Unlock()
+		u.mu.Unlock()
+		b.mark(u.out)
+		for _, st := range grown {
+			st.c.mu.Lock()
+			st.pushUp(b)
+			st.c.mu.Unlock()
+		}
+	case *http2.PingFrame:
+		if !f.IsAck() {
+			u.out.mu.Lock()
+			_ = u.out.fr.WritePing(true, f.Data)
+			u.out.mu.Unlock()
+			b.mark(u.out)
+		}
+	case *http2.GoAwayFrame:
+		// No stream opens on it any more; those it will not serve fail,
+		// the rest finish, and it closes after the last.
+		u.mu.Lock()
+		u.away = true
+		var lost []*stream
+		for id, st := range u.streams {
+			if id > f.LastStreamID {
+				lost = append(lost, st)
+			}
+		}
+		idle := len(u.streams) == 0
+		u.mu.Unlock()
+		u.pool.remove(u)
+		for _, st := range lost {
+			st.c.mu.Lock()
+			if st.u == u && !st.retry(b) {
+				st.upFailed(errors.New("h2c: the upstream refused the stream (GOAWAY)"), b)
+			}
+			st.c.mu.Unlock()
+		}
+		if idle {
+			return net.ErrClosed
+		}
+	}
+	return nil
+}
+
+// streamFailed fails the stream of upstream id.
+func (u *uconn) streamFailed(id uint32, err error, b *batch) {
+	if st := u.lookup(id); st != nil {
+		st.c.mu.Lock()
+		if st.u == u {
+			st.upFailed(err, b)
+		}
+		st.c.mu.Unlock()
+	}
+}
+
+// fail ends the connection and fails its streams.
+func (u *uconn) fail(err error) {
+	u.pool.remove(u)
+	u.mu.Lock()
+	u.away = true
+	streams := make([]*stream, 0, len(u.streams))
+	for _, st := range u.streams {
+		streams = append(streams, st)
+	}
+	u.mu.Unlock()
+	u.out.close()
+	u.nc.Close()
+	if err == nil || errors.Is(err, net.ErrClosed) {
+		err = errors.New("h2c: the upstream closed the connection")
+	}
+	var b batch
+	for _, st := range streams {
+		st.c.mu.Lock()
+		if st.u == u {
+			st.upEnd = true
+			st.upFailed(err, &b)
+		}
+		st.c.mu.Unlock()
+	}
+	b.kick()
+}
