@@ -152,9 +152,14 @@ func (o *out) run(done func([]written)) {
 
 // keptBytes is the most of a buffer a connection with no stream open
 // keeps (see shrink): a frame's worth. A busy one keeps what its bursts
-// grew, up to 64 KiB, for the next: dropping it between bursts costs a
-// streaming call a third more CPU.
-const keptBytes = 16 << 10
+// grew, up to maxKeptBytes, for the next: dropping it between bursts
+// costs a streaming call a third more CPU, and growing it again from
+// nothing at each burst past the bound allocated twice what the stream
+// carried (BenchmarkH2CStream at a 64 KiB bound).
+const (
+	keptBytes    = 16 << 10
+	maxKeptBytes = 256 << 10
+)
 
 // grown reports whether shrink would drop a buffer.
 func (o *out) grown() bool {
@@ -176,10 +181,10 @@ func (o *out) shrink() {
 	o.mu.Unlock()
 }
 
-// recycle keeps b and after for the next write, unless b grew past 64
-// KiB.
+// recycle keeps b and after for the next write, unless b grew past
+// maxKeptBytes.
 func (o *out) recycle(b []byte, after []written) {
-	if cap(b) > 64<<10 {
+	if cap(b) > maxKeptBytes {
 		b = nil
 	}
 	o.mu.Lock()
