@@ -173,11 +173,15 @@ func (u *uconn) init(nc net.Conn) {
 	u.out.kick()
 }
 
+// lastStreamID is the largest stream id a client may use (RFC 9113,
+// 5.1.1); a test lowers it to spend a connection's ids.
+var lastStreamID uint32 = 1<<31 - 1
+
 // take promises a stream a place on u, if it has room; p.mu held.
 func (u *uconn) take() bool {
 	u.mu.Lock()
 	defer u.mu.Unlock()
-	if u.away || uint32(u.active) >= u.maxStreams || u.nextID >= 1<<31-1 {
+	if u.away || uint32(u.active) >= u.maxStreams {
 		return false
 	}
 	u.active++
@@ -189,13 +193,20 @@ func (u *uconn) start(st *stream, b *batch) {
 	fields := st.upstreamFields()
 	u.mu.Lock()
 	if u.away {
+		// It went away, or spent its last stream id, between take and
+		// now: nothing of st went on it, so another connection takes it.
 		u.active--
 		u.mu.Unlock()
-		st.upFailed(net.ErrClosed, b)
+		u.pool.open(st, b)
 		return
 	}
 	st.u, st.upID = u, u.nextID
 	u.nextID += 2
+	// The connection's last stream id: it takes no more streams, leaves
+	// the pool for a new one, and closes after its last stream, as if
+	// the upstream had said GOAWAY.
+	spent := u.nextID > lastStreamID
+	u.away = u.away || spent
 	st.upWin = u.initWin
 	u.streams[st.upID] = st
 	u.out.mu.Lock()
@@ -203,6 +214,9 @@ func (u *uconn) start(st *stream, b *batch) {
 	u.out.mu.Unlock()
 	st.up.fin = st.up.end && len(st.up.buf) == 0 && st.up.trailers == nil
 	u.mu.Unlock()
+	if spent {
+		u.pool.remove(u)
+	}
 	b.mark(u.out)
 	st.pushUp(b)
 }
