@@ -3,6 +3,7 @@ package proxy
 import (
 	"bytes"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"slices"
@@ -370,6 +371,54 @@ func TestH2CStalledConnectionEnds(t *testing.T) {
 	}
 	if took := time.Since(start); took > 5*time.Second {
 		t.Errorf("ended after %v; want about UPSTREAM_TIMEOUT (1s), twice at most", took)
+	}
+	tp.waitIdle(t)
+}
+
+// TestH2CFrameHeaderStall: a frame's header begun and never finished ends
+// its connection with a GOAWAY at HEADER_TIMEOUT, on an idle connection
+// and on one with a stream open, whose own body timeout answers it first.
+// It held the connection for good while a stream was open, and to the
+// idle timeout, 90 s, otherwise.
+func TestH2CFrameHeaderStall(t *testing.T) {
+	up := h2cUpstream(t, func(w http.ResponseWriter, r *http.Request) {
+		io.Copy(io.Discard, r.Body)
+		w.Write([]byte("ok"))
+	})
+	tp := startProxy(t, up, limiter.Config{Mode: limiter.Unbounded}, func(c *Config) {
+		c.HeaderTimeout = time.Second
+		c.BodyTimeout = 300 * time.Millisecond
+		c.Logger = discardLogger()
+	})
+	for _, streamOpen := range []bool{false, true} {
+		c, err := h2raw.Dial(tp.addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if streamOpen {
+			c.Framer.WriteHeaders(http2.HeadersFrameParam{StreamID: 1, EndHeaders: true,
+				BlockFragment: c.Block(":method", "POST", ":scheme", "http", ":authority", "stall.test", ":path", "/upload")})
+		}
+		if err := c.Flush(); err != nil {
+			t.Fatal(err)
+		}
+		// Four of a DATA frame's nine header bytes.
+		if _, err := c.Conn.Write([]byte{0, 0, 1, byte(http2.FrameData)}); err != nil {
+			t.Fatal(err)
+		}
+		start := time.Now()
+		got := c.ReadAll(10 * time.Second)
+		took := time.Since(start)
+		c.Close()
+		if got.GoAway == nil || !got.Ended {
+			t.Errorf("stream open %v: GOAWAY %v, ended %v; want a GOAWAY and the connection closed", streamOpen, got.GoAway, got.Ended)
+		}
+		if took > 5*time.Second {
+			t.Errorf("stream open %v: ended after %v; want HEADER_TIMEOUT (1s)", streamOpen, took)
+		}
+		if h := got.Headers[1]; streamOpen && h2raw.Field(h, ":status") != "408" {
+			t.Errorf("stream 1 got %v; want 408 at BODY_TIMEOUT", h)
+		}
 	}
 	tp.waitIdle(t)
 }

@@ -116,9 +116,31 @@ func (c *conn) read() error {
 	c.out.mu.Unlock()
 	c.out.kick()
 	var b batch
-	// dl is the deadline of the connection's reads between frames.
+	// dl is the deadline of the connection's reads between frames, and
+	// shrinking is set when it is the second after which an idle
+	// connection's buffers go.
 	var dl time.Time
 	shrinking := false
+	arm := func(idle, away bool) {
+		shrinking = false
+		switch {
+		case away:
+			// Draining: the last stream's end wakes the reader, and
+			// this bounds a wake that raced with it.
+			dl = time.Now().Add(50 * time.Millisecond)
+		case idle && c.out.grown():
+			// A second with no stream, and the buffers a burst grew
+			// go: a connection kept open for long keeps little.
+			dl = time.Now().Add(time.Second)
+			shrinking = true
+		default:
+			// Idle, or streams open that sent nothing for as long: their
+			// own timers bound them, and the wake at this deadline finds
+			// the connection idle once they ended.
+			dl = time.Now().Add(idleTimeout)
+		}
+		_ = c.nc.SetReadDeadline(dl)
+	}
 	for {
 		if c.br.Buffered() == 0 {
 			c.admitPending(&b)
@@ -138,26 +160,21 @@ func (c *conn) read() error {
 			if idle && away {
 				return nil
 			}
-			dl = time.Time{}
-			shrinking = false
-			switch {
-			case away:
-				// Draining: the last stream's end wakes the reader, and
-				// this bounds a wake that raced with it.
-				dl = time.Now().Add(50 * time.Millisecond)
-			case idle && c.out.grown():
-				// A second with no stream, and the buffers a burst grew
-				// go: a connection kept open for long keeps little.
-				dl = time.Now().Add(time.Second)
-				shrinking = true
-			case idle:
-				dl = time.Now().Add(idleTimeout)
-			}
+			arm(idle, away)
+		}
+		// A frame's first byte is waited for within dl, its header's
+		// last within HeaderTimeout of that, as a frame's payload is
+		// (see timed): a client that stops halfway through one holds
+		// the connection's reads. Both are peeked, not read, so that a
+		// wake that ends the wait early leaves what came in the buffer.
+		_, err := c.br.Peek(1)
+		if err == nil && c.br.Buffered() < frameHeaderLen {
+			// What was read is handled before the wait for more.
+			c.admitPending(&b)
+			b.kick()
+			err = c.headerRest()
 			_ = c.nc.SetReadDeadline(dl)
 		}
-		// The header is peeked before it is read: a deadline that ends
-		// the wait halfway through one leaves what came in the buffer.
-		_, err := c.br.Peek(frameHeaderLen)
 		var fh http2.FrameHeader
 		if err == nil {
 			fh, err = c.fr.ReadFrameHeader()
@@ -171,9 +188,15 @@ func (c *conn) read() error {
 				case ended:
 					return err
 				case away && !idle:
-					continue // woken to see whether the last stream ended
+					// Woken to see whether the last stream ended.
+					arm(idle, away)
+					continue
 				case shrinking && !away:
 					c.out.shrink()
+					arm(idle, away)
+					continue
+				case !idle && !away:
+					arm(idle, away)
 					continue
 				case !away:
 					c.goAwayErr(http2.ErrCodeNo) // idle
@@ -192,6 +215,8 @@ func (c *conn) read() error {
 		// headers a byte at a time holds the connection's reads.
 		timed := int(fh.Length) > c.br.Buffered() || fh.Type == http2.FrameHeaders && !fh.Flags.Has(http2.FlagHeadersEndHeaders)
 		if timed {
+			c.admitPending(&b)
+			b.kick()
 			_ = c.nc.SetReadDeadline(time.Now().Add(h.cfg.HeaderTimeout))
 		}
 		f, err := c.fr.ReadFrameForHeader(fh)
@@ -217,6 +242,40 @@ func (c *conn) read() error {
 		}
 	}
 }
+
+// headerRest waits for the rest of a frame's header, begun, within
+// HeaderTimeout: a wake that ends the wait early (a drain's, or the
+// stall watch's, which ends the connection) leaves the header's own
+// deadline in force. Past it, the connection ends with a GOAWAY.
+func (c *conn) headerRest() error {
+	dl := time.Now().Add(c.s.cfg.HeaderTimeout)
+	for {
+		_ = c.nc.SetReadDeadline(dl)
+		_, err := c.br.Peek(frameHeaderLen)
+		if err == nil || !errors.Is(err, os.ErrDeadlineExceeded) {
+			return err
+		}
+		c.mu.Lock()
+		ended := c.ended
+		if !ended && !time.Now().Before(dl) {
+			// Its streams' end is the client's doing: client_timeout.
+			c.stalled = true
+		}
+		stalled := c.stalled
+		c.mu.Unlock()
+		if ended {
+			return err
+		}
+		if stalled {
+			c.goAwayErr(http2.ErrCodeNo)
+			return errHeaderStalled
+		}
+	}
+}
+
+// errHeaderStalled ends a connection on which a frame's header stopped
+// halfway.
+var errHeaderStalled = errors.New("h2c: a frame's header not finished within HEADER_TIMEOUT")
 
 // handle acts on one frame the client sent.
 func (c *conn) handle(f http2.Frame, b *batch) error {
