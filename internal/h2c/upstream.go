@@ -6,6 +6,7 @@ import (
 	"errors"
 	"net"
 	"sync"
+	"time"
 
 	"golang.org/x/net/http2"
 	"golang.org/x/net/http2/hpack"
@@ -144,6 +145,61 @@ type uconn struct {
 	// away is set once the upstream sent GOAWAY, or the connection
 	// failed: no stream opens on it.
 	away bool
+	// idleAt is when its last stream ended, zero while it has one; the
+	// timer, armed while idleArmed, closes it upstreamIdleTimeout after.
+	idleAt    time.Time
+	idleTimer *time.Timer
+	idleArmed bool
+}
+
+// upstreamIdleTimeout closes an upstream connection with no stream open,
+// as Go's Transport closes its idle connections: the pool shrinks back
+// after the peak that grew it. A variable for a test to shorten.
+var upstreamIdleTimeout = 90 * time.Second
+
+// idle notes that u's last stream ended, and arms its timer; u.mu held.
+func (u *uconn) idle() {
+	u.idleAt = time.Now()
+	if u.idleArmed {
+		return
+	}
+	u.idleArmed = true
+	if u.idleTimer == nil {
+		u.idleTimer = time.AfterFunc(upstreamIdleTimeout, u.idleCheck)
+	} else {
+		u.idleTimer.Reset(upstreamIdleTimeout)
+	}
+}
+
+// idleCheck closes u if it has had no stream for upstreamIdleTimeout,
+// and waits again for what is left of it otherwise.
+func (u *uconn) idleCheck() {
+	p := u.pool
+	p.mu.Lock()
+	u.mu.Lock()
+	u.idleArmed = false
+	shut := false
+	if len(u.streams) == 0 && u.active == 0 && !u.away && !u.idleAt.IsZero() {
+		if left := upstreamIdleTimeout - time.Since(u.idleAt); left > 0 {
+			u.idleArmed = true
+			u.idleTimer.Reset(left)
+		} else {
+			u.away, shut = true, true
+		}
+	}
+	u.mu.Unlock()
+	if shut {
+		for i, x := range p.conns {
+			if x == u {
+				p.conns = append(p.conns[:i], p.conns[i+1:]...)
+				break
+			}
+		}
+	}
+	p.mu.Unlock()
+	if shut {
+		u.nc.Close()
+	}
 }
 
 func (u *uconn) init(nc net.Conn) {
@@ -152,6 +208,8 @@ func (u *uconn) init(nc net.Conn) {
 	u.nextID = 1
 	u.maxStreams = 1 << 31
 	u.sendWin, u.initWin = 65535, 65535
+	// Idle until its first stream: one whose waiters all left goes too.
+	u.idle()
 	u.br = bufio.NewReaderSize(nc, 16<<10)
 	u.fr = http2.NewFramer(nil, u.br)
 	u.fr.ReadMetaHeaders = hpack.NewDecoder(4096, nil)
@@ -202,6 +260,7 @@ func (u *uconn) start(st *stream, b *batch) {
 	}
 	st.u, st.upID = u, u.nextID
 	u.nextID += 2
+	u.idleAt = time.Time{}
 	// The connection's last stream id: it takes no more streams, leaves
 	// the pool for a new one, and closes after its last stream, as if
 	// the upstream had said GOAWAY.
@@ -235,6 +294,9 @@ func (u *uconn) release(st *stream, rst bool, b *batch) {
 		}
 	}
 	idle := u.away && len(u.streams) == 0
+	if len(u.streams) == 0 && !u.away {
+		u.idle()
+	}
 	u.mu.Unlock()
 	if idle {
 		u.nc.Close()
