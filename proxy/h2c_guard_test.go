@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"bytes"
+	"context"
 	"fmt"
 	"io"
 	"net"
@@ -421,4 +422,52 @@ func TestH2CFrameHeaderStall(t *testing.T) {
 		}
 	}
 	tp.waitIdle(t)
+}
+
+// TestH2CDrainMidFrame: a drain that begins while a DATA frame is arriving
+// lets the frame, and its stream, finish. The drain's wake of the
+// connection's reader ended the read halfway through the frame, and with
+// it the connection and the stream.
+func TestH2CDrainMidFrame(t *testing.T) {
+	up := h2cUpstream(t, func(w http.ResponseWriter, r *http.Request) {
+		n, _ := io.Copy(io.Discard, r.Body)
+		fmt.Fprint(w, n)
+	})
+	tp := startProxy(t, up, limiter.Config{Mode: limiter.Unbounded}, func(c *Config) {
+		c.Logger = discardLogger()
+	})
+	c, err := h2raw.Dial(tp.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.Framer.WriteHeaders(http2.HeadersFrameParam{StreamID: 1, EndHeaders: true,
+		BlockFragment: c.Block(":method", "POST", ":scheme", "http", ":authority", "drain.test", ":path", "/upload")})
+	if err := c.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	var frame bytes.Buffer
+	http2.NewFramer(&frame, nil).WriteData(1, true, make([]byte, 10000))
+	raw := frame.Bytes()
+	if _, err := c.Conn.Write(raw[:1009]); err != nil {
+		t.Fatal(err)
+	}
+	for tp.limiter.Stats().InFlight == 0 {
+		time.Sleep(time.Millisecond)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	shut := make(chan error, 1)
+	go func() { shut <- tp.proxy.Shutdown(ctx) }()
+	time.Sleep(200 * time.Millisecond) // the drain's GOAWAY and wake
+	if _, err := c.Conn.Write(raw[1009:]); err != nil {
+		t.Fatal(err)
+	}
+	got := c.ReadAll(5 * time.Second)
+	if h := got.Headers[1]; h2raw.Field(h, ":status") != "200" || got.Data[1] != len("10000") {
+		t.Errorf("stream 1: headers %v, %d bytes of body; want 200 and the upstream's count, 10000", h, got.Data[1])
+	}
+	if err := <-shut; err != nil {
+		t.Errorf("Shutdown = %v", err)
+	}
 }

@@ -172,7 +172,9 @@ func (c *conn) read() error {
 			// What was read is handled before the wait for more.
 			c.admitPending(&b)
 			b.kick()
-			err = c.headerRest()
+			if err = c.await(frameHeaderLen, time.Now().Add(h.cfg.HeaderTimeout)); err == errStalled {
+				c.goAwayErr(http2.ErrCodeNo)
+			}
 			_ = c.nc.SetReadDeadline(dl)
 		}
 		var fh http2.FrameHeader
@@ -217,7 +219,23 @@ func (c *conn) read() error {
 		if timed {
 			c.admitPending(&b)
 			b.kick()
-			_ = c.nc.SetReadDeadline(time.Now().Add(h.cfg.HeaderTimeout))
+			until := time.Now().Add(h.cfg.HeaderTimeout)
+			if n := int(fh.Length); n > c.br.Buffered() && n <= maxReadFrameSize {
+				// Peeked whole, as the header is: a drain's wake leaves
+				// what came. A header block's CONTINUATION frames, if
+				// any, are read under the deadline alone.
+				if err := c.await(n, until); err != nil {
+					if err == errStalled {
+						if fh.Type == http2.FrameHeaders {
+							c.headerTimedOut(fh.StreamID)
+						} else {
+							c.goAwayErr(http2.ErrCodeNo)
+						}
+					}
+					return err
+				}
+			}
+			_ = c.nc.SetReadDeadline(until)
 		}
 		f, err := c.fr.ReadFrameForHeader(fh)
 		if timed {
@@ -243,39 +261,33 @@ func (c *conn) read() error {
 	}
 }
 
-// headerRest waits for the rest of a frame's header, begun, within
-// HeaderTimeout: a wake that ends the wait early (a drain's, or the
-// stall watch's, which ends the connection) leaves the header's own
-// deadline in force. Past it, the connection ends with a GOAWAY.
-func (c *conn) headerRest() error {
-	dl := time.Now().Add(c.s.cfg.HeaderTimeout)
+// await waits until n bytes are buffered, by until: a wake that ends the
+// wait early (a drain's) leaves the deadline in force, and the stall
+// watch's, which ends the connection, ends the wait. Past until the
+// client stalled: errStalled, and its streams end client_timeout.
+func (c *conn) await(n int, until time.Time) error {
 	for {
-		_ = c.nc.SetReadDeadline(dl)
-		_, err := c.br.Peek(frameHeaderLen)
+		_ = c.nc.SetReadDeadline(until)
+		_, err := c.br.Peek(n)
 		if err == nil || !errors.Is(err, os.ErrDeadlineExceeded) {
 			return err
 		}
 		c.mu.Lock()
-		ended := c.ended
-		if !ended && !time.Now().Before(dl) {
-			// Its streams' end is the client's doing: client_timeout.
-			c.stalled = true
-		}
-		stalled := c.stalled
+		ended, stalled := c.ended, !c.ended && !time.Now().Before(until)
+		c.stalled = c.stalled || stalled
 		c.mu.Unlock()
 		if ended {
 			return err
 		}
 		if stalled {
-			c.goAwayErr(http2.ErrCodeNo)
-			return errHeaderStalled
+			return errStalled
 		}
 	}
 }
 
-// errHeaderStalled ends a connection on which a frame's header stopped
-// halfway.
-var errHeaderStalled = errors.New("h2c: a frame's header not finished within HEADER_TIMEOUT")
+// errStalled ends a connection on which a frame stopped halfway for
+// HeaderTimeout.
+var errStalled = errors.New("h2c: a frame not finished within HEADER_TIMEOUT")
 
 // handle acts on one frame the client sent.
 func (c *conn) handle(f http2.Frame, b *batch) error {
