@@ -325,18 +325,6 @@ func (g *Gate) refuse(r *Request, err error) {
 	}
 }
 
-// Withdraw undoes r's admission: its client left as it was admitted,
-// before anything went upstream (an HTTP/2 stream reset in the breath that
-// opened it). It is recorded as a reset before admission: never forwarded,
-// and kept out of what admission and the advice measure.
-func (g *Gate) Withdraw(r *Request) {
-	if r.permit {
-		g.policy.Leave(time.Now(), &r.Request, r.holding)
-	}
-	r.permit, r.holding, r.asked, r.admitted = false, 0, false, false
-	r.Record.Kind, r.Record.Status = outcome.ClientReset, outcome.StatusClientClosed
-}
-
 // Reserve adds bytes to what admitted r holds, at once or not at all,
 // never waiting: a response body it is about to buffer, whose size was
 // known only when its headers arrived. Refused, r must not hold them (it

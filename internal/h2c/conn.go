@@ -436,7 +436,7 @@ func (c *conn) onHeaders(f *http2.MetaHeadersFrame, b *batch) error {
 		case !f.StreamEnded() || len(f.PseudoFields()) > 0:
 			st.protocolError(http2.ErrCodeProtocol, b)
 		default:
-			st.up.trailers = append([]hpack.HeaderField(nil), f.Fields...)
+			st.up.trailers = f.Fields
 			st.endOfBody(b)
 		}
 		return nil

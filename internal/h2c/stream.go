@@ -159,7 +159,9 @@ func (st *stream) read(f *http2.MetaHeadersFrame) bool {
 	if st.up.end && st.declared > 0 {
 		return false
 	}
-	st.fields = append([]hpack.HeaderField(nil), f.Fields...)
+	// The Framer decodes each header block into fields of its own: the
+	// stream keeps them, as it keeps its trailers' (see conn.onHeaders).
+	st.fields = f.Fields
 	st.req.Length = int(st.declared)
 	if st.up.end {
 		// No body at all: nothing to reserve for one.
@@ -225,8 +227,9 @@ func (st *stream) admit(b *batch) {
 	defer c.mu.Unlock()
 	if wait {
 		st.state = waiting
-		st.wait, st.cancel = context.WithCancel(context.Background())
-		if !st.req.Deadline.IsZero() {
+		if st.req.Deadline.IsZero() {
+			st.wait, st.cancel = context.WithCancel(context.Background())
+		} else {
 			st.wait, st.cancel = context.WithDeadline(context.Background(), st.req.Deadline)
 		}
 		go st.await()
@@ -544,7 +547,7 @@ func (st *stream) respHeaders(f *http2.MetaHeadersFrame, b *batch) {
 			st.upFailed(errUpstreamProtocol, b)
 			return
 		}
-		st.down.trailers = append([]hpack.HeaderField(nil), f.Fields...)
+		st.down.trailers = f.Fields
 		st.down.end, st.upEnd = true, true
 		st.pushDown(b)
 		return

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"net"
+	"slices"
 	"sync"
 	"time"
 
@@ -283,6 +284,14 @@ func (u *uconn) start(st *stream, b *batch) {
 // release ends st's stream on u, with RST_STREAM if rst; st.c.mu held.
 func (u *uconn) release(st *stream, rst bool, b *batch) {
 	u.mu.Lock()
+	if st.up.queued {
+		// Out of the streams held up by the connection's window: a
+		// stream retried elsewhere must be able to join its new one's.
+		if i := slices.Index(u.blocked, st); i >= 0 {
+			u.blocked = slices.Delete(u.blocked, i, i+1)
+		}
+		st.up.queued = false
+	}
 	if u.streams[st.upID] == st {
 		delete(u.streams, st.upID)
 		u.active--
@@ -399,6 +408,7 @@ func (u *uconn) handle(f http2.Frame, b *batch) error {
 		}
 	case *http2.WindowUpdateFrame:
 		u.mu.Lock()
+		var one [1]*stream
 		var ready []*stream
 		if f.StreamID == 0 {
 			u.sendWin += int32(f.Increment)
@@ -408,7 +418,7 @@ func (u *uconn) handle(f http2.Frame, b *batch) error {
 			}
 		} else if st := u.streams[f.StreamID]; st != nil {
 			st.upWin += int32(f.Increment)
-			ready = []*stream{st}
+			ready = append(one[:0], st)
 		}
 		u.mu.Unlock()
 		for _, st := range ready {
