@@ -121,22 +121,17 @@ func (c *conn) read() error {
 	// connection's buffers go.
 	var dl time.Time
 	shrinking := false
-	arm := func(idle, away bool) {
-		shrinking = false
-		switch {
-		case away:
-			// Draining: the last stream's end wakes the reader, and
-			// this bounds a wake that raced with it.
-			dl = time.Now().Add(50 * time.Millisecond)
-		case idle && c.out.grown():
+	arm := func(idle bool) {
+		shrinking = idle && c.out.grown()
+		if shrinking {
 			// A second with no stream, and the buffers a burst grew
 			// go: a connection kept open for long keeps little.
 			dl = time.Now().Add(time.Second)
-			shrinking = true
-		default:
+		} else {
 			// Idle, or streams open that sent nothing for as long: their
 			// own timers bound them, and the wake at this deadline finds
-			// the connection idle once they ended.
+			// the connection idle once they ended. A draining one is
+			// woken by its last stream's end.
 			dl = time.Now().Add(idleTimeout)
 		}
 		_ = c.nc.SetReadDeadline(dl)
@@ -154,13 +149,21 @@ func (c *conn) read() error {
 				c.calm("answers unread")
 				return errCalm("answers unread")
 			}
+			// Armed under mu, as every wake (a drain's GOAWAY, the last
+			// stream's end, the stall watch's) is set: a wake is never
+			// undone by an arm that read the state before it.
 			c.mu.Lock()
-			idle, away := len(c.streams) == 0, c.goingAway
+			idle, away, ended := len(c.streams) == 0, c.goingAway, c.ended
+			if !ended && !(idle && away) {
+				arm(idle)
+			}
 			c.mu.Unlock()
+			if ended {
+				return errCalm("ended by the stall watch")
+			}
 			if idle && away {
 				return nil
 			}
-			arm(idle, away)
 		}
 		// A frame's first byte is waited for within dl, its header's
 		// last within HeaderTimeout of that, as a frame's payload is
@@ -186,19 +189,16 @@ func (c *conn) read() error {
 				c.mu.Lock()
 				idle, away, ended := len(c.streams) == 0, c.goingAway, c.ended
 				c.mu.Unlock()
+				// Nothing is buffered: the loop's top arms the next wait.
 				switch {
 				case ended:
 					return err
 				case away && !idle:
-					// Woken to see whether the last stream ended.
-					arm(idle, away)
-					continue
+					continue // woken to see whether the last stream ended
 				case shrinking && !away:
 					c.out.shrink()
-					arm(idle, away)
 					continue
 				case !idle && !away:
-					arm(idle, away)
 					continue
 				case !away:
 					c.goAwayErr(http2.ErrCodeNo) // idle
@@ -594,10 +594,14 @@ func (c *conn) stallCheck() {
 		c.mu.Unlock()
 		return
 	}
+	// The GOAWAY goes in before the reader is woken to tear the
+	// connection down, and both under mu (see read).
 	c.stalled, c.ended = true, true
-	c.mu.Unlock()
-	c.calm("no window granted for UPSTREAM_TIMEOUT")
+	c.goAwayLocked(http2.ErrCodeEnhanceYourCalm)
 	_ = c.nc.SetReadDeadline(time.Now())
+	c.mu.Unlock()
+	c.s.ended(c, "no window granted for UPSTREAM_TIMEOUT")
+	c.out.kick()
 }
 
 // answered gives back to the budget of resets one for a stream answered;
@@ -626,6 +630,9 @@ func (c *conn) streamError(id uint32, code http2.ErrCode, b *batch) {
 // headerTimedOut answers a stream whose header block was not whole within
 // HeaderTimeout 408, as on HTTP/1.1, and counts it; the connection ends.
 func (c *conn) headerTimedOut(id uint32) {
+	c.mu.Lock()
+	c.stalled = true // its other streams end client_timeout too
+	c.mu.Unlock()
 	now := time.Now()
 	c.s.gate.Observe(&outcome.Record{Kind: outcome.ClientTimeout, Status: 408, Remote: c.remote, Total: c.s.cfg.HeaderTimeout, End: now})
 	c.out.mu.Lock()
@@ -662,10 +669,13 @@ func (c *conn) goAwayLocked(code http2.ErrCode) {
 // goAway tells the client the connection is ending (a drain): the
 // streams it has open finish, and it closes after the last.
 func (c *conn) goAway() {
-	c.goAwayErr(http2.ErrCodeNo)
+	c.mu.Lock()
+	c.goAwayLocked(http2.ErrCodeNo)
 	// Wake the reader, which closes the connection once no stream is
-	// left.
+	// left; under mu, as the reader arms its wait.
 	_ = c.nc.SetReadDeadline(time.Now())
+	c.mu.Unlock()
+	c.out.kick()
 }
 
 // written is told of what the client's writes did.
