@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"io"
 	"net"
+	"net/http"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -128,5 +129,69 @@ func TestH2CUnprocessedStreamsAreRetried(t *testing.T) {
 				t.Errorf("records %v; want one, ok", outcomes)
 			}
 		})
+	}
+}
+
+// TestH2CManyClientsLeaveAtOnce: twenty connections of ten streams each,
+// some at the upstream and the rest queued behind 5 workers, all closed
+// at once. Every stream is counted once, as a client that left, every
+// request that reached the upstream is cancelled there, and no permit,
+// queue place or byte is left held.
+func TestH2CManyClientsLeaveAtOnce(t *testing.T) {
+	var atUpstream, cancelled atomic.Int64
+	up := h2cUpstream(t, func(w http.ResponseWriter, r *http.Request) {
+		atUpstream.Add(1)
+		select {
+		case <-r.Context().Done():
+			cancelled.Add(1)
+		case <-time.After(10 * time.Second):
+		}
+	})
+	tp := startProxy(t, up, limiter.Config{Mode: limiter.Fixed, Workers: 5, QueueSize: 1000, QueueTimeout: time.Minute},
+		func(c *Config) { c.Logger = discardLogger() })
+	const conns, streams = 20, 10
+	var cs []*h2raw.Conn
+	for range conns {
+		c, err := h2raw.Dial(tp.addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := range streams {
+			c.Get(uint32(2*i+1), "/slow")
+		}
+		if err := c.Flush(); err != nil {
+			t.Fatal(err)
+		}
+		cs = append(cs, c)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for s := tp.limiter.Stats(); s.InFlight < 5 || s.Queued < conns*streams-5; s = tp.limiter.Stats() {
+		if time.Now().After(deadline) {
+			t.Fatalf("limiter %+v; want 5 in flight and %d queued", s, conns*streams-5)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	for _, c := range cs {
+		c.Close()
+	}
+	tp.waitIdle(t)
+	got := tp.rec.wait(t, conns*streams)
+	time.Sleep(100 * time.Millisecond) // a second count would be in by now
+	if n := len(tp.rec.wait(t, 0)); n != conns*streams {
+		t.Errorf("%d records; want %d, one a stream", n, conns*streams)
+	}
+	for _, o := range got {
+		if o.Kind != ClientClosed {
+			t.Errorf("record %v %s; want client_closed", o.Kind, o.Target)
+			break
+		}
+	}
+	for atUpstream.Load() != cancelled.Load() && time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond)
+	}
+	// A queued stream of a connection not yet seen closed may take a
+	// freed permit and go upstream: it is cancelled there too.
+	if a, c := atUpstream.Load(), cancelled.Load(); a < 5 || c != a {
+		t.Errorf("the upstream got %d requests and saw %d cancelled; want 5 or more, all cancelled", a, c)
 	}
 }
