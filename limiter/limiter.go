@@ -509,16 +509,19 @@ func (l *Limiter) admitLocked(now time.Time, level Level) (admitted, full bool) 
 // cannot wait either: no waiting in this mode, or the queue at its bound.
 // The caller holds l.mu.
 func (l *Limiter) fullLocked() bool {
-	if l.probe > 0 {
-		// Held back by a probe, a request waits as it would have without
-		// it, and one that would have been admitted waits whatever the
-		// mode's queue: the probe delays, it never rejects.
+	if l.probe > 0 && l.wait <= 0 {
+		// A mode with no queue of its own (unbounded, its bulkhead
+		// failing fast, or none) has no bound for a probe's waiters to
+		// keep: held back by a probe, a request waits as it would have
+		// without it, and one that would have been admitted waits.
 		if l.limit == 0 || l.used+l.waiting < l.limit {
 			return false
 		}
-		over := l.used + l.waiting - l.limit // waiting, had there been no probe
-		return l.wait <= 0 || l.queue >= 0 && over >= l.queue
+		return true
 	}
+	// A mode with a queue keeps its bound whatever holds admission back,
+	// a probe's cap as its own limit: overload first. Under open arrivals
+	// a probe that suspended it grew the queue by the second.
 	return l.wait <= 0 || l.queue >= 0 && l.waiting >= l.queue
 }
 
@@ -697,11 +700,10 @@ func (l *Limiter) overloaded(now time.Time) bool {
 // timeout is the longest wait in force at now: QueueTarget while the
 // queue stands, the mode's wait otherwise. The caller holds l.mu.
 func (l *Limiter) timeout(now time.Time) time.Duration {
-	if l.probe > 0 {
-		// A probe's waiters wait until it ends, which its controller
-		// bounds well within probeWait; neither a fail-fast wait nor a
-		// standing queue under codel rejects them meanwhile.
-		return max(l.wait, probeWait)
+	if l.probe > 0 && l.wait <= 0 {
+		// A mode with no queue of its own: a probe's waiters wait until
+		// it ends, which its controller bounds well within probeWait.
+		return probeWait
 	}
 	if l.overloaded(now) {
 		return l.target
@@ -709,8 +711,9 @@ func (l *Limiter) timeout(now time.Time) time.Duration {
 	return l.wait
 }
 
-// probeWait is the longest a request waits while a probe caps admission,
-// a bound the probe never reaches: it lifts its cap within seconds.
+// probeWait is the longest a request waits while a probe caps admission
+// in a mode with no queue of its own, a bound the probe never reaches: it
+// lifts its cap within seconds.
 const probeWait = time.Minute
 
 // nextCheck is when the queue must next be looked at: the head's deadline,
@@ -931,10 +934,11 @@ func (l *Limiter) sharesLocked() {
 // SetProbe caps admission at n from now, below the mode's limit (or
 // beside none), or lifts the cap with 0: a probe of the upstream, which
 // admits fewer for a few seconds to read what it serves with fewer
-// inside. Requests the cap holds back wait in the queue as if they had
-// been admitted, never rejected for it: the queue's bound counts only
-// those that would have waited without it, and neither the mode's wait
-// nor codel's target applies while it lasts (at most probeWait). A lower
+// inside. Requests the cap holds back wait in the mode's queue, within
+// its bounds (its size, its timeout, codel's target) as behind its limit:
+// a probe measures, it never suspends the shedding of an overload. In a
+// mode with no queue of its own (unbounded, its bulkhead failing fast or
+// none) they wait, never rejected for the cap, at most probeWait. A lower
 // cap is reached as admitted requests finish, none is cut short; a lifted
 // cap admits the waiters the mode's limit allows at once. It panics
 // unless Config.Probe was set.

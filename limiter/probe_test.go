@@ -32,8 +32,9 @@ func errString(err error) string {
 	return err.Error()
 }
 
-// A probe delays, it never rejects: requests the cap holds back wait
-// however the mode would have answered them, and a lifted cap admits them.
+// In a mode with no queue of its own a probe delays, it never rejects:
+// requests the cap holds back wait however the mode would have answered
+// them, and a lifted cap admits them.
 func TestProbeHoldsBackWithoutRejecting(t *testing.T) {
 	tests := []struct {
 		name string
@@ -49,10 +50,7 @@ func TestProbeHoldsBackWithoutRejecting(t *testing.T) {
 	}{
 		{"unbounded", Config{Mode: Unbounded, Probe: true}, 2, 4, nil, 4},
 		{"unbounded, a bulkhead of 4 that fails fast", Config{Mode: Unbounded, Bulkhead: 4, Probe: true}, 2, 2, ErrBulkheadFull, 2},
-		{"fixed, 4 workers and a queue of 1", Config{Mode: Fixed, Workers: 4, QueueSize: 1, QueueTimeout: time.Second, Probe: true}, 2, 3, ErrQueueFull, 2},
-		{"fixed, codel", Config{Mode: Fixed, Workers: 4, QueueSize: 10, QueueTimeout: time.Second, QueuePolicy: CoDel,
-			QueueTarget: 5 * time.Millisecond, QueueInterval: 10 * time.Millisecond, Probe: true}, 2, 4, nil, 2},
-		{"adaptive, open", Config{Mode: Adaptive, QueueSize: 1, QueueTimeout: time.Second, Probe: true}, 2, 4, nil, 4},
+		{"fixed, 4 workers and no queue", Config{Mode: Fixed, Workers: 4, Probe: true}, 2, 2, ErrQueueFull, 2},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -111,6 +109,73 @@ func TestProbeHoldsBackWithoutRejecting(t *testing.T) {
 				}
 				if s := l.Stats(); s.Probe != 0 {
 					t.Errorf("Stats().Probe = %d after SetProbe(0); want 0", s.Probe)
+				}
+			})
+		})
+	}
+}
+
+// In a mode with a queue, a probe's cap is a limit like the mode's own:
+// the queue's size bounds its waiters, and its timeout (or codel's
+// target, under a standing queue) ends their wait. A probe measures; it
+// never suspends the shedding of an overload.
+func TestProbeKeepsTheQueueBounds(t *testing.T) {
+	tests := []struct {
+		name string
+		cfg  Config
+		// waiting is how many of 6 wait under a cap of 2 (the rest beyond
+		// 2 are refused, full), and expire the error each waiter gets
+		// once past the wait.
+		waiting int
+		expire  error
+	}{
+		{"fixed, 4 workers and a queue of 1", Config{Mode: Fixed, Workers: 4, QueueSize: 1, QueueTimeout: time.Second, Probe: true}, 1, ErrQueueTimeout},
+		{"fixed, codel", Config{Mode: Fixed, Workers: 4, QueueSize: 10, QueueTimeout: time.Second, QueuePolicy: CoDel,
+			QueueTarget: 5 * time.Millisecond, QueueInterval: 10 * time.Millisecond, Probe: true}, 4, ErrQueueTimeout},
+		{"adaptive, open, a queue of 3", Config{Mode: Adaptive, QueueSize: 3, QueueTimeout: time.Second, Probe: true}, 3, ErrQueueTimeout},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				l := mustNew(t, tt.cfg)
+				l.SetProbe(2)
+				var waits []<-chan error
+				admitted, full := 0, 0
+				for range 6 {
+					ch := started(l)
+					select {
+					case err := <-ch:
+						switch {
+						case err == nil:
+							admitted++
+						case errors.Is(err, ErrQueueFull):
+							full++
+						default:
+							t.Fatalf("Acquire = %v; want admitted, waiting or the queue full", err)
+						}
+					default:
+						waits = append(waits, ch)
+					}
+				}
+				if admitted != 2 || len(waits) != tt.waiting || full != 4-tt.waiting {
+					t.Fatalf("under a cap of 2: %d admitted, %d waiting, %d full; want 2, %d, %d", admitted, len(waits), full, tt.waiting, 4-tt.waiting)
+				}
+				// Past the queue's timeout, with the cap still on: every
+				// waiter is answered by the mode's own bound.
+				time.Sleep(1500 * time.Millisecond)
+				synctest.Wait()
+				for _, ch := range waits {
+					select {
+					case err := <-ch:
+						if !errors.Is(err, tt.expire) {
+							t.Errorf("past the queue's timeout under a cap: Acquire = %v; want %v", err, tt.expire)
+						}
+					default:
+						t.Error("a waiter still waits past the queue's timeout under a probe's cap")
+					}
+				}
+				if s := l.Stats(); s.Queued != 0 || s.InFlight != 2 {
+					t.Errorf("Stats = %+v; want 2 in flight, none queued", s)
 				}
 			})
 		})
