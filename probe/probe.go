@@ -67,6 +67,16 @@ type Report struct {
 	// the throughput before the probe times the service time of the step
 	// below its knee (Little's law). 0 when Inconclusive.
 	Capacity float64
+	// Overrun is set when the probe began because requests were admitted
+	// faster than they were answered (Config.Overrun), without a measure
+	// before it: the throughput and load before are those of the overrun.
+	Overrun bool
+	// Fallback is, for a probe begun by an overrun that ended
+	// Inconclusive, the least cap at which the upstream served as much as
+	// before, or the first cap where no step was measured: admission was
+	// overrun above it, and a controller of the limit keeps it rather than
+	// open admission to the overrun again. 0 otherwise.
+	Fallback int
 	// Detail says what was seen, in a sentence.
 	Detail string
 }
@@ -81,13 +91,21 @@ type Config struct {
 	// queues inside is unknown, for want of a calmer load than now.
 	// Required.
 	Wanted func() bool
+	// Overrun reports whether a probe is wanted at once where requests
+	// have been admitted faster than the upstream answers them for
+	// overrunSpan, its answers a second flat: open arrivals above what it
+	// serves, whose queue inside grows by the second and whose clients
+	// give up while a probe waits for Wanted's ten seconds. Optional:
+	// without it, only Wanted starts a probe.
+	Overrun func() bool
 	// Probing is told when a probe starts (true) and ends: the estimate
 	// leaves that time out. Optional.
 	Probing func(on bool)
 	// Found is told of a probe that found the upstream queueing inside,
-	// before its cap is lifted: a controller of the limit sets its own
-	// first, so that the requests the probe held back do not all reach
-	// the upstream's queue again. Optional.
+	// or one begun by an overrun that has a Fallback, before its cap is
+	// lifted: a controller of the limit sets its own first, so that the
+	// requests the probe held back do not all reach the upstream's queue
+	// again. Optional.
 	Found func(Report)
 	// Begin is told when a step's answers start to be measured, and End
 	// when they stop, with the requests in flight on average and whether
@@ -165,6 +183,33 @@ const (
 	maxProbe = 40 * time.Second
 	// sampleEvery is how often admission's state is read.
 	sampleEvery = 50 * time.Millisecond
+	// watchEvery is how often admission is looked at between probes, for
+	// an overrun; overrunSpan is how long it must last, in overrunParts
+	// parts each of which grew what is held by overrunShare of its answers
+	// or more and by minOverrunGrowth: a jump of closed clients grows it
+	// in one part, and the upstream's own queue growing under open
+	// arrivals in every one. An open flood at 1.5 times what a pool
+	// serves grows what is held by half its answers a second.
+	watchEvery       = 250 * time.Millisecond
+	overrunSpan      = time.Second
+	overrunParts     = 4
+	overrunShare     = 0.1
+	minOverrunGrowth = 2
+	// overrunRise is how much more the answers of an overrun's second
+	// half may be than its first's: a healthy upstream taking on a load
+	// answers more as it holds more; an overrun one answers what it did.
+	overrunRise = 1.2
+	// leastSpan is how long the least service time is remembered between
+	// probes: an overrun from the first second leaves only its first
+	// answers unstretched.
+	leastSpan = 10 * time.Second
+	// overrunCap is the first cap of a probe begun by an overrun, as a
+	// share of what the upstream serves at once at the least service time
+	// seen (its answers a second times that): just below its knee where
+	// every request takes about as long, so that the first step already
+	// gives the capacity, and far below where service times spread, which
+	// such a step, plainly falling, tells at once and cheaply.
+	overrunCap = 0.8
 )
 
 // errGone ends a probe whose load went away or that ran out of time.
@@ -175,6 +220,7 @@ var errGone = errors.New("probe: the load went away")
 type Controller struct {
 	cfg    Config
 	n, ns  atomic.Int64 // answers, and their service time, since the last read
+	least  atomic.Int64 // the least service time since the last watch, ns; 0 for none
 	active atomic.Bool
 
 	mu      sync.Mutex
@@ -205,6 +251,14 @@ func New(cfg Config) (*Controller, error) {
 func (c *Controller) Record(service time.Duration) {
 	c.n.Add(1)
 	c.ns.Add(int64(service))
+	for {
+		// Past the first answers, few are the least: a load, rarely a
+		// swap.
+		least := c.least.Load()
+		if least != 0 && least <= int64(service) || c.least.CompareAndSwap(least, max(int64(service), 1)) {
+			return
+		}
+	}
 }
 
 // Active reports whether a probe caps admission now: another controller
@@ -219,22 +273,35 @@ func (c *Controller) Last() (Report, int) {
 	return c.last, c.reports
 }
 
-// Run probes when Wanted says so until ctx ends; a probe under way when it
-// ends lifts its cap.
+// Run probes when Wanted or Overrun says so until ctx ends; a probe under
+// way when it ends lifts its cap.
 func (c *Controller) Run(ctx context.Context) {
-	t := time.NewTicker(c.cfg.Every)
+	t := time.NewTicker(watchEvery)
 	defer t.Stop()
-	var next time.Time
+	var next, asked time.Time
+	var w watch
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case now := <-t.C:
-			if now.Before(next) || c.cfg.State().InFlight < MinLoad || !c.cfg.Wanted() {
+			st := c.cfg.State()
+			w.add(now, st.InFlight, c.n.Swap(0), c.ns.Swap(0), time.Duration(c.least.Swap(0)))
+			if now.Before(next) || st.InFlight < MinLoad {
 				continue
 			}
-			r := c.probe(ctx)
+			var from *overrun
+			if o, ok := w.overrun(); ok && c.cfg.Overrun != nil && c.cfg.Overrun() {
+				o.load = float64(st.InFlight)
+				from = &o
+			} else if now.Sub(asked) < c.cfg.Every {
+				continue
+			} else if asked = now; !c.cfg.Wanted() {
+				continue
+			}
+			r := c.probe(ctx, from)
 			next = r.End.Add(c.cfg.Quiet)
+			w = watch{}
 			c.mu.Lock()
 			c.last = r
 			c.reports++
@@ -247,12 +314,81 @@ func (c *Controller) Run(ctx context.Context) {
 				level = slog.LevelWarn
 			}
 			c.cfg.Logger.Log(context.Background(), level, "probe", "result", string(r.Result), "capacity", math.Round(r.Capacity*10)/10,
-				"steps", len(r.Steps), "seconds", math.Round(r.End.Sub(r.Start).Seconds()*10)/10, "detail", r.Detail)
+				"steps", len(r.Steps), "seconds", math.Round(r.End.Sub(r.Start).Seconds()*10)/10, "overrun", r.Overrun, "detail", r.Detail)
 			if c.cfg.OnReport != nil {
 				c.cfg.OnReport(r)
 			}
 		}
 	}
+}
+
+// watch is admission between probes, a sample every watchEvery over the
+// last leastSpan: what was held, and the answers since the sample before.
+type watch struct {
+	samples []watchSample
+}
+
+type watchSample struct {
+	at       time.Time
+	inFlight int64
+	n, ns    int64
+	least    time.Duration // 0 for no answer
+}
+
+func (w *watch) add(at time.Time, inFlight, n, ns int64, least time.Duration) {
+	if len(w.samples) > 0 && at.Sub(w.samples[0].at) > leastSpan {
+		w.samples = w.samples[1:]
+	}
+	w.samples = append(w.samples, watchSample{at: at, inFlight: inFlight, n: n, ns: ns, least: least})
+}
+
+// overrun is what an overrun showed: answers a second, their mean service
+// time, the least service time of leastSpan, and what was held at its end.
+type overrun struct {
+	throughput float64
+	service    time.Duration
+	least      time.Duration
+	load       float64
+}
+
+// overrun reports whether admission has outrun the answers over the last
+// overrunSpan (see overrunParts), and what it showed.
+func (w *watch) overrun() (overrun, bool) {
+	k := int(overrunSpan / watchEvery)
+	if len(w.samples) <= k {
+		return overrun{}, false
+	}
+	last := w.samples[len(w.samples)-k-1:]
+	per := k / overrunParts
+	var n, ns, firstHalf, secondHalf int64
+	for p := range overrunParts {
+		from, to := last[p*per], last[(p+1)*per]
+		var answers int64
+		for _, s := range last[p*per+1 : (p+1)*per+1] {
+			answers += s.n
+			ns += s.ns
+		}
+		n += answers
+		if p < overrunParts/2 {
+			firstHalf += answers
+		} else {
+			secondHalf += answers
+		}
+		grew := float64(to.inFlight - from.inFlight)
+		if grew < minOverrunGrowth || grew < overrunShare*float64(answers) {
+			return overrun{}, false
+		}
+	}
+	if n < minFellAnswers || float64(secondHalf) > overrunRise*float64(firstHalf) {
+		return overrun{}, false
+	}
+	o := overrun{throughput: float64(n) / last[len(last)-1].at.Sub(last[0].at).Seconds(), service: time.Duration(ns / n)}
+	for _, s := range w.samples {
+		if s.least > 0 && (o.least == 0 || s.least < o.least) {
+			o.least = s.least
+		}
+	}
+	return o, o.least > 0
 }
 
 // meter is what a measure saw: answers, their service time, and the
@@ -351,33 +487,46 @@ func (c *Controller) measure(ctx context.Context, deadline time.Time, limit time
 }
 
 // probe runs one probe and returns its report; the cap is lifted however
-// it ends.
-func (c *Controller) probe(ctx context.Context) (r Report) {
+// it ends. from is the overrun that began it, nil for none.
+func (c *Controller) probe(ctx context.Context, from *overrun) (r Report) {
 	r.Start = time.Now()
 	r.Result = Inconclusive
 	deadline := r.Start.Add(maxProbe)
 
-	// Before: what the upstream serves at the load it has.
-	before, err := c.measure(ctx, deadline, maxMeasureFloor*2, func(m *meter) bool {
-		return m.n >= minAnswers && m.elapsed >= max(minMeasure, 2*m.service())
-	})
-	r.End = time.Now()
-	if err != nil {
-		r.Detail = fmt.Sprintf("too few answers to measure: %d in %s", before.n, before.elapsed.Round(time.Millisecond))
-		return r
-	}
-	r.Load, r.Throughput, r.Service = before.load(), before.throughput(), before.service()
-	if before.growing() {
-		// Open arrivals above what is served: the queue inside grows, and
-		// only a count reads what is served. Its answers come in many
-		// batches there (each a service time apart, the queue many deep),
-		// so a batch more or less is noise.
-		r.Throughput = before.counted()
-	}
-	capAt := int(r.Load / 2)
-	if capAt < 1 {
-		r.Detail = fmt.Sprintf("%.1f in flight: too few to admit fewer", r.Load)
-		return r
+	var capAt int
+	if from != nil {
+		// An overrun is its own measure before: a count of what is served
+		// (Little's law reads the arrivals while the queue inside grows),
+		// and every second more of it adds to that queue. The first cap
+		// is near the knee, not half of what is held, which has grown
+		// past it by the second.
+		r.Overrun = true
+		r.Load, r.Throughput, r.Service = from.load, from.throughput, from.service
+		capAt = min(int(overrunCap*r.Throughput*from.least.Seconds()), int(r.Load/2))
+		capAt = max(capAt, 1)
+	} else {
+		// Before: what the upstream serves at the load it has.
+		before, err := c.measure(ctx, deadline, maxMeasureFloor*2, func(m *meter) bool {
+			return m.n >= minAnswers && m.elapsed >= max(minMeasure, 2*m.service())
+		})
+		r.End = time.Now()
+		if err != nil {
+			r.Detail = fmt.Sprintf("too few answers to measure: %d in %s", before.n, before.elapsed.Round(time.Millisecond))
+			return r
+		}
+		r.Load, r.Throughput, r.Service = before.load(), before.throughput(), before.service()
+		if before.growing() {
+			// Open arrivals above what is served: the queue inside grows,
+			// and only a count reads what is served. Its answers come in
+			// many batches there (each a service time apart, the queue
+			// many deep), so a batch more or less is noise.
+			r.Throughput = before.counted()
+		}
+		capAt = int(r.Load / 2)
+		if capAt < 1 {
+			r.Detail = fmt.Sprintf("%.1f in flight: too few to admit fewer", r.Load)
+			return r
+		}
 	}
 
 	c.active.Store(true)
@@ -398,6 +547,18 @@ func (c *Controller) probe(ctx context.Context) (r Report) {
 			r.Detail = fmt.Sprintf("stopped at a cap of %d: %v", capAt, err)
 			if errors.Is(err, errGone) {
 				r.Detail = fmt.Sprintf("stopped at a cap of %d: the load went away, or the upstream answered too little to measure", capAt)
+			}
+			if r.Overrun && ctx.Err() == nil {
+				// Overrun above the caps that held, and perhaps at this
+				// one: a limit stays, and learns from there.
+				r.Fallback = capAt
+				if len(r.Steps) > 0 {
+					r.Fallback = r.Steps[len(r.Steps)-1].Cap
+				}
+				r.Detail += fmt.Sprintf("; admission was overrun, and stays limited at %d", r.Fallback)
+				if c.cfg.Found != nil {
+					c.cfg.Found(r)
+				}
 			}
 			return r
 		}

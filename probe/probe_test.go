@@ -46,6 +46,13 @@ type rig struct {
 // last is answered, and a probe that is wanted until it has reported.
 func newRig(t *testing.T, ctx, clientsCtx context.Context, u *upstream, clients int, mode limiter.Config) *rig {
 	t.Helper()
+	return newRigOverrun(t, ctx, clientsCtx, u, clients, mode, false)
+}
+
+// newRigOverrun is newRig with the probe wanted at once on an overrun too,
+// if overrun is set, as the sidecar has it in adaptive mode.
+func newRigOverrun(t *testing.T, ctx, clientsCtx context.Context, u *upstream, clients int, mode limiter.Config, overrun bool) *rig {
+	t.Helper()
 	if u.size > 0 {
 		u.workers = make(chan struct{}, u.size)
 	}
@@ -67,6 +74,11 @@ func newRig(t *testing.T, ctx, clientsCtx context.Context, u *upstream, clients 
 			r.mu.Lock()
 			defer r.mu.Unlock()
 			return len(r.reports) == 0 && time.Since(r.began) >= 10*time.Second
+		},
+		Overrun: func() bool {
+			r.mu.Lock()
+			defer r.mu.Unlock()
+			return overrun && len(r.reports) == 0
 		},
 		End: func(load float64, below bool) {
 			if below {
@@ -266,6 +278,105 @@ func TestProbeOnlyWhenWanted(t *testing.T) {
 		cancel()
 		synctest.Wait()
 	})
+}
+
+// openArrivals sends rate requests a second through r's limiter to up
+// until ctx ends, each when due whatever became of the ones before, and
+// reports each answer's latency from when it was due (admission's wait
+// and the upstream's) to answered.
+func openArrivals(ctx context.Context, r *rig, up *upstream, rate float64, answered func(time.Duration)) {
+	rng := rand.New(rand.NewPCG(5, 6))
+	tick := time.NewTicker(time.Duration(float64(time.Second) / rate))
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		// A generator of its own for each request: a rand.Rand is not
+		// safe for concurrent use.
+		seed := rng.Uint64()
+		go func() {
+			due := time.Now()
+			if err := r.lim.Acquire(ctx, 0); err != nil {
+				if ctx.Err() == nil {
+					r.rejected.Add(1)
+				}
+				return
+			}
+			start := time.Now()
+			up.serve(rand.New(rand.NewPCG(seed, 6)))
+			r.ctrl.Record(time.Since(start))
+			r.lim.Release(0)
+			r.answers.Add(1)
+			if answered != nil {
+				answered(time.Since(due))
+			}
+		}()
+	}
+}
+
+// Open arrivals at 1.5 times what the upstream serves from the first
+// second, in adaptive mode with a queue timeout of 1 s: the overrun starts
+// the probe within seconds, not after Wanted's ten, its first cap near the
+// knee rather than at half of what is held, and the queue's bounds shed
+// the excess all along.
+func TestProbeOfAnOverrun(t *testing.T) {
+	ms := time.Millisecond
+	tests := []struct {
+		name     string
+		up       upstream
+		rate     float64
+		capacity float64
+	}{
+		{"a pool of 30 at 100 ms, 450 a second", upstream{size: 30, service: around(100 * ms)}, 450, 30},
+		{"a pool of 30 spread 20-200 ms, 400 a second", upstream{size: 30, service: func(rng *rand.Rand) time.Duration {
+			return 20*ms + time.Duration(rng.Float64()*float64(180*ms))
+		}}, 400, 30},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				ctx, cancel := context.WithCancel(context.Background())
+				defer cancel()
+				up := tt.up
+				r := newRigOverrun(t, ctx, ctx, &up, 0, limiter.Config{Mode: limiter.Adaptive, QueueSize: 10000, QueueTimeout: time.Second}, true)
+				go openArrivals(ctx, r, &up, tt.rate, nil)
+				var rep Report
+				for {
+					time.Sleep(time.Second)
+					var ok bool
+					if rep, ok = r.report(); ok || time.Since(r.began) > time.Minute {
+						break
+					}
+				}
+				waiting := r.lim.Stats().Queued
+				cancel()
+				time.Sleep(30 * time.Second)
+				t.Logf("%s in %s from %s: %+v", rep.Result, rep.End.Sub(rep.Start).Round(time.Millisecond), rep.Start.Sub(r.began).Round(time.Millisecond), rep)
+				if rep.Result != Queueing || !rep.Overrun || math.Abs(rep.Capacity-tt.capacity) > 0.15*tt.capacity {
+					t.Fatalf("result %q (overrun %v), capacity %.1f (%s); want queueing from an overrun, %.0f within 15%%", rep.Result, rep.Overrun, rep.Capacity, rep.Detail, tt.capacity)
+				}
+				// A second of overrun after the first answers, and a sample's
+				// lag.
+				if at := rep.Start.Sub(r.began); at > 2*time.Second {
+					t.Errorf("the probe began %s after the first request; want within 2 s", at)
+				}
+				if at := rep.End.Sub(r.began); at > 10*time.Second {
+					t.Errorf("the probe ended %s after the first request; want within 10 s", at)
+				}
+				// The queue's timeout kept shedding: what waited at the end
+				// is at most a second of arrivals, and some were shed.
+				if waiting > int64(tt.rate) {
+					t.Errorf("%d waiting at the end; want at most a second's arrivals, %.0f", waiting, tt.rate)
+				}
+				if r.rejected.Load() == 0 {
+					t.Error("nothing rejected under an overload of open arrivals; want the queue's timeout to shed")
+				}
+			})
+		})
+	}
 }
 
 // Open arrivals a fifth above what a pool of 20 at 100 ms serves, from the

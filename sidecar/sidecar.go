@@ -526,15 +526,36 @@ func (s *Sidecar) newProbe(lim *limiter.Limiter) (*probe.Controller, error) {
 			e := f.Estimate
 			return f.Span >= probeAfter && f.Requests >= advice.MinRequests && (e.NeverCalm || !math.IsNaN(e.CapacityAtMost))
 		},
+		Overrun: func() bool {
+			// Requests admitted faster than they are answered, for a
+			// second: in adaptive mode with admission open, at once, for a
+			// limit before the upstream's queue grows past what clients
+			// wait for (the controller limits such a load itself within
+			// two ticks, where it saw the upstream calm before). Outside
+			// adaptive mode the probe only informs the advice, and waits
+			// for Wanted.
+			if s.adaptive == nil || s.adaptive.Limit() > 0 {
+				return false
+			}
+			e := s.advisor.Snapshot().Figures.Estimate
+			return !e.Saturated || math.IsNaN(e.Capacity)
+		},
 		Probing: s.advisor.Probing,
 		Found: func(r probe.Report) {
 			// In adaptive mode the limit takes over from the probe's cap
 			// before it is lifted: otherwise every request it held back
 			// would reach the upstream's queue again until the next tick.
-			if s.adaptive != nil {
-				below := r.Steps[len(r.Steps)-1].Load
-				s.adaptive.Found(r.Capacity, below, "a probe found the upstream queueing inside: "+r.Detail)
+			if s.adaptive == nil {
+				return
 			}
+			if r.Result != probe.Queueing {
+				// Begun by an overrun, and ended before a step below the
+				// knee: never open admission to the overrun again.
+				s.adaptive.Found(float64(r.Fallback), 0, "a probe of an overrun ended without a capacity: "+r.Detail)
+				return
+			}
+			below := r.Steps[len(r.Steps)-1].Load
+			s.adaptive.Found(r.Capacity, below, "a probe found the upstream queueing inside: "+r.Detail)
 		},
 		Begin:    s.advisor.BeginStep,
 		End:      s.advisor.EndStep,
