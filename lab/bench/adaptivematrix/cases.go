@@ -186,6 +186,15 @@ func Cases() []Case {
 				{Duration: 20 * s, Rate: 750, Path: wait, Truth: pool(50)},
 			},
 		},
+		{
+			// Open arrivals do not slow down when answers do: from the
+			// first second the upstream's own queue grows by 150 a second,
+			// and every second without a limit adds half a second to the
+			// wait of those behind it.
+			Name: "open-peak", Description: "open arrivals at 1.5× capacity from the first second: 450 a second at a hidden pool of 30 at 100 ms (300 a second); queue waits bounded at 1 s",
+			Pool: 30, Oracle: 30, QueueTimeout: time.Second, Within: 30 * s, P99Margin: 0.5,
+			Phases: []Phase{{Duration: 45 * s, Rate: 450, Path: wait, Truth: pool(30)}},
+		},
 	}
 }
 

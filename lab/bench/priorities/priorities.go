@@ -16,6 +16,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -25,12 +26,15 @@ import (
 	"github.com/loomgate/loomgate/lab/stub"
 )
 
-// Class is closed-loop clients on one path, with a header of their own.
+// Class is closed-loop clients on one path, with a header of their own,
+// or, with Rate, open arrivals there: requests a second, each sent when
+// due whatever became of the ones before.
 type Class struct {
 	Name    string
 	Path    string
 	Header  map[string]string
 	Clients int
+	Rate    float64
 }
 
 // Arm is one configuration of the sidecar in front of the case's stub.
@@ -41,6 +45,9 @@ type Arm struct {
 	// seen at a peak needs its probe's seconds before it has a limit to
 	// order, whatever warm-up the other arms are given.
 	Warmup time.Duration
+	// Only, if set, names the classes this arm runs: the others' load is
+	// left out, as a baseline of those alone.
+	Only []string
 }
 
 // Case is one experiment: its classes run side by side through each arm.
@@ -52,6 +59,10 @@ type Case struct {
 	// Fairness reports Jain's index over the classes' goodput: they are
 	// tenants that ought to get equal shares.
 	Fairness bool
+	// Warmup, if set, is every arm's, whatever the run's and the arms'
+	// say: a case whose load is at its peak from the first second is
+	// measured from about then.
+	Warmup time.Duration
 }
 
 // Options bound a run. Zero fields take the defaults given.
@@ -113,7 +124,31 @@ func Cases() []Case {
 		s.FlowKey = "header:X-Tenant"
 		return s
 	}
+	// A flood of open arrivals, which do not slow down when answers do, at
+	// 2.5 times what a pool of 30 at 50 ms serves (600 a second), from the
+	// first second, beside closed clients of a critical route.
+	const floodPool, floodRate = 30, 1500
+	floodStub := stub.Config{Pool: floodPool, DBPool: 100_000}
+	checkout := Class{Name: "critical", Path: "/wait?ms=" + strconv.Itoa(delay), Clients: 20}
+	search := Class{Name: "flood", Path: "/db?ms=" + strconv.Itoa(delay), Rate: floodRate}
+	withQueue := func(s bench.Sidecar) bench.Sidecar {
+		s.QueueTimeout = time.Second
+		return s
+	}
 	return []Case{
+		{
+			Name: "open-flood",
+			Description: fmt.Sprintf("a pool of %d at %d ms (%d rps); %d critical clients beside an open flood of %d a second on a sheddable route from the first second, queue waits bounded at 1 s",
+				floodPool, delay, floodPool*1000/delay, checkout.Clients, floodRate),
+			Stub:    floodStub,
+			Classes: []Class{checkout, search},
+			Warmup:  time.Second,
+			Arms: []Arm{
+				{Label: "critical alone, adaptive, priorities", Sidecar: withQueue(with(adaptive, levels, "")), Only: []string{checkout.Name}},
+				{Label: "fixed 30, priorities", Sidecar: withQueue(with(bench.Sidecar{Mode: "fixed", Workers: floodPool, Routes: routes}, levels, ""))},
+				{Label: "adaptive, priorities", Sidecar: withQueue(with(adaptive, levels, ""))},
+			},
+		},
 		{
 			Name: "flood",
 			Description: fmt.Sprintf("a pool of %d at %d ms (%d rps) behind the sidecar; %d critical clients (half the capacity) beside %d on a sheddable batch",
@@ -171,7 +206,11 @@ func Run(ctx context.Context, c Case, l bench.Launcher, opts Options) ([]Result,
 	var results []Result
 	for i, arm := range c.Arms {
 		label := fmt.Sprintf("[%d/%d] %s %s", i+1, len(c.Arms), c.Name, arm.Label)
-		res, err := runArm(ctx, c, arm, l, max(warmup, arm.Warmup), window)
+		w := max(warmup, arm.Warmup)
+		if c.Warmup > 0 {
+			w = c.Warmup
+		}
+		res, err := runArm(ctx, c, arm, l, w, window)
 		if err != nil {
 			return results, fmt.Errorf("%s: %w", label, err)
 		}
@@ -191,15 +230,29 @@ func runArm(ctx context.Context, c Case, arm Arm, l bench.Launcher, warmup, wind
 		return Result{}, fmt.Errorf("launch: %w", err)
 	}
 	defer stop()
-	byClass := make([]bench.Result, len(c.Classes))
-	errs := make([]error, len(c.Classes))
+	var classes []Class
+	for _, cl := range c.Classes {
+		if len(arm.Only) == 0 || slices.Contains(arm.Only, cl.Name) {
+			classes = append(classes, cl)
+		}
+	}
+	byClass := make([]ClassResult, len(classes))
+	errs := make([]error, len(classes))
 	var wg sync.WaitGroup
-	for i, cl := range c.Classes {
+	for i, cl := range classes {
 		wg.Go(func() {
-			byClass[i], errs[i] = bench.Run(ctx, bench.Config{
+			if cl.Rate > 0 {
+				r, err := bench.RunOpen(ctx, bench.OpenConfig{
+					URL: t.URL + cl.Path, Rate: cl.Rate, Warmup: warmup, Window: window, Label: cl.Name,
+				})
+				byClass[i], errs[i] = ClassResult{Class: cl.Name, RPS: r.Throughput, P50: r.P50, P99: r.P99, Errors: r.Counts.Total() - r.Counts.OK}, err
+				return
+			}
+			r, err := bench.Run(ctx, bench.Config{
 				URL: t.URL + cl.Path, Concurrency: cl.Clients, Header: cl.Header,
 				Warmup: warmup, Window: window, Label: cl.Name,
 			})
+			byClass[i], errs[i] = ClassResult{Class: cl.Name, RPS: r.RPS, P50: r.P50, P99: r.P99, Errors: r.Errors.Total()}, err
 		})
 	}
 	wg.Wait()
@@ -208,8 +261,8 @@ func runArm(ctx context.Context, c Case, arm Arm, l bench.Launcher, warmup, wind
 	}
 	res := Result{Case: c.Name, Arm: arm.Label}
 	var sum, squares float64
-	for i, r := range byClass {
-		res.Classes = append(res.Classes, ClassResult{Class: c.Classes[i].Name, RPS: r.RPS, P50: r.P50, P99: r.P99, Errors: r.Errors.Total()})
+	for _, r := range byClass {
+		res.Classes = append(res.Classes, r)
 		sum += r.RPS
 		squares += r.RPS * r.RPS
 	}
@@ -245,8 +298,16 @@ func WriteMarkdown(w io.Writer, results []Result) error {
 			j++
 		}
 		rows := results[i:j]
+		// The columns are the classes of the arm that ran the most: an
+		// arm that ran some alone leaves the others' blank.
+		cols := rows[0].Classes
+		for _, r := range rows {
+			if len(r.Classes) > len(cols) {
+				cols = r.Classes
+			}
+		}
 		fmt.Fprintf(&b, "### %s\n\n| arm |", c)
-		for _, cl := range rows[0].Classes {
+		for _, cl := range cols {
 			fmt.Fprintf(&b, " %s rps | %s p99 |", cl.Class, cl.Class)
 		}
 		b.WriteString(" total rps |")
@@ -255,15 +316,20 @@ func WriteMarkdown(w io.Writer, results []Result) error {
 			b.WriteString(" Jain's index |")
 		}
 		b.WriteString("\n|---|")
-		b.WriteString(strings.Repeat("---:|", 2*len(rows[0].Classes)+1))
+		b.WriteString(strings.Repeat("---:|", 2*len(cols)+1))
 		if fair {
 			b.WriteString("---:|")
 		}
 		b.WriteString("\n")
 		for _, r := range rows {
 			fmt.Fprintf(&b, "| %s |", r.Arm)
-			for _, cl := range r.Classes {
-				fmt.Fprintf(&b, " %.0f | %s |", cl.RPS, roundMs(cl.P99))
+			for _, col := range cols {
+				i := slices.IndexFunc(r.Classes, func(cl ClassResult) bool { return cl.Class == col.Class })
+				if i < 0 {
+					b.WriteString(" – | – |")
+					continue
+				}
+				fmt.Fprintf(&b, " %.0f | %s |", r.Classes[i].RPS, roundMs(r.Classes[i].P99))
 			}
 			fmt.Fprintf(&b, " %.0f |", r.Total)
 			if fair {
