@@ -449,10 +449,12 @@ func (w *window) historyPoints(now time.Time) (ps, calm []point) {
 			}
 			p.class[c] = classPoint{n: t.n, mean: t.service / time.Duration(t.n), p25: p25, p50: p50, p99: p99, x: float64(t.n) / span.Seconds()}
 		}
-		// The sampler's time average where it ran; Little's law on the
+		// The sampler's average while requests were in flight, where it
+		// ran: idle seconds (between bursts, after a peak) would dilute
+		// the load the answers were served at. Little's law on the
 		// answers where it did not.
-		if b.samples > 0 {
-			p.load = float64(b.inFlightSum) / float64(b.samples)
+		if b.busySamples > 0 {
+			p.load = float64(b.busyInFlightSum) / float64(b.busySamples)
 		} else {
 			p.load = busy.Seconds() / span.Seconds()
 		}
@@ -467,6 +469,10 @@ func (w *window) historyPoints(now time.Time) (ps, calm []point) {
 		}
 		if b.probed {
 			// A probe's doing: its steps below stand for it.
+			continue
+		}
+		if w.drained(n, b) {
+			// Its answers are partly a load that fell, not its own.
 			continue
 		}
 		if p.mixed {

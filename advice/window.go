@@ -55,8 +55,10 @@ type bucket struct {
 	queueSum  time.Duration
 	service   time.Duration // sum, of every admitted request
 
-	// Admission state read by the sampler.
+	// Admission state read by the sampler; busy, the samples with a
+	// request in flight, and what they held.
 	samples, inFlightSum, queuedSum int64
+	busySamples, busyInFlightSum    int64
 
 	class [classes]classTotals
 	// p25, p50 and p99 are each class's quantiles of service time, kept
@@ -70,6 +72,11 @@ type bucket struct {
 	// service times are the probe's doing, read from its steps instead,
 	// and the estimate leaves the bucket out.
 	probed bool
+	// lastLoad is the load of the bucket's last second, kept with its
+	// summary for the next bucket's drain (see draining); drained is set
+	// once summarised if the bucket held one.
+	lastLoad float64
+	drained  bool
 }
 
 // calmClass is one class's answers in the calm seconds of a mixed bucket,
@@ -184,7 +191,7 @@ func (w *window) current(n int64) (*bucket, *live) {
 		// what the estimate needs of them.
 		if l.n >= 0 {
 			if old := &w.buckets[l.n%historyBuckets]; old.n == l.n {
-				summarise(old, l, w.rampSeconds(l.n))
+				summarise(old, l, w.rampSeconds(l.n), w.lastLoad(l.n-1))
 			}
 		}
 		*l = live{n: n}
@@ -196,8 +203,11 @@ func (w *window) current(n int64) (*bucket, *live) {
 }
 
 // summarise keeps the class quartiles of b from its histograms, and its
-// calm part's.
-func summarise(b *bucket, l *live, ramp int) {
+// calm part's, and whether it held a drain after a load of before in the
+// second before it.
+func summarise(b *bucket, l *live, ramp int, before float64) {
+	b.drained = draining(l, before)
+	b.lastLoad = secondLoad(&l.sec[subBuckets-1])
 	for c := range b.class {
 		if b.class[c].n > 0 {
 			b.p25[c] = hist.Duration(hist.Quantile(0.25, hist.Bounds[:], l.classHist[c][:]))
@@ -212,6 +222,79 @@ func summarise(b *bucket, l *live, ramp int) {
 		b.calm[c] = calmClass{n: uint32(min(cp.n, math.MaxUint32)), unresolved: cp.unresolved,
 			mean: micros(cp.mean), p25: micros(cp.p25), p50: micros(cp.p50), p99: micros(cp.p99), x: float32(cp.x)}
 	}
+}
+
+// A transition is not a calmer load. Where the load falls (a peak ends,
+// a burst of clients stops), the requests answered in the seconds after
+// were admitted before, at the load that fell, and took as long as it
+// made them: beside the lower load they would read as an upstream that
+// does not slow down. drainFall is how far a second's load must fall from
+// the second before it, and drainLeast by how many requests, and
+// drainService how long its answers must have taken on average, for the
+// second to hold a drain: a tenth or more of them admitted before the
+// fall.
+const (
+	drainFall    = LoadRise
+	drainLeast   = 4
+	drainService = 100 * time.Millisecond
+)
+
+// draining reports whether a second of l holds a drain (see drainFall),
+// before being the load of the second before l's first.
+func draining(l *live, before float64) bool {
+	prev := before
+	for i := range l.sec {
+		s := &l.sec[i]
+		load := secondLoad(s)
+		var t classTotals
+		for c := range s.class {
+			t.n += s.class[c].n
+			t.service += s.class[c].service
+		}
+		if prev >= drainFall*load && prev-load >= drainLeast && t.n > 0 && t.service/time.Duration(t.n) >= drainService {
+			return true
+		}
+		prev = load
+	}
+	return false
+}
+
+// secondLoad is a second's requests in flight, on average over its
+// samples, or by Little's law on its answers where the sampler did not
+// run.
+func secondLoad(s *second) float64 {
+	if s.samples > 0 {
+		return float64(s.inFlightSum) / float64(s.samples)
+	}
+	var busy time.Duration
+	for c := range s.class {
+		busy += s.class[c].service
+	}
+	return busy.Seconds()
+}
+
+// lastLoad is the load of bucket n's last second, 0 where it is not
+// known. The caller holds w.mu.
+func (w *window) lastLoad(n int64) float64 {
+	if n < 0 {
+		return 0
+	}
+	if l := &w.live[n%WindowBuckets]; l.n == n {
+		return secondLoad(&l.sec[subBuckets-1])
+	}
+	if b := &w.buckets[n%historyBuckets]; b.n == n {
+		return b.lastLoad
+	}
+	return 0
+}
+
+// drained reports whether bucket b, number n, held a drain (see
+// draining). The caller holds w.mu.
+func (w *window) drained(n int64, b *bucket) bool {
+	if l := &w.live[n%WindowBuckets]; l.n == n {
+		return draining(l, w.lastLoad(n-1))
+	}
+	return b.drained
 }
 
 func micros(d time.Duration) uint32 { return uint32(min(max(d.Microseconds(), 0), math.MaxUint32)) }
@@ -478,6 +561,10 @@ func (w *window) sample(now time.Time, inFlight, queued int64) bool {
 	b.samples++
 	b.inFlightSum += inFlight
 	b.queuedSum += queued
+	if inFlight > 0 {
+		b.busySamples++
+		b.busyInFlightSum += inFlight
+	}
 	l.sec[sec].samples++
 	l.sec[sec].inFlightSum += inFlight
 	return true

@@ -1,0 +1,64 @@
+package advice
+
+import (
+	"strings"
+	"testing"
+	"time"
+)
+
+// A transition is not a calmer load. Read just after a peak ends, or
+// between the bursts of a load that comes and goes, the seconds in which
+// fewer requests are held are those admitted at the peak still draining:
+// their service times are the peak's, and held beside a lower load they
+// would read as an upstream that does not slow down. The advice must not
+// say the upstream is unsaturated, nor a lower bound above its capacity.
+func TestTransitionIsNotCalm(t *testing.T) {
+	ms := time.Millisecond
+	s := time.Second
+	bursts := func(on, off time.Duration, clients int, total time.Duration) []synthPhase {
+		var ps []synthPhase
+		for d := time.Duration(0); d < total; d += on + off {
+			ps = append(ps, synthPhase{on, []int{clients}, nil}, synthPhase{off, []int{0}, nil})
+		}
+		return ps
+	}
+	tests := []struct {
+		name  string
+		s     synth
+		truth float64
+	}{
+		{name: "the end of a peak: a pool of 37 at 80 ms, 300 clients, then none", truth: 37, s: synth{
+			routes: []synthRoute{{path: "/wait", lo: 78 * ms, hi: 82 * ms, pool: 0}}, pools: []int{37},
+			phases: []synthPhase{{45 * s, []int{300}, nil}, {3 * s, []int{0}, nil}}}},
+		{name: "the end of a peak, read 7 s after", truth: 37, s: synth{
+			routes: []synthRoute{{path: "/wait", lo: 78 * ms, hi: 82 * ms, pool: 0}}, pools: []int{37},
+			phases: []synthPhase{{45 * s, []int{300}, nil}, {7 * s, []int{0}, nil}}}},
+		{name: "bursts of 200 clients, 5 s on and 5 s off, at a pool of 40 at 100 ms", truth: 40, s: synth{
+			routes: []synthRoute{{path: "/wait", lo: 98 * ms, hi: 102 * ms, pool: 0}}, pools: []int{40},
+			phases: bursts(5*s, 5*s, 200, 60*s)}},
+		{name: "bursts of 200 clients, 3 s on and 2 s off, at a pool of 40 at 100 ms", truth: 40, s: synth{
+			routes: []synthRoute{{path: "/wait", lo: 98 * ms, hi: 102 * ms, pool: 0}}, pools: []int{40},
+			phases: bursts(3*s, 2*s, 200, 60*s)}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			snap := tt.s.play(t)
+			e := snap.Figures.Estimate
+			text := snap.Text()
+			if !e.Saturated && e.SaturationUnknown == "" {
+				t.Errorf("upstream not saturated, with no doubt; want saturated or unknown (%+v)\n%s", e, text)
+			}
+			if e.LowerBound > 1.15*tt.truth {
+				t.Errorf("LowerBound = %.0f; above the capacity %.0f\n%s", e.LowerBound, tt.truth, text)
+			}
+			if e.Saturated && isKnown(e.Capacity) && (e.Capacity < 0.85*tt.truth || e.Capacity > 1.15*tt.truth) {
+				t.Errorf("Capacity = %.1f; want %.0f within 15%%, or unknown", e.Capacity, tt.truth)
+			}
+			for _, wrong := range []string{"not saturated", "keep the simpler one"} {
+				if strings.Contains(text, wrong) {
+					t.Errorf("the advice says %q:\n%s", wrong, text)
+				}
+			}
+		})
+	}
+}
