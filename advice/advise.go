@@ -598,10 +598,15 @@ func capacityText(e Estimate) string {
 	if !isKnown(e.Capacity) {
 		return e.Unknown
 	}
+	text := fmt.Sprintf("%.0f (%.0f to %.0f)", e.Capacity, e.CapacityLow, e.CapacityHigh)
 	if math.Round(e.CapacityLow) == math.Round(e.CapacityHigh) {
-		return fmt.Sprintf("%.0f", e.Capacity)
+		text = fmt.Sprintf("%.0f", e.Capacity)
 	}
-	return fmt.Sprintf("%.0f (%.0f to %.0f)", e.Capacity, e.CapacityLow, e.CapacityHigh)
+	if e.CapacityAge > 0 {
+		// What held when it last queued: the upstream may have changed.
+		text += fmt.Sprintf(", as of %s ago, when it last queued inside", e.CapacityAge.Round(time.Second))
+	}
+	return text
 }
 
 func quoted(names []string) []string {

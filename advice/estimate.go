@@ -99,6 +99,12 @@ type Estimate struct {
 	// inside; CapacityLow and CapacityHigh are the least and most of those
 	// buckets. NaN when unknown: it never queued in History.
 	Capacity, CapacityLow, CapacityHigh float64
+	// CapacityAge is how long ago the upstream was last seen queueing
+	// inside, in the buckets the capacity is read from: the capacity is
+	// what held then. 0 when it queues now, or the capacity is unknown.
+	CapacityAge time.Duration
+	// capacityAt is the bucket the upstream was last seen queueing in.
+	capacityAt int64
 	// CapacityAtMost is, when Capacity is unknown but the upstream was
 	// seen queueing inside, the most its capacity can be: what it served
 	// at once, counted at its calmest speed seen, which may itself have
@@ -390,7 +396,12 @@ func estimate(points, calm []point, liveFrom int64) (Estimate, [classes]routeEst
 	// Counted in baseline service times that may themselves be stretched,
 	// what is served at once is the capacity or the baseline's load,
 	// whichever is more: then it is only the most the capacity can be.
+	// The capacity that holds now: what was served in the last
+	// recentBuckets of queueing, not over History, whose older buckets are
+	// of an upstream that may have changed since (a pool shrunk from 60 to
+	// 20 read as 66 for minutes after).
 	var served []float64
+	var at []int64
 	sure := true
 	for i, p := range points {
 		if !allQueue(p, i, queues) {
@@ -404,6 +415,15 @@ func estimate(points, calm []point, liveFrom int64) (Estimate, [classes]routeEst
 			}
 		}
 		served = append(served, w)
+		at = append(at, p.n)
+	}
+	if len(at) > 0 {
+		e.capacityAt = at[len(at)-1]
+		from := 0
+		for from < len(at) && at[from] < e.capacityAt-recentBuckets {
+			from++
+		}
+		served = served[from:]
 	}
 	switch {
 	case len(served) > 0 && (sure || median(served) < 1.5):
@@ -475,6 +495,11 @@ func estimate(points, calm []point, liveFrom int64) (Estimate, [classes]routeEst
 	}
 	return e, routes
 }
+
+// recentBuckets is how many buckets before the last one in which the
+// upstream queued inside the capacity is read from: half a minute, a few
+// buckets for a median, and a change of the upstream followed within it.
+const recentBuckets = 6
 
 // allQueue reports whether every class with enough answers in p, point i,
 // queues, and at least one has.

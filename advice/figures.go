@@ -175,6 +175,11 @@ func (w *window) figures(now time.Time, names []string) Figures {
 
 	points, calm := w.historyPoints(now)
 	e, routes := estimate(points, calm, from)
+	if isKnown(e.Capacity) && cur > e.capacityAt+1 {
+		// Not queueing in the last bucket or the one before: the
+		// capacity is what held when it last did.
+		e.CapacityAge = time.Duration(cur-e.capacityAt) * BucketWidth
+	}
 	f.Estimate = e
 	var busy, answered []float64
 	for c := range class {

@@ -43,6 +43,10 @@ type synth struct {
 	// waiting in its queue.
 	settings Settings
 	phases   []synthPhase
+	// resize, if set, gives pools new sizes as the phase of that index
+	// starts: a pool shrunk serves no more than its new size from then on,
+	// its requests above it finishing first.
+	resize map[int][]int
 	// answered, if set, is told of each answer: when its request arrived,
 	// since the start, and how long it took, queue and service.
 	answered func(arrived, latency time.Duration)
@@ -155,6 +159,17 @@ func (s synth) run(a *Advisor, inFlight, queued *atomic.Int64) {
 		now = e.at
 		switch e.kind {
 		case 2:
+			if sizes, ok := s.resize[phase]; ok {
+				s.pools = sizes
+				for p := range poolQ {
+					for busy[p] < s.pools[p] && len(poolQ[p]) > 0 {
+						next := poolQ[p][0]
+						poolQ[p] = poolQ[p][1:]
+						busy[p]++
+						serve(next)
+					}
+				}
+			}
 			want = s.phases[phase].clients
 			if want == nil {
 				want = make([]int, len(s.routes))
@@ -186,7 +201,7 @@ func (s synth) run(a *Advisor, inFlight, queued *atomic.Int64) {
 			admitted--
 			if p := s.routes[q.route].pool; p >= 0 {
 				busy[p]--
-				if len(poolQ[p]) > 0 {
+				if len(poolQ[p]) > 0 && busy[p] < s.pools[p] {
 					next := poolQ[p][0]
 					poolQ[p] = poolQ[p][1:]
 					busy[p]++

@@ -62,3 +62,32 @@ func TestTransitionIsNotCalm(t *testing.T) {
 		})
 	}
 }
+
+// A capacity is the one that holds now. A pool of 60 shrunk to 20 under
+// the same 200 clients: 40 s after, the capacity said is the new pool's
+// within 15%, not a median of fifteen minutes that remembers the old one.
+// Read after the load has gone for a minute, it is said with its age.
+func TestCapacityFollowsAShrunkPool(t *testing.T) {
+	ms := time.Millisecond
+	s := time.Second
+	play := func(phases []synthPhase) Snapshot {
+		return synth{
+			routes: []synthRoute{{path: "/wait", lo: 98 * ms, hi: 102 * ms, pool: 0}}, pools: []int{60},
+			phases: phases, resize: map[int][]int{2: {20}},
+		}.play(t)
+	}
+	lead := synthPhase{20 * s, []int{10}, nil}
+	snap := play([]synthPhase{lead, {60 * s, []int{200}, nil}, {40 * s, []int{200}, nil}})
+	e := snap.Figures.Estimate
+	if !e.Saturated || !isKnown(e.Capacity) || e.Capacity < 0.85*20 || e.Capacity > 1.15*20 {
+		t.Fatalf("40 s after the pool of 60 shrank to 20: saturated %v, capacity %.1f; want saturated, 20 within 15%%\n%s", e.Saturated, e.Capacity, snap.Text())
+	}
+	if e.CapacityAge != 0 {
+		t.Errorf("CapacityAge = %s while it queues; want 0", e.CapacityAge)
+	}
+	snap = play([]synthPhase{lead, {60 * s, []int{200}, nil}, {40 * s, []int{200}, nil}, {40 * s, []int{10}, nil}})
+	e = snap.Figures.Estimate
+	if isKnown(e.Capacity) && (e.CapacityAge < 30*s || !strings.Contains(snap.Text(), "ago")) {
+		t.Errorf("40 s after the load fell: capacity %.1f, age %s; want it said with its age\n%s", e.Capacity, e.CapacityAge, snap.Text())
+	}
+}

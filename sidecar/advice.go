@@ -186,10 +186,13 @@ type FiguresDoc struct {
 	OpenArrivalRate   float64 `json:"open_arrival_rate_rps"`
 	// UpstreamCapacity and its range are null when unknown; then
 	// CapacityUnknown says why.
-	UpstreamCapacity   *float64 `json:"upstream_capacity"`
-	CapacityLow        *float64 `json:"upstream_capacity_low"`
-	CapacityHigh       *float64 `json:"upstream_capacity_high"`
-	CapacityLowerBound float64  `json:"upstream_capacity_lower_bound"`
+	UpstreamCapacity *float64 `json:"upstream_capacity"`
+	CapacityLow      *float64 `json:"upstream_capacity_low"`
+	CapacityHigh     *float64 `json:"upstream_capacity_high"`
+	// CapacityAgeSeconds is how long ago the upstream last queued inside,
+	// when the capacity is what held then; 0 while it queues now.
+	CapacityAgeSeconds float64 `json:"upstream_capacity_age_seconds"`
+	CapacityLowerBound float64 `json:"upstream_capacity_lower_bound"`
 	// SeenConcurrency is the most the upstream was seen serving at once
 	// while no route queued inside; beyond it, with the capacity unknown,
 	// nothing is known.
@@ -374,6 +377,7 @@ func (s *Sidecar) advice(snap advice.Snapshot) AdviceDoc {
 			UpstreamCapacity:     known(e.Capacity),
 			CapacityLow:          known(e.CapacityLow),
 			CapacityHigh:         known(e.CapacityHigh),
+			CapacityAgeSeconds:   e.CapacityAge.Seconds(),
 			CapacityLowerBound:   e.LowerBound,
 			SeenConcurrency:      e.Seen,
 			CapacityUnknown:      e.Unknown,
