@@ -481,8 +481,18 @@ func speakAdaptive(s Settings, f Figures, r Recommendation) Recommendation {
 		r.Summary = fmt.Sprintf("The upstream is saturated, at a capacity of %s. %s Nothing to set: the mode sizes its limit itself, %s. LOOMGATE_MODE=fixed with LOOMGATE_WORKERS=%d would hold it there without trials.",
 			capacity, now, bounds, k)
 	case heldBack, queueDominates:
-		r.Summary = fmt.Sprintf("Requests wait for adaptive mode's limit of %d (%.0f outstanding): its trials raise it while throughput follows, and keep it where the upstream serves no more. Nothing to set; it moves %s.",
-			limit, f.Demand, bounds)
+		// The limit is adaptive mode's own, found by its trials: the
+		// upstream serving it unstretched is no sign of an upstream with
+		// room for more, and "not saturated, capacity at least the limit"
+		// would read as one. Demand exceeds what it serves, and the
+		// excess waits where it is measured and bounded.
+		r.Reasons = []string{
+			fmt.Sprintf("Demand exceeds what the upstream serves: clients keep %.0f requests outstanding, adaptive mode holds %d at the upstream, and the rest wait in loomgate's queue (%.0f%% of their time, mean wait %s), measured and bounded by LOOMGATE_QUEUE_TIMEOUT=%s, rather than inside the upstream.",
+				f.Demand, limit, 100*f.QueueShare, ms(f.MeanQueue), s.QueueTimeout),
+			fmt.Sprintf("At that limit the upstream serves in its unloaded time (%s): its trials raise the limit while throughput follows it, and keep it where the upstream serves no more.", routeStretches(f)),
+		}
+		r.Summary = fmt.Sprintf("Demand (%.0f outstanding) exceeds what the upstream serves: adaptive mode holds its limit at %d and the excess waits in loomgate's queue. Its trials raise the limit while throughput follows, and keep it where the upstream serves no more. Nothing to set; it moves %s.",
+			f.Demand, limit, bounds)
 	case belowSaturation:
 		r.Summary = "Below saturation adaptive mode keeps admission open, and lifts a limit nothing waits for: nothing to set."
 	case routeLocal:

@@ -80,3 +80,29 @@ func TestAdviceSpeaksTheModeInForce(t *testing.T) {
 		})
 	}
 }
+
+// Adaptive mode holding its limit at a pool of 37 in front of 300
+// clients: the upstream, served 37 at once, is unstretched, but the
+// service is saturated and loomgate holds the excess. The advice says
+// that, not that the upstream is unsaturated with a capacity of at least
+// the limit.
+func TestAdaptiveHoldingTheExcess(t *testing.T) {
+	ms := time.Millisecond
+	held := Settings{Mode: limiter.Fixed, Workers: 37, QueueSize: 10000, QueueTimeout: 30 * time.Second}
+	s := synth{routes: []synthRoute{{path: "/wait", lo: 78 * ms, hi: 82 * ms, pool: 0}}, pools: []int{37}, settings: held,
+		phases: []synthPhase{{60 * time.Second, []int{300}, nil}}}
+	snap := s.play(t)
+	snap.Settings = Settings{Mode: limiter.Adaptive, Workers: 37, QueueSize: 10000, QueueTimeout: 30 * time.Second, AdaptiveMin: 1}
+	snap.Recommendation = Advise(snap.Settings, snap.Figures)
+	text := snap.Text()
+	for _, w := range []string{"Demand exceeds what the upstream serves", "adaptive mode holds 37 at the upstream", "loomgate's queue", "Nothing to set"} {
+		if !strings.Contains(text, w) {
+			t.Errorf("the advice lacks %q:\n%s", w, text)
+		}
+	}
+	for _, w := range []string{"The upstream is not saturated", "its capacity is at least that"} {
+		if strings.Contains(text, w) {
+			t.Errorf("the advice says %q:\n%s", w, text)
+		}
+	}
+}
