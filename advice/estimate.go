@@ -285,12 +285,44 @@ func estimate(points, calm []point, liveFrom int64) (Estimate, [classes]routeEst
 	// that queues inside past its knee serves as much as ever, and one that
 	// serves less with more inside got slower (a dependency), whatever the
 	// load.
+	//
+	// Nor less than it served unstretched at a load as high: a load that
+	// was served in its unloaded time before cannot be what stretches it
+	// now. A probe's step below the knee is a baseline at half the load;
+	// beside it, a dependency that slowed later under the same 40 clients
+	// read as a load risen from 18 to 40, and as a pool of 21.
+	calmWork := make([][2]float64, 0, len(points)) // load, work
+	for _, p := range slices.Concat(points, calm) {
+		quiet, any := true, false
+		for c := range routes {
+			r, cp := &routes[c], p.class[c]
+			if cp.n < minClassRequests || cp.unresolved || r.baselineP25 == 0 {
+				continue
+			}
+			any = true
+			if float64(cp.p25) >= Unstretched*float64(r.baselineP25) || float64(cp.p50) >= Unstretched*float64(r.baselineP50) {
+				quiet = false
+			}
+		}
+		if any && quiet && !p.mixed {
+			calmWork = append(calmWork, [2]float64{p.load, work(p)})
+		}
+	}
+	servedCalm := func(load float64) float64 {
+		most := 0.0
+		for _, lw := range calmWork {
+			if lw[0] <= load {
+				most = max(most, lw[1])
+			}
+		}
+		return most
+	}
 	stretched := func(p point, c int) bool {
 		r := &routes[c]
 		cp := p.class[c]
 		return cp.n >= minClassRequests && r.baselineP25 > 0 && p.load >= LoadRise*r.baseLoad &&
 			(float64(cp.p25) >= Stretched*float64(r.baselineP25) || float64(cp.p50) >= Stretched*float64(r.baselineP50)) &&
-			work(p) >= servedNoLess*baseWork[c]
+			work(p) >= servedNoLess*max(baseWork[c], servedCalm(p.load))
 	}
 	// A bottleneck that several routes share delays each by about the same
 	// wait, whatever its own load: a long service time stretches less for

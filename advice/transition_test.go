@@ -91,3 +91,28 @@ func TestCapacityFollowsAShrunkPool(t *testing.T) {
 		t.Errorf("40 s after the load fell: capacity %.1f, age %s; want it said with its age\n%s", e.Capacity, e.CapacityAge, snap.Text())
 	}
 }
+
+// A healthy upstream whose dependency slows under the same 40 clients,
+// after a calmer spell at 18 (as a probe's step below the knee leaves one):
+// against that spell, the 40 read as a load risen and the slower service
+// as a queue inside, a pool of about 20. But 40 were served in their
+// unloaded time before: the load is not what stretches it now.
+func TestSlowerDependencyAfterACalmSpell(t *testing.T) {
+	ms := time.Millisecond
+	s := time.Second
+	snap := synth{
+		routes: []synthRoute{{path: "/wait", lo: 48 * ms, hi: 52 * ms, pool: -1}, {path: "/wait", lo: 98 * ms, hi: 102 * ms, pool: -1}},
+		phases: []synthPhase{
+			{15 * s, []int{40, 0}, nil},
+			{10 * s, []int{18, 0}, nil},
+			{30 * s, []int{0, 40}, nil},
+		},
+	}.play(t)
+	e := snap.Figures.Estimate
+	if e.Saturated {
+		t.Errorf("saturated, capacity %.1f; want a slower dependency, not saturation\n%s", e.Capacity, snap.Text())
+	}
+	if isKnown(e.Capacity) {
+		t.Errorf("Capacity = %.1f; want none stated for a healthy upstream", e.Capacity)
+	}
+}

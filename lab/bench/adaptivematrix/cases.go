@@ -187,6 +187,18 @@ func Cases() []Case {
 			},
 		},
 		{
+			// A healthy upstream whose dependency slows step by step:
+			// nothing saturates, and no limit, nor a trial below what it
+			// serves, is right.
+			Name: "rising", Description: "nothing limits the upstream, its latency rising 50, 100, 150, 200 ms: 40 clients",
+			Phases: []Phase{
+				{Duration: 15 * s, Flows: []bench.Flow{{Path: "/wait?ms=50", Clients: 40}}, Truth: healthy(40)},
+				{Duration: 15 * s, Flows: []bench.Flow{{Path: "/wait?ms=100", Clients: 40}}, Truth: healthy(40)},
+				{Duration: 15 * s, Flows: []bench.Flow{{Path: "/wait?ms=150", Clients: 40}}, Truth: healthy(40)},
+				{Duration: 15 * s, Flows: []bench.Flow{{Path: "/wait?ms=200", Clients: 40}}, Truth: healthy(40)},
+			},
+		},
+		{
 			// Open arrivals do not slow down when answers do: from the
 			// first second the upstream's own queue grows by 150 a second,
 			// and every second without a limit adds half a second to the
