@@ -173,8 +173,12 @@ func (w *window) figures(now time.Time, names []string) Figures {
 		f.QueueShare = float64(queueSum) / float64(total)
 	}
 
-	points, calm := w.historyPoints(now)
+	points, calm, drained := w.historyPoints(now)
 	e, routes := estimate(points, calm, from)
+	if len(points) == 0 && drained {
+		e.Unknown = "unknown: the load fell within every bucket with answers (the end of a peak, or bursts), and what was answered after it fell was of the load before"
+		e.SaturationUnknown = e.Unknown
+	}
 	if isKnown(e.Capacity) && cur > e.capacityAt+1 {
 		// Not queueing in the last bucket or the one before: the
 		// capacity is what held when it last did.
@@ -426,7 +430,10 @@ func shareClients(routes []RouteDemand, weights []float64, n int) {
 // historyPoints reads History's buckets for the estimate, and the calm
 // parts of those in which the load changed (see calmPart), with the number
 // of their bucket. The caller holds w.mu.
-func (w *window) historyPoints(now time.Time) (ps, calm []point) {
+//
+// drained reports whether a bucket was left out for holding a drain (see
+// draining).
+func (w *window) historyPoints(now time.Time) (ps, calm []point, drained bool) {
 	cur := w.bucketNumber(now)
 	for n := max(cur-historyBuckets+1, 0); n <= cur; n++ {
 		b := &w.buckets[n%historyBuckets]
@@ -478,6 +485,7 @@ func (w *window) historyPoints(now time.Time) (ps, calm []point) {
 		}
 		if w.drained(n, b) {
 			// Its answers are partly a load that fell, not its own.
+			drained = true
 			continue
 		}
 		if p.mixed {
@@ -490,7 +498,7 @@ func (w *window) historyPoints(now time.Time) (ps, calm []point) {
 			calm = append(calm, st.p)
 		}
 	}
-	return ps, calm
+	return ps, calm, drained
 }
 
 // meanService is the window's mean service time at now, without the rest

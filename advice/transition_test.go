@@ -45,6 +45,10 @@ func TestTransitionIsNotCalm(t *testing.T) {
 			snap := tt.s.play(t)
 			e := snap.Figures.Estimate
 			text := snap.Text()
+			t.Logf("saturated %v (%s), capacity %.1f, lower bound %.0f", e.Saturated, e.SaturationUnknown, e.Capacity, e.LowerBound)
+			if strings.Contains(e.SaturationUnknown, "no traffic") {
+				t.Errorf("SaturationUnknown %q; there was traffic", e.SaturationUnknown)
+			}
 			if !e.Saturated && e.SaturationUnknown == "" {
 				t.Errorf("upstream not saturated, with no doubt; want saturated or unknown (%+v)\n%s", e, text)
 			}
