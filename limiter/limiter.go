@@ -514,10 +514,7 @@ func (l *Limiter) fullLocked() bool {
 		// failing fast, or none) has no bound for a probe's waiters to
 		// keep: held back by a probe, a request waits as it would have
 		// without it, and one that would have been admitted waits.
-		if l.limit == 0 || l.used+l.waiting < l.limit {
-			return false
-		}
-		return true
+		return l.limit > 0 && l.used+l.waiting >= l.limit
 	}
 	// A mode with a queue keeps its bound whatever holds admission back,
 	// a probe's cap as its own limit: overload first. Under open arrivals
