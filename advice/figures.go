@@ -461,12 +461,10 @@ func (w *window) historyPoints(now time.Time) (ps, calm []point, drained bool) {
 			}
 			p.class[c] = classPoint{n: t.n, mean: t.service / time.Duration(t.n), p25: p25, p50: p50, p99: p99, x: float64(t.n) / span.Seconds()}
 		}
-		// The sampler's average while requests were in flight, where it
-		// ran: idle seconds (between bursts, after a peak) would dilute
-		// the load the answers were served at. Little's law on the
+		// The sampler's time average where it ran; Little's law on the
 		// answers where it did not.
-		if b.busySamples > 0 {
-			p.load = float64(b.busyInFlightSum) / float64(b.busySamples)
+		if b.samples > 0 {
+			p.load = float64(b.inFlightSum) / float64(b.samples)
 		} else {
 			p.load = busy.Seconds() / span.Seconds()
 		}

@@ -55,10 +55,8 @@ type bucket struct {
 	queueSum  time.Duration
 	service   time.Duration // sum, of every admitted request
 
-	// Admission state read by the sampler; busy, the samples with a
-	// request in flight, and what they held.
+	// Admission state read by the sampler.
 	samples, inFlightSum, queuedSum int64
-	busySamples, busyInFlightSum    int64
 
 	class [classes]classTotals
 	// p25, p50 and p99 are each class's quantiles of service time, kept
@@ -561,10 +559,6 @@ func (w *window) sample(now time.Time, inFlight, queued int64) bool {
 	b.samples++
 	b.inFlightSum += inFlight
 	b.queuedSum += queued
-	if inFlight > 0 {
-		b.busySamples++
-		b.busyInFlightSum += inFlight
-	}
 	l.sec[sec].samples++
 	l.sec[sec].inFlightSum += inFlight
 	return true
