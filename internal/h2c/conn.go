@@ -47,9 +47,9 @@ type conn struct {
 	// stalled is set when the client took nothing of a write for the
 	// stall timeout.
 	stalled bool
-	// resets is the budget of premature resets, as of resetAt.
-	resets  float64
-	resetAt time.Time
+	// resets is the budget of premature resets; settings that of
+	// SETTINGS frames.
+	resets, settings budget
 	// The stall watch: stallTimer runs while a stream's response waits
 	// for the client's window, and progressAt is when the client last
 	// granted any. ended is set once the watch ended the connection.
@@ -61,7 +61,10 @@ type conn struct {
 
 func newConn(h *Server, nc net.Conn) *conn {
 	c := &conn{s: h, nc: nc, remote: nc.RemoteAddr(), streams: make(map[uint32]*stream),
-		sendWin: 65535, initWin: 65535, resets: resetBurst, resetAt: time.Now()}
+		sendWin: 65535, initWin: 65535}
+	now := time.Now()
+	c.resets = budget{left: resetBurst, at: now}
+	c.settings = budget{left: settingsBurst, at: now}
 	c.br = bufio.NewReaderSize(nc, 16<<10)
 	c.fr = http2.NewFramer(nil, c.br)
 	c.fr.ReadMetaHeaders = hpack.NewDecoder(4096, nil)
@@ -333,7 +336,22 @@ func (c *conn) control(b *batch, write func()) error {
 }
 
 // onSettings applies the client's settings and acknowledges them.
+//
+// A frame of more than maxSettings entries ends the connection
+// (PROTOCOL_ERROR), as Go's own server does: each INITIAL_WINDOW_SIZE
+// walked every stream under the connection's lock. A frame that has
+// several costs one walk, by the last of them, which is where the
+// values in their order would leave each window: only the largest is
+// checked for the overflow it would have made on the way. Past the
+// budget of SETTINGS frames the connection gets a GOAWAY
+// (ENHANCE_YOUR_CALM). Go's server also refuses a setting twice in a
+// frame; the RFC asks for the values to be applied in their order
+// (h2spec 6.5.3), and loomgate does.
 func (c *conn) onSettings(f *http2.SettingsFrame, b *batch) error {
+	if f.NumSettings() > maxSettings {
+		c.goAwayErr(http2.ErrCodeProtocol)
+		return errors.New("SETTINGS with too many entries")
+	}
 	if err := f.ForeachSetting(func(s http2.Setting) error { return s.Valid() }); err != nil {
 		if ce, ok := err.(http2.ConnectionError); ok {
 			c.goAwayErr(http2.ErrCode(ce))
@@ -341,22 +359,17 @@ func (c *conn) onSettings(f *http2.SettingsFrame, b *batch) error {
 		return err
 	}
 	c.mu.Lock()
+	if !c.settings.spend(1, settingsBurst, settingsRate, time.Now()) {
+		c.mu.Unlock()
+		c.calm("SETTINGS flood")
+		return errCalm("SETTINGS flood")
+	}
 	c.out.mu.Lock()
-	var grown []*stream
-	err := f.ForeachSetting(func(s http2.Setting) error {
+	win, most, setWin := uint32(0), uint32(0), false
+	_ = f.ForeachSetting(func(s http2.Setting) error {
 		switch s.ID {
 		case http2.SettingInitialWindowSize:
-			delta := int64(s.Val) - int64(c.initWin)
-			for _, st := range c.streams {
-				if int64(st.sendWin)+delta > 1<<31-1 {
-					return http2.ConnectionError(http2.ErrCodeFlowControl)
-				}
-				st.sendWin += int32(delta)
-				if delta > 0 {
-					grown = append(grown, st)
-				}
-			}
-			c.initWin = int32(s.Val)
+			win, most, setWin = s.Val, max(most, s.Val), true
 		case http2.SettingMaxFrameSize:
 			c.out.maxFrame = s.Val
 		case http2.SettingHeaderTableSize:
@@ -364,6 +377,21 @@ func (c *conn) onSettings(f *http2.SettingsFrame, b *batch) error {
 		}
 		return nil
 	})
+	var err error
+	var grown []*stream
+	if delta := int64(win) - int64(c.initWin); setWin && (delta != 0 || most != win) {
+		for _, st := range c.streams {
+			if int64(st.sendWin)+int64(most)-int64(c.initWin) > 1<<31-1 {
+				err = http2.ConnectionError(http2.ErrCodeFlowControl)
+				break
+			}
+			st.sendWin += int32(delta)
+			if delta > 0 {
+				grown = append(grown, st)
+			}
+		}
+		c.initWin = int32(win)
+	}
 	if err == nil {
 		_ = c.out.fr.WriteSettingsAck()
 	}
@@ -539,10 +567,7 @@ func (c *conn) onReset(f *http2.RSTStreamFrame, b *batch) error {
 	st.clientReset(b)
 	calm := false
 	if premature {
-		now := time.Now()
-		c.resets = min(resetBurst, c.resets+now.Sub(c.resetAt).Seconds()*resetRate) - 1
-		c.resetAt = now
-		calm = c.resets < 0
+		calm = !c.resets.spend(1, resetBurst, resetRate, time.Now())
 	}
 	c.mu.Unlock()
 	if calm {
@@ -607,7 +632,22 @@ func (c *conn) stallCheck() {
 // answered gives back to the budget of resets one for a stream answered;
 // mu held.
 func (c *conn) answered() {
-	c.resets = min(resetBurst, c.resets+1)
+	c.resets.left = min(resetBurst, c.resets.left+1)
+}
+
+// budget is what a client may still do of something it may do in
+// bursts, burst at once and rate more a second: as of at, left.
+type budget struct {
+	left float64
+	at   time.Time
+}
+
+// spend takes n from the budget, refilled for the time since it was last
+// spent, and reports whether it was not overspent.
+func (b *budget) spend(n, burst, rate float64, now time.Time) bool {
+	b.left = min(burst, b.left+now.Sub(b.at).Seconds()*rate) - n
+	b.at = now
+	return b.left >= 0
 }
 
 // streamError resets a stream for an error of its client's.

@@ -82,6 +82,22 @@ const (
 	resetRate  = MaxStreams / 10
 )
 
+// maxSettings is the most entries a client's SETTINGS frame may have, as
+// Go's own server allows: RFC 9113 defines six settings.
+const maxSettings = 100
+
+// A client's budget of SETTINGS frames: a client sends one as it opens
+// the connection and a few more as it tunes its windows (a gRPC client
+// one each time its estimate of the bandwidth-delay product grows), not
+// more than a hundred at once nor ten a second. Each costs a walk of the
+// connection's streams, under its lock, if it changes
+// INITIAL_WINDOW_SIZE. Past it the connection is ended with a GOAWAY
+// (ENHANCE_YOUR_CALM).
+const (
+	settingsBurst = 100
+	settingsRate  = 10
+)
+
 // upstreamStreamBuffer is the receive window the relay grants the
 // upstream for each stream: the most of a response it holds while the
 // client does not take it. A client grants the window it likes, none at

@@ -1,0 +1,203 @@
+package proxy
+
+import (
+	"encoding/binary"
+	"net"
+	"net/http"
+	"slices"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"golang.org/x/net/http2"
+
+	"github.com/loomgate/loomgate/internal/h2raw"
+	"github.com/loomgate/loomgate/limiter"
+)
+
+// slowUpstream is an h2c upstream whose /slow?ms=N holds each request for
+// N ms or until it is cancelled, and answers the rest at once. reached
+// counts the requests under /slow that arrived.
+func slowUpstream(t *testing.T) (string, *atomic.Int64) {
+	reached := new(atomic.Int64)
+	return h2cUpstream(t, func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/slow" {
+			reached.Add(1)
+			ms, _ := strconv.Atoi(r.URL.Query().Get("ms"))
+			select {
+			case <-time.After(time.Duration(ms) * time.Millisecond):
+			case <-r.Context().Done():
+				return
+			}
+		}
+		w.Write([]byte("ok"))
+	}), reached
+}
+
+// victim sends GETs of /fast one after another on a connection of its
+// own, 5 ms apart, until stop is closed, and returns their times.
+func victim(t *testing.T, addr string, stop <-chan struct{}) []time.Duration {
+	client := h2cClient()
+	defer client.Transport.(*http.Transport).CloseIdleConnections()
+	var times []time.Duration
+	for {
+		select {
+		case <-stop:
+			return times
+		case <-time.After(5 * time.Millisecond):
+		}
+		start := time.Now()
+		resp, err := client.Get("http://" + addr + "/fast")
+		if err != nil {
+			t.Errorf("the victim's GET: %v", err)
+			return times
+		}
+		resp.Body.Close()
+		if resp.StatusCode != 200 {
+			t.Errorf("the victim's GET: %s", resp.Status)
+		}
+		times = append(times, time.Since(start))
+	}
+}
+
+// p99 is the 99th percentile of ts.
+func p99(ts []time.Duration) time.Duration {
+	if len(ts) == 0 {
+		return 0
+	}
+	s := slices.Clone(ts)
+	slices.Sort(s)
+	return s[len(s)*99/100]
+}
+
+// rawFrame is a frame's bytes: its header and payload.
+func rawFrame(typ http2.FrameType, flags http2.Flags, id uint32, payload []byte) []byte {
+	b := make([]byte, 9, 9+len(payload))
+	b[0], b[1], b[2] = byte(len(payload)>>16), byte(len(payload)>>8), byte(len(payload))
+	b[3], b[4] = byte(typ), byte(flags)
+	binary.BigEndian.PutUint32(b[5:], id)
+	return append(b, payload...)
+}
+
+// settingsFrame is a SETTINGS frame of INITIAL_WINDOW_SIZE entries, n of
+// them, alternating 2^30 and 65535, starting with the first.
+func settingsFrame(n int, first bool) []byte {
+	var p []byte
+	for i := range n {
+		v := uint32(65535)
+		if (i%2 == 0) == first {
+			v = 1 << 30
+		}
+		p = binary.BigEndian.AppendUint16(p, uint16(http2.SettingInitialWindowSize))
+		p = binary.BigEndian.AppendUint32(p, v)
+	}
+	return rawFrame(http2.FrameSettings, 0, 0, p)
+}
+
+// flood writes frames, next's, on c for at most d or until the
+// connection ends, while another goroutine reads it; it returns what
+// that read and the bytes written.
+func flood(t *testing.T, c *h2raw.Conn, d time.Duration, next func(i int) []byte) (h2raw.Read, int64) {
+	t.Helper()
+	read := make(chan h2raw.Read, 1)
+	var ended atomic.Bool
+	go func() {
+		r := c.ReadAll(d + 10*time.Second)
+		ended.Store(true)
+		read <- r
+	}()
+	var written int64
+	var buf []byte
+	end := time.Now().Add(d)
+	for i := 0; time.Now().Before(end) && !ended.Load(); i++ {
+		buf = append(buf[:0], next(i)...)
+		c.Conn.SetWriteDeadline(time.Now().Add(2 * time.Second))
+		n, err := c.Conn.Write(buf)
+		written += int64(n)
+		if err != nil {
+			break
+		}
+	}
+	c.Conn.(*net.TCPConn).CloseWrite()
+	return <-read, written
+}
+
+// TestH2CSettingsFlood: a connection holding 250 streams sends SETTINGS
+// frames that change INITIAL_WINDOW_SIZE back and forth, each entry of
+// which walked every stream under the connection's lock: 343 frames of
+// 2,730 entries in 5 s cost 12 CPU-seconds and starved another client.
+// A frame of more than 100 settings ends the connection (GOAWAY
+// PROTOCOL_ERROR, as Go's own server does); a frame costs one walk at
+// most; and past a budget of SETTINGS frames a second the connection
+// gets a GOAWAY (ENHANCE_YOUR_CALM). Either way it costs
+// under half a CPU-second, and another client's p99 stays under 50 ms.
+func TestH2CSettingsFlood(t *testing.T) {
+	if testing.Short() {
+		t.Skip("an attack of some seconds")
+	}
+	for _, tt := range []struct {
+		name string
+		next func(i int) []byte
+		code http2.ErrCode
+	}{
+		{"2730 entries a frame", func(i int) []byte { return settingsFrame(2730, i%2 == 0) }, http2.ErrCodeProtocol},
+		{"100 entries a frame", func(i int) []byte { return settingsFrame(100, i%2 == 0) }, http2.ErrCodeEnhanceYourCalm},
+		{"one entry a frame", func(i int) []byte {
+			var b []byte
+			for j := range 64 {
+				b = append(b, settingsFrame(1, (i+j)%2 == 0)...)
+			}
+			return b
+		}, http2.ErrCodeEnhanceYourCalm},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			up, reached := slowUpstream(t)
+			tp := startProxy(t, up, limiter.Config{Mode: limiter.Unbounded}, func(c *Config) {
+				c.UpstreamTimeout = 30 * time.Second
+				c.Logger = discardLogger()
+			})
+			c, err := h2raw.Dial(tp.addr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			for i := range 250 {
+				c.Get(uint32(2*i+1), "/slow?ms=30000")
+			}
+			if err := c.Flush(); err != nil {
+				t.Fatal(err)
+			}
+			for deadline := time.Now().Add(5 * time.Second); reached.Load() < 250 && time.Now().Before(deadline); {
+				time.Sleep(10 * time.Millisecond)
+			}
+			stop := make(chan struct{})
+			var times []time.Duration
+			var wg sync.WaitGroup
+			wg.Go(func() { times = victim(t, tp.addr, stop) })
+			time.Sleep(200 * time.Millisecond)
+
+			cpu0 := cpuNow(t)
+			got, written := flood(t, c, 5*time.Second, tt.next)
+			cpu := cpuNow(t) - cpu0
+			time.Sleep(300 * time.Millisecond) // the victim after the attack
+			close(stop)
+			wg.Wait()
+			t.Logf("%d streams at the upstream; %d bytes of SETTINGS written; GOAWAY %s; %v of CPU; the victim's p99 %v over %d calls",
+				reached.Load(), written, goAwayText(got.GoAway), cpu, p99(times), len(times))
+			if got.GoAway == nil || got.GoAway.ErrCode != tt.code {
+				t.Errorf("GOAWAY %s; want %v", goAwayText(got.GoAway), tt.code)
+			}
+			if raceEnabled {
+				return // the detector's slowdown is what it would measure
+			}
+			if cpu > 500*time.Millisecond {
+				t.Errorf("the flood cost %v of CPU; want under 0.5 s", cpu)
+			}
+			if p := p99(times); p > 50*time.Millisecond {
+				t.Errorf("the victim's p99 was %v; want under 50 ms", p)
+			}
+		})
+	}
+}
