@@ -201,3 +201,81 @@ func TestH2CSettingsFlood(t *testing.T) {
 		})
 	}
 }
+
+// TestH2CMadeYouReset: the MadeYouReset attack (CVE-2025-8671): 100
+// streams opened in one write, and 50 ms later, once they reached the
+// upstream, a frame on each that makes loomgate reset it itself for a
+// breach of the protocol (a WINDOW_UPDATE of 0, one that overflows its
+// window, trailers without END_STREAM), over and over. Those resets are
+// the client's as much as a RST_STREAM is: charged to its budget of
+// resets, so that no more than 100 streams reach the upstream before the
+// connection's GOAWAY (ENHANCE_YOUR_CALM). They were charged nothing:
+// 9,900 streams in 5 s reached the upstream, and no GOAWAY came.
+func TestH2CMadeYouReset(t *testing.T) {
+	if testing.Short() {
+		t.Skip("an attack of some seconds")
+	}
+	for _, tt := range []struct {
+		name string
+		open bool // the stream is opened with a body to come
+		bad  func(c *h2raw.Conn, id uint32)
+	}{
+		{"WINDOW_UPDATE of 0", false, func(c *h2raw.Conn, id uint32) {
+			c.Framer.WriteRawFrame(http2.FrameWindowUpdate, 0, id, []byte{0, 0, 0, 0})
+		}},
+		{"WINDOW_UPDATE overflowing", false, func(c *h2raw.Conn, id uint32) { c.Framer.WriteWindowUpdate(id, 1<<31-1) }},
+		{"trailers without END_STREAM", true, func(c *h2raw.Conn, id uint32) {
+			c.Framer.WriteHeaders(http2.HeadersFrameParam{StreamID: id, BlockFragment: c.Block("x-trailer", "t"), EndHeaders: true})
+		}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			up, reached := slowUpstream(t)
+			tp := startProxy(t, up, limiter.Config{Mode: limiter.Unbounded}, func(c *Config) {
+				c.UpstreamTimeout = 30 * time.Second
+				c.Logger = discardLogger()
+			})
+			c, err := h2raw.Dial(tp.addr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			read := make(chan h2raw.Read, 1)
+			var ended atomic.Bool
+			go func() {
+				r := c.ReadAll(15 * time.Second)
+				ended.Store(true)
+				read <- r
+			}()
+			id := uint32(1)
+			end := time.Now().Add(5 * time.Second)
+			for time.Now().Before(end) && !ended.Load() {
+				first := id
+				for range 100 {
+					b := c.Block(":method", "POST", ":scheme", "http", ":authority", "h2raw.test", ":path", "/slow?ms=30000")
+					c.Framer.WriteHeaders(http2.HeadersFrameParam{StreamID: id, BlockFragment: b, EndStream: !tt.open, EndHeaders: true})
+					id += 2
+				}
+				if c.Flush() != nil {
+					break
+				}
+				time.Sleep(50 * time.Millisecond)
+				for s := first; s < id; s += 2 {
+					tt.bad(c, s)
+				}
+				if c.Flush() != nil {
+					break
+				}
+			}
+			c.Conn.(*net.TCPConn).CloseWrite()
+			got := <-read
+			t.Logf("%d streams opened, %d reached the upstream; GOAWAY %s", (id-1)/2, reached.Load(), goAwayText(got.GoAway))
+			if got.GoAway == nil || got.GoAway.ErrCode != http2.ErrCodeEnhanceYourCalm {
+				t.Errorf("GOAWAY %s; want ENHANCE_YOUR_CALM", goAwayText(got.GoAway))
+			}
+			if n := reached.Load(); n > 100 {
+				t.Errorf("%d streams reached the upstream; want 100 at most", n)
+			}
+			tp.waitIdle(t)
+		})
+	}
+}

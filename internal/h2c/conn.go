@@ -50,6 +50,10 @@ type conn struct {
 	// resets is the budget of premature resets; settings that of
 	// SETTINGS frames.
 	resets, settings budget
+	// verdict is why the connection must end for its client's conduct:
+	// set by the reader as it handles a frame, and acted on once the
+	// frame is handled (see judge).
+	verdict string
 	// The stall watch: stallTimer runs while a stream's response waits
 	// for the client's window, and progressAt is when the client last
 	// granted any. ended is set once the watch ended the connection.
@@ -250,6 +254,9 @@ func (c *conn) read() error {
 			switch {
 			case errors.As(err, &se):
 				c.streamError(se.StreamID, se.Code, &b)
+				if err := c.judge(); err != nil {
+					return err
+				}
 				continue
 			case errors.As(err, &ce):
 				c.goAwayErr(http2.ErrCode(ce))
@@ -261,7 +268,20 @@ func (c *conn) read() error {
 		if err := c.handle(f, &b); err != nil {
 			return err
 		}
+		if err := c.judge(); err != nil {
+			return err
+		}
 	}
+}
+
+// judge ends the connection if the frame just handled spent a budget of
+// its client's; reader only.
+func (c *conn) judge() error {
+	if c.verdict == "" {
+		return nil
+	}
+	c.calm(c.verdict)
+	return errCalm(c.verdict)
 }
 
 // await waits until n bytes are buffered, by until: a wake that ends the
@@ -563,18 +583,20 @@ func (c *conn) onReset(f *http2.RSTStreamFrame, b *batch) error {
 		}
 		return nil
 	}
-	premature := !st.headersSent
+	if !st.headersSent {
+		c.chargeReset(1)
+	}
 	st.clientReset(b)
-	calm := false
-	if premature {
-		calm = !c.resets.spend(1, resetBurst, resetRate, time.Now())
-	}
 	c.mu.Unlock()
-	if calm {
-		c.calm("rapid reset")
-		return errCalm("rapid reset")
-	}
 	return nil
+}
+
+// chargeReset charges the budget of premature resets n for a stream reset
+// before its answer; mu held, by the reader.
+func (c *conn) chargeReset(n float64) {
+	if !c.resets.spend(n, resetBurst, resetRate, time.Now()) {
+		c.verdict = "rapid reset"
+	}
 }
 
 // watchStall starts the stall watch, if it is not running: a stream's

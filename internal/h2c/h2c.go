@@ -77,9 +77,18 @@ const maxReadFrameSize = 16 << 10
 // connection is ended with a GOAWAY (ENHANCE_YOUR_CALM). A stream reset
 // in the batch of frames that opened it is never admitted, nor forwarded,
 // whatever the budget (see conn.admitPending).
+//
+// A stream the relay resets itself for its client's breach of the
+// protocol before its answer (a WINDOW_UPDATE of 0 or one that overflows,
+// trailers without END_STREAM, DATA past its content-length: the
+// MadeYouReset attack, CVE-2025-8671) costs the budget protocolResetCost
+// resets: a client that keeps the protocol never makes one, and fifty
+// such spend a whole budget, so that no more than the streams a client
+// opens in one go before they are reset reach the upstream.
 const (
-	resetBurst = 2 * MaxStreams
-	resetRate  = MaxStreams / 10
+	resetBurst        = 2 * MaxStreams
+	resetRate         = MaxStreams / 10
+	protocolResetCost = resetBurst / 50
 )
 
 // maxSettings is the most entries a client's SETTINGS frame may have, as

@@ -847,8 +847,16 @@ func (st *stream) connGone(kind outcome.Kind, b *batch) {
 }
 
 // protocolError resets a stream for its client's breach of HTTP/2, and
-// counts it a bad request; c.mu held.
+// counts it a bad request; c.mu held, by the reader.
+//
+// A stream reset before its answer is charged to the client's budget of
+// premature resets, protocolResetCost of it: the client chose the reset
+// as surely as with a RST_STREAM of its own, and the upstream's work on
+// it is as lost (MadeYouReset, CVE-2025-8671).
 func (st *stream) protocolError(code http2.ErrCode, b *batch) {
+	if !st.headersSent {
+		st.c.chargeReset(protocolResetCost)
+	}
 	st.rstClient(code, b)
 	st.up.end = true
 	if st.state == waiting {
