@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -278,4 +279,84 @@ func TestH2CMadeYouReset(t *testing.T) {
 			tp.waitIdle(t)
 		})
 	}
+}
+
+// TestH2CMalformedNeverForwarded: requests whose header block RFC 9113
+// calls malformed are answered 400 with Loomgate-Outcome: bad_request,
+// and none of them reaches the upstream: a :path that is no path (a
+// space in it, no leading slash, an absolute URI, "*" other than with
+// OPTIONS), a :method that is no token, an :authority with userinfo or a
+// space, a field value with whitespace at either end (8.2.1), a host
+// that is not the :authority (8.3.1).
+func TestH2CMalformedNeverForwarded(t *testing.T) {
+	var reached atomic.Int64
+	var seen sync.Map
+	up := h2cUpstream(t, func(w http.ResponseWriter, r *http.Request) {
+		reached.Add(1)
+		seen.Store(r.Method+" "+r.RequestURI+" "+r.Host, true)
+		w.Write([]byte("ok"))
+	})
+	tp := startProxy(t, up, limiter.Config{Mode: limiter.Unbounded}, func(c *Config) { c.Logger = discardLogger() })
+	base := func(method, path, authority string, extra ...string) []string {
+		return append([]string{":method", method, ":scheme", "http", ":authority", authority, ":path", path}, extra...)
+	}
+	cases := []struct {
+		name   string
+		fields []string
+	}{
+		{"path with a space", base("GET", "/a b", "ok.test")},
+		{"path without a slash", base("GET", "a/b", "ok.test")},
+		{"absolute path", base("GET", "http://evil/x", "ok.test")},
+		{"asterisk with GET", base("GET", "*", "ok.test")},
+		{"method that is a request line", base("GET /x HTTP/1.1", "/x", "ok.test")},
+		{"authority with userinfo and a space", base("GET", "/x", "a@b/c d")},
+		{"authority with userinfo", base("GET", "/x", "user@ok.test")},
+		{"value with a leading space", base("GET", "/x", "ok.test", "x-a", " v")},
+		{"value with a trailing space", base("GET", "/x", "ok.test", "x-a", "v ")},
+		{"value with a leading tab", base("GET", "/x", "ok.test", "x-a", "\tv")},
+		{"value with a trailing tab", base("GET", "/x", "ok.test", "x-a", "v\t")},
+		{"host other than the authority", base("GET", "/x", "ok.test", "host", "evil.test")},
+	}
+	c, err := h2raw.Dial(tp.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	for i, tc := range cases {
+		c.Framer.WriteHeaders(http2.HeadersFrameParam{StreamID: uint32(2*i + 1), BlockFragment: c.Block(tc.fields...), EndStream: true, EndHeaders: true})
+	}
+	if err := c.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	got := c.ReadAll(2 * time.Second)
+	for i, tc := range cases {
+		h := got.Headers[uint32(2*i+1)]
+		if s, o := h2raw.Field(h, ":status"), h2raw.Field(h, "loomgate-outcome"); s != "400" || o != "bad_request" {
+			t.Errorf("%s: %s, Loomgate-Outcome %q; want 400, bad_request", tc.name, s, o)
+		}
+	}
+	if n := reached.Load(); n > 0 {
+		var what []string
+		seen.Range(func(k, _ any) bool { what = append(what, k.(string)); return true })
+		t.Errorf("%d malformed requests reached the upstream: %s", n, strings.Join(what, "; "))
+	}
+	// What is well formed still goes: the same connection's next stream,
+	// with a host that agrees with its :authority, and OPTIONS *.
+	c2, err := h2raw.Dial(tp.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c2.Close()
+	c2.Framer.WriteHeaders(http2.HeadersFrameParam{StreamID: 1, BlockFragment: c2.Block(base("GET", "/x?a=b%20c", "ok.test:80", "host", "ok.test:80", "x-a", "v w")...), EndStream: true, EndHeaders: true})
+	c2.Framer.WriteHeaders(http2.HeadersFrameParam{StreamID: 3, BlockFragment: c2.Block(base("OPTIONS", "*", "ok.test")...), EndStream: true, EndHeaders: true})
+	if err := c2.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	got = c2.ReadAll(2 * time.Second)
+	for _, id := range []uint32{1, 3} {
+		if s := h2raw.Field(got.Headers[id], ":status"); s != "200" {
+			t.Errorf("well-formed stream %d: %q; want 200", id, s)
+		}
+	}
+	tp.waitIdle(t)
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/loomgate/loomgate/internal/admission"
 	"github.com/loomgate/loomgate/internal/outcome"
+	"golang.org/x/net/http/httpguts"
 	"golang.org/x/net/http2"
 	"golang.org/x/net/http2/hpack"
 )
@@ -94,7 +95,7 @@ type stream struct {
 }
 
 // newStream reads a stream's header block. A malformed one (RFC 9113,
-// 8.1.1) is never forwarded: it is answered 400 and counted, as on
+// 8.1.1, 8.2.1, 8.3.1) is never forwarded: it is answered 400 and counted, as on
 // HTTP/1.1, then reset with PROTOCOL_ERROR, as the RFC asks.
 func newStream(c *conn, id uint32, f *http2.MetaHeadersFrame) *stream {
 	st := &stream{c: c, id: id, declared: -1, recvWin: StreamReceiveWindow, sendWin: c.initWin}
@@ -112,11 +113,16 @@ func newStream(c *conn, id uint32, f *http2.MetaHeadersFrame) *stream {
 // read reads the stream's header block, and reports whether it is well
 // formed.
 func (st *stream) read(f *http2.MetaHeadersFrame) bool {
-	var method, path, scheme string
-	var nMethod, nPath, nScheme, nAuthority int
+	var method, path, scheme, host string
+	var nMethod, nPath, nScheme, nAuthority, nHost int
 	var timeout string
 	bad := false
 	for _, hf := range f.Fields {
+		if v := hf.Value; v != "" && (isSpace(v[0]) || isSpace(v[len(v)-1])) {
+			// Whitespace at either end of a value (8.2.1): what one
+			// reader trims another keeps.
+			bad = true
+		}
 		switch hf.Name {
 		case ":method":
 			method, nMethod = hf.Value, nMethod+1
@@ -146,6 +152,7 @@ func (st *stream) read(f *http2.MetaHeadersFrame) bool {
 		case "grpc-timeout":
 			timeout = hf.Value
 		case "host":
+			host, nHost = hf.Value, nHost+1
 			if nAuthority == 0 {
 				st.authority = hf.Value
 			}
@@ -153,7 +160,16 @@ func (st *stream) read(f *http2.MetaHeadersFrame) bool {
 	}
 	o := &st.req.Record
 	o.Method, o.Target = []byte(method), []byte(path)
-	if bad || nMethod != 1 || nPath != 1 || nScheme != 1 || nAuthority > 1 || path == "" || scheme == "" || method == "CONNECT" {
+	if bad || nMethod != 1 || nPath != 1 || nScheme != 1 || nAuthority > 1 || nHost > 1 || scheme == "" || method == "CONNECT" {
+		return false
+	}
+	// What the upstream would read otherwise than the proxy did: a
+	// method that is no token, a path that is no origin-form (a space
+	// splits a request line, an absolute URI names another host), an
+	// authority with userinfo (8.3.1) or that the host contradicts.
+	if !httpguts.ValidHeaderFieldName(method) || !validPath(method, path) ||
+		(nAuthority+nHost > 0 && !validAuthority(st.authority)) ||
+		(nAuthority == 1 && nHost == 1 && !strings.EqualFold(host, st.authority)) {
 		return false
 	}
 	if st.up.end && st.declared > 0 {
@@ -173,6 +189,33 @@ func (st *stream) read(f *http2.MetaHeadersFrame) bool {
 		}
 	}
 	return true
+}
+
+func isSpace(b byte) bool { return b == ' ' || b == '\t' }
+
+// validPath reports whether a request's :path is one the upstream reads
+// as the proxy does: a path, and its query, of visible characters, or
+// "*" for OPTIONS (RFC 9113, 8.3.1).
+func validPath(method, path string) bool {
+	if path == "*" {
+		return method == "OPTIONS"
+	}
+	if path == "" || path[0] != '/' {
+		return false
+	}
+	for i := 0; i < len(path); i++ {
+		if b := path[i]; b <= ' ' || b == 0x7f {
+			return false
+		}
+	}
+	return true
+}
+
+// validAuthority reports whether an :authority (or host) is a host and
+// port alone: no userinfo, which RFC 9113 (8.3.1) forbids, and nothing a
+// host header may not hold.
+func validAuthority(a string) bool {
+	return a != "" && !strings.Contains(a, "@") && httpguts.ValidHostHeader(a)
 }
 
 func isGRPC(contentType string) bool {
