@@ -60,9 +60,13 @@ type stream struct {
 	upWin int32
 	upEnd bool
 	// upForwarded is what went upstream of the body; retried is set
-	// once the stream was opened again (see retry).
-	upForwarded int64
-	retried     bool
+	// once the stream was opened again (see retry), blindRetries counts
+	// the times it was refused by a connection whose limit was not yet
+	// known when it was opened there (upBlind).
+	upForwarded  int64
+	retried      bool
+	upBlind      bool
+	blindRetries int
 
 	// The response's way down: what waits for the client's windows.
 	// sendWin is the client's window for the stream; unsent what was
@@ -975,12 +979,20 @@ func (st *stream) upFailed(err error, b *batch) {
 // retry opens the stream again on another connection, when the upstream
 // said it did not process it (a GOAWAY below it, REFUSED_STREAM) and
 // nothing of its body went: RFC 9113, 8.7 makes that safe whatever the
-// method. Once per stream. c.mu held.
+// method. Once per stream, besides maxBlindRetries times for a stream
+// opened on a connection whose SETTINGS had not come. c.mu held.
 func (st *stream) retry(b *batch) bool {
-	if st.done || st.headersSent || st.upForwarded > 0 || st.retried {
+	if st.done || st.headersSent || st.upForwarded > 0 {
 		return false
 	}
-	st.retried = true
+	switch {
+	case st.upBlind && st.blindRetries < maxBlindRetries:
+		st.blindRetries++
+	case st.retried:
+		return false
+	default:
+		st.retried = true
+	}
 	if u := st.u; u != nil {
 		st.u = nil
 		u.release(st, false, b)

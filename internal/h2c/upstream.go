@@ -29,6 +29,10 @@ type pool struct {
 	dialing *uconn
 	waiters []*stream
 	closed  bool
+	// learned is the upstream's SETTINGS_MAX_CONCURRENT_STREAMS as its
+	// last SETTINGS said, 0 until one did: a new connection assumes it
+	// until its own SETTINGS come.
+	learned uint32
 }
 
 // open gives st a stream upstream, now or once a connection is dialled;
@@ -62,8 +66,14 @@ func (p *pool) dial(u *uconn) {
 	ctx, cancel := context.WithTimeout(context.Background(), cfg.UpstreamTimeout)
 	nc, err := cfg.Dial(ctx, "tcp", p.addr)
 	cancel()
+	p.mu.Lock()
+	learned := p.learned
+	p.mu.Unlock()
 	if err == nil {
 		u.init(nc)
+		if learned > 0 {
+			u.maxStreams = learned
+		}
 	}
 	p.mu.Lock()
 	waiters := p.waiters
@@ -136,22 +146,39 @@ type uconn struct {
 	nextID  uint32
 	// active counts the streams open, or promised a place (take).
 	active int
-	// maxStreams is the upstream's SETTINGS_MAX_CONCURRENT_STREAMS.
+	// maxStreams is the upstream's SETTINGS_MAX_CONCURRENT_STREAMS, or
+	// until its SETTINGS came (settled) what the pool learned, or
+	// initialMaxStreams.
 	maxStreams uint32
+	settled    bool
 	// sendWin is the upstream's connection window; initWin its
 	// SETTINGS_INITIAL_WINDOW_SIZE.
 	sendWin, initWin int32
 	blocked          []*stream
 	recvUsed         uint32
 	// away is set once the upstream sent GOAWAY, or the connection
-	// failed: no stream opens on it.
-	away bool
+	// failed: no stream opens on it. goingAway is set once the relay
+	// sent its own GOAWAY, which fail lets out before the close.
+	away, goingAway bool
 	// idleAt is when its last stream ended, zero while it has one; the
 	// timer, armed while idleArmed, closes it upstreamIdleTimeout after.
 	idleAt    time.Time
 	idleTimer *time.Timer
 	idleArmed bool
 }
+
+// initialMaxStreams is what an upstream connection is assumed to allow
+// until its SETTINGS say (RFC 9113, 6.5.2 recommends no fewer than 100),
+// as Go's Transport assumes: "unlimited", the RFC's initial value, put
+// 400 streams on a connection to nghttpd, which allows 100, before its
+// SETTINGS came, and it refused 300 of them.
+const initialMaxStreams = 100
+
+// maxBlindRetries is how often a stream refused (REFUSED_STREAM) by a
+// connection whose SETTINGS had not come when it was opened there is
+// opened again: it was refused for a limit the relay could not know.
+// Refused once the limit was known, it is opened again once.
+const maxBlindRetries = 4
 
 // upstreamIdleTimeout closes an upstream connection with no stream open,
 // as Go's Transport closes its idle connections: the pool shrinks back
@@ -207,7 +234,7 @@ func (u *uconn) init(nc net.Conn) {
 	u.nc = nc
 	u.streams = make(map[uint32]*stream)
 	u.nextID = 1
-	u.maxStreams = 1 << 31
+	u.maxStreams = initialMaxStreams
 	u.sendWin, u.initWin = 65535, 65535
 	// Idle until its first stream: one whose waiters all left goes too.
 	u.idle()
@@ -260,6 +287,7 @@ func (u *uconn) start(st *stream, b *batch) {
 		return
 	}
 	st.u, st.upID = u, u.nextID
+	st.upBlind = !u.settled
 	u.nextID += 2
 	u.idleAt = time.Time{}
 	// The connection's last stream id: it takes no more streams, leaves
@@ -342,16 +370,19 @@ func (u *uconn) serve() {
 		if err != nil {
 			var se http2.StreamError
 			if errors.As(err, &se) {
-				u.streamFailed(se.StreamID, errUpstreamProtocol, &b)
-				u.out.mu.Lock()
-				u.out.rst(se.StreamID, se.Code)
-				u.out.mu.Unlock()
-				b.mark(u.out)
+				u.streamFailed(se.StreamID, se.Code, &b)
 				continue
+			}
+			var ce http2.ConnectionError
+			if errors.As(err, &ce) {
+				u.goAway(http2.ErrCode(ce))
 			}
 			break
 		}
 		if err = u.handle(f, &b); err != nil {
+			if ce, ok := err.(http2.ConnectionError); ok {
+				u.goAway(http2.ErrCode(ce))
+			}
 			break
 		}
 	}
@@ -407,16 +438,28 @@ func (u *uconn) handle(f http2.Frame, b *batch) error {
 			st.c.mu.Unlock()
 		}
 	case *http2.WindowUpdateFrame:
+		// The upstream's windows are checked as a client's are: one
+		// that overflows wrapped negative, and held the body it bounds
+		// to UpstreamTimeout.
 		u.mu.Lock()
 		var one [1]*stream
 		var ready []*stream
 		if f.StreamID == 0 {
+			if int64(u.sendWin)+int64(f.Increment) > 1<<31-1 {
+				u.mu.Unlock()
+				return http2.ConnectionError(http2.ErrCodeFlowControl)
+			}
 			u.sendWin += int32(f.Increment)
 			ready, u.blocked = u.blocked, nil
 			for _, st := range ready {
 				st.up.queued = false
 			}
 		} else if st := u.streams[f.StreamID]; st != nil {
+			if int64(st.upWin)+int64(f.Increment) > 1<<31-1 {
+				u.mu.Unlock()
+				u.streamFailed(f.StreamID, http2.ErrCodeFlowControl, b)
+				return nil
+			}
 			st.upWin += int32(f.Increment)
 			ready = append(one[:0], st)
 		}
@@ -430,38 +473,7 @@ func (u *uconn) handle(f http2.Frame, b *batch) error {
 		if f.IsAck() {
 			return nil
 		}
-		var grown []*stream
-		u.mu.Lock()
-		u.out.mu.Lock()
-		_ = f.ForeachSetting(func(s http2.Setting) error {
-			switch s.ID {
-			case http2.SettingInitialWindowSize:
-				delta := int32(int64(s.Val) - int64(u.initWin))
-				for _, st := range u.streams {
-					st.upWin += delta
-					if delta > 0 {
-						grown = append(grown, st)
-					}
-				}
-				u.initWin = int32(s.Val)
-			case http2.SettingMaxConcurrentStreams:
-				u.maxStreams = s.Val
-			case http2.SettingMaxFrameSize:
-				u.out.maxFrame = s.Val
-			case http2.SettingHeaderTableSize:
-				u.out.enc.SetMaxDynamicTableSizeLimit(s.Val)
-			}
-			return nil
-		})
-		_ = u.out.fr.WriteSettingsAck()
-		u.out.mu.Unlock()
-		u.mu.Unlock()
-		b.mark(u.out)
-		for _, st := range grown {
-			st.c.mu.Lock()
-			st.pushUp(b)
-			st.c.mu.Unlock()
-		}
+		return u.onSettings(f, b)
 	case *http2.PingFrame:
 		if !f.IsAck() {
 			u.out.mu.Lock()
@@ -497,15 +509,110 @@ func (u *uconn) handle(f http2.Frame, b *batch) error {
 	return nil
 }
 
-// streamFailed fails the stream of upstream id.
-func (u *uconn) streamFailed(id uint32, err error, b *batch) {
+// onSettings applies the upstream's settings, held to what a client's
+// are (see conn.onSettings): valid, 100 entries at most, one walk of the
+// streams a frame.
+func (u *uconn) onSettings(f *http2.SettingsFrame, b *batch) error {
+	if f.NumSettings() > maxSettings {
+		return http2.ConnectionError(http2.ErrCodeProtocol)
+	}
+	if err := f.ForeachSetting(func(s http2.Setting) error { return s.Valid() }); err != nil {
+		return err
+	}
+	var grown []*stream
+	u.mu.Lock()
+	u.out.mu.Lock()
+	win, most, setWin := uint32(0), uint32(0), false
+	limit, setLimit := uint32(0), false
+	_ = f.ForeachSetting(func(s http2.Setting) error {
+		switch s.ID {
+		case http2.SettingInitialWindowSize:
+			win, most, setWin = s.Val, max(most, s.Val), true
+		case http2.SettingMaxConcurrentStreams:
+			limit, setLimit = s.Val, true
+		case http2.SettingMaxFrameSize:
+			u.out.maxFrame = s.Val
+		case http2.SettingHeaderTableSize:
+			u.out.enc.SetMaxDynamicTableSizeLimit(s.Val)
+		}
+		return nil
+	})
+	var err error
+	if delta := int64(win) - int64(u.initWin); setWin && (delta != 0 || most != win) {
+		for _, st := range u.streams {
+			if int64(st.upWin)+int64(most)-int64(u.initWin) > 1<<31-1 {
+				err = http2.ConnectionError(http2.ErrCodeFlowControl)
+				break
+			}
+			st.upWin += int32(delta)
+			if delta > 0 {
+				grown = append(grown, st)
+			}
+		}
+		u.initWin = int32(win)
+	}
+	switch {
+	case setLimit:
+		u.maxStreams = limit
+	case !u.settled:
+		// No limit said: the RFC's initial value, unlimited.
+		u.maxStreams = 1<<31 - 1
+	}
+	u.settled = true
+	if err == nil {
+		_ = u.out.fr.WriteSettingsAck()
+	}
+	u.out.mu.Unlock()
+	u.mu.Unlock()
+	if err != nil {
+		return err
+	}
+	if setLimit {
+		p := u.pool
+		p.mu.Lock()
+		p.learned = max(limit, 1)
+		p.mu.Unlock()
+	}
+	b.mark(u.out)
+	for _, st := range grown {
+		st.c.mu.Lock()
+		st.pushUp(b)
+		st.c.mu.Unlock()
+	}
+	return nil
+}
+
+// goAway ends the connection for the upstream's breach of HTTP/2: the
+// GOAWAY goes out before the connection closes (see fail).
+func (u *uconn) goAway(code http2.ErrCode) {
+	u.mu.Lock()
+	u.away = true
+	u.goingAway = true
+	u.mu.Unlock()
+	u.out.mu.Lock()
+	if !u.out.closed {
+		_ = u.out.fr.WriteGoAway(0, code, nil)
+	}
+	u.out.mu.Unlock()
+	u.out.kick()
+}
+
+// streamFailed fails the stream of upstream id for the upstream's breach
+// of HTTP/2 on it, and resets it with code.
+func (u *uconn) streamFailed(id uint32, code http2.ErrCode, b *batch) {
 	if st := u.lookup(id); st != nil {
 		st.c.mu.Lock()
 		if st.u == u {
-			st.upFailed(err, b)
+			// Reset below with code, not by its release's CANCEL.
+			st.upEnd, st.up.fin = true, true
+			st.upFailed(errUpstreamProtocol, b)
 		}
 		st.c.mu.Unlock()
 	}
+	u.out.mu.Lock()
+	u.out.rst(id, code)
+	u.out.mu.Unlock()
+	b.mark(u.out)
 }
 
 // fail ends the connection and fails its streams.
@@ -513,12 +620,20 @@ func (u *uconn) fail(err error) {
 	u.pool.remove(u)
 	u.mu.Lock()
 	u.away = true
+	said := u.goingAway
 	streams := make([]*stream, 0, len(u.streams))
 	for _, st := range u.streams {
 		streams = append(streams, st)
 	}
 	u.mu.Unlock()
 	u.out.close()
+	if said {
+		// The GOAWAY's code is the upstream's to hear: a second at most.
+		select {
+		case <-u.out.done:
+		case <-time.After(time.Second):
+		}
+	}
 	u.nc.Close()
 	if err == nil || errors.Is(err, net.ErrClosed) {
 		err = errors.New("h2c: the upstream closed the connection")
