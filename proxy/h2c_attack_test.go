@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"bytes"
 	"encoding/binary"
 	"net"
 	"net/http"
@@ -199,6 +200,58 @@ func TestH2CSettingsFlood(t *testing.T) {
 			if p := p99(times); p > 50*time.Millisecond {
 				t.Errorf("the victim's p99 was %v; want under 50 ms", p)
 			}
+		})
+	}
+}
+
+// TestH2CUnreadAnswersBounded: a client that sends frames that ask for an
+// answer (SETTINGS, PING) without end and reads nothing gets a GOAWAY once
+// what it is owed passes the bound, at whichever frame passes it: the
+// bound was looked at only when the connection's read buffer emptied,
+// which a client that never stops writing rarely lets happen, and a
+// process went from 19 to 394 MiB resident before its GOAWAY.
+func TestH2CUnreadAnswersBounded(t *testing.T) {
+	if testing.Short() {
+		t.Skip("an attack of some seconds")
+	}
+	ping := rawFrame(http2.FramePing, 0, 0, make([]byte, 8))
+	push := rawFrame(http2.FrameSettings, 0, 0, []byte{0, byte(http2.SettingEnablePush), 0, 0, 0, 0})
+	for _, tt := range []struct {
+		name  string
+		frame []byte
+	}{{"PING", ping}, {"SETTINGS", push}} {
+		t.Run(tt.name, func(t *testing.T) {
+			up, _ := slowUpstream(t)
+			tp := startProxy(t, up, limiter.Config{Mode: limiter.Unbounded}, func(c *Config) { c.Logger = discardLogger() })
+			c, err := h2raw.Dial(tp.addr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			c.Conn.(*net.TCPConn).SetReadBuffer(4 << 10)
+			if err := c.Flush(); err != nil {
+				t.Fatal(err)
+			}
+			chunk := bytes.Repeat(tt.frame, (64<<10)/len(tt.frame))
+			// Nothing is read: the answers pile up in the proxy, and
+			// what the client may write before it is cut off is what
+			// the proxy holds for it, besides the kernels' buffers.
+			var written int64
+			const most = 256 << 20
+			end := time.Now().Add(20 * time.Second)
+			for written < most && time.Now().Before(end) {
+				c.Conn.SetWriteDeadline(time.Now().Add(3 * time.Second))
+				n, err := c.Conn.Write(chunk)
+				written += int64(n)
+				if err != nil {
+					break
+				}
+			}
+			t.Logf("%d MiB written before the connection was ended", written>>20)
+			if written > 64<<20 {
+				t.Errorf("the client wrote %d MiB of %s without reading before it was cut off; want what the bound on answers owed lets it (9 MiB) and the kernels' buffers", written>>20, tt.name)
+			}
+			tp.waitIdle(t)
 		})
 	}
 }

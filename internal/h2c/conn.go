@@ -147,14 +147,8 @@ func (c *conn) read() error {
 		if c.br.Buffered() == 0 {
 			c.admitPending(&b)
 			b.kick()
-			c.out.mu.Lock()
-			full := c.out.full()
-			c.out.mu.Unlock()
-			if full {
-				// Frames that ask for an answer (PING, SETTINGS, streams
-				// refused), sent by a client that reads none of them.
-				c.calm("answers unread")
-				return errCalm("answers unread")
+			if err := c.judge(); err != nil {
+				return err
 			}
 			// Armed under mu, as every wake (a drain's GOAWAY, the last
 			// stream's end, the stall watch's) is set: a wake is never
@@ -275,10 +269,17 @@ func (c *conn) read() error {
 }
 
 // judge ends the connection if the frame just handled spent a budget of
-// its client's; reader only.
+// its client's, or what is owed the client passed maxOwedBytes: frames
+// that ask for an answer (PING, SETTINGS, streams refused) sent by a
+// client that reads none of them. Looked at after every frame, not once
+// the reads' buffer is empty, which a client that never stops writing
+// seldom lets it be; reader only.
 func (c *conn) judge() error {
-	if c.verdict == "" {
+	if c.verdict == "" && !c.out.over.Load() {
 		return nil
+	}
+	if c.verdict == "" {
+		c.verdict = "answers unread"
 	}
 	c.calm(c.verdict)
 	return errCalm(c.verdict)

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/net/http2"
@@ -21,6 +22,12 @@ import (
 type out struct {
 	mu  sync.Mutex
 	buf []byte
+	// writing is the length of the buffer being written, which the
+	// writer took from buf: what is owed the peer is both.
+	writing int
+	// over is set once what is owed the peer passed maxOwedBytes (see
+	// full): a connection's reader looks at it after each frame.
+	over atomic.Bool
 	// after is told of what the buffer's frames did once they are
 	// written: a relay gives back the window of the bytes it forwarded
 	// only once they left, so that a peer that does not read holds up
@@ -60,8 +67,13 @@ type written struct {
 // maxControlBytes bounds what the frames that no window bounds (PING and
 // SETTINGS acknowledgements, WINDOW_UPDATE, RST_STREAM, headers) may hold
 // of a connection's output while its peer reads nothing: past it and the
-// most DATA the windows let it hold (see full), the peer means harm.
-const maxControlBytes = 1 << 20
+// most DATA the windows let it hold, maxOwedBytes in all (9 MiB), the
+// peer means harm. What is owed counts the buffer being written as well
+// as the one being filled, and is looked at as each frame is appended.
+const (
+	maxControlBytes = 1 << 20
+	maxOwedBytes    = maxControlBytes + MaxStreams*upstreamStreamBuffer
+)
 
 func newOut(nc net.Conn, stall time.Duration, failed func(error)) *out {
 	o := &out{nc: nc, stall: stall, failed: failed, maxFrame: 16 << 10, wake: make(chan struct{}, 1), done: make(chan struct{})}
@@ -75,6 +87,9 @@ type outBuf out
 
 func (b *outBuf) Write(p []byte) (int, error) {
 	b.buf = append(b.buf, p...)
+	if len(b.buf)+b.writing > maxOwedBytes {
+		b.over.Store(true)
+	}
 	return len(p), nil
 }
 
@@ -116,6 +131,7 @@ func (o *out) run(done func([]written)) {
 			o.buf, o.after = o.spareBuf[:0], o.spareAfter[:0]
 			o.spareBuf, o.spareAfter = nil, nil
 			o.kicked = false
+			o.writing = len(b)
 			closed := o.closed
 			if len(b) == 0 {
 				o.spareBuf, o.spareAfter = b, after[:0]
@@ -189,13 +205,8 @@ func (o *out) recycle(b []byte, after []written) {
 	}
 	o.mu.Lock()
 	o.spareBuf, o.spareAfter = b[:0], after[:0]
+	o.writing = 0
 	o.mu.Unlock()
-}
-
-// full reports whether the buffer holds more than a silent peer may
-// make it hold; mu held.
-func (o *out) full() bool {
-	return len(o.buf) > maxControlBytes+MaxStreams*upstreamStreamBuffer
 }
 
 // headers appends a header block, split into CONTINUATION frames as the
