@@ -334,6 +334,35 @@ func TestH2CMadeYouReset(t *testing.T) {
 	}
 }
 
+// TestH2CDecreasingStreamID: HEADERS on a stream id below one the client
+// already opened is a connection error of type PROTOCOL_ERROR (RFC 9113,
+// 5.1.1), not STREAM_CLOSED.
+func TestH2CDecreasingStreamID(t *testing.T) {
+	up, reached := slowUpstream(t)
+	tp := startProxy(t, up, limiter.Config{Mode: limiter.Unbounded}, func(c *Config) { c.Logger = discardLogger() })
+	c, err := h2raw.Dial(tp.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.Get(5, "/slow?ms=30000")
+	c.Get(3, "/slow?ms=1")
+	if err := c.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	got := c.ReadAll(5 * time.Second)
+	if got.GoAway == nil || got.GoAway.ErrCode != http2.ErrCodeProtocol {
+		t.Errorf("GOAWAY %s; want PROTOCOL_ERROR", goAwayText(got.GoAway))
+	}
+	if got.GoAway != nil && got.GoAway.LastStreamID != 5 {
+		t.Errorf("GOAWAY's last stream %d; want 5", got.GoAway.LastStreamID)
+	}
+	if n := reached.Load(); n > 1 {
+		t.Errorf("%d requests reached the upstream; want stream 5's at most", n)
+	}
+	tp.waitIdle(t)
+}
+
 // TestH2CMalformedNeverForwarded: requests whose header block RFC 9113
 // calls malformed are answered 400 with Loomgate-Outcome: bad_request,
 // and none of them reaches the upstream: a :path that is no path (a

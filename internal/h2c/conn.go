@@ -491,8 +491,11 @@ func (c *conn) onHeaders(f *http2.MetaHeadersFrame, b *batch) error {
 		return nil
 	}
 	if id <= c.lastID {
-		c.goAwayLocked(http2.ErrCodeStreamClosed)
-		return errors.New("HEADERS on a closed stream")
+		// A stream id below one the client used: an unexpected id,
+		// PROTOCOL_ERROR (RFC 9113, 5.1.1), whether or not the stream
+		// was once open.
+		c.goAwayLocked(http2.ErrCodeProtocol)
+		return errors.New("HEADERS on a stream id below the last")
 	}
 	c.lastID = id
 	if c.goingAway || len(c.streams) >= MaxStreams {
