@@ -334,6 +334,75 @@ func TestH2CMadeYouReset(t *testing.T) {
 	}
 }
 
+// TestH2CControlFrameFlood: frames that carry nothing for a stream (PING,
+// PRIORITY, empty DATA, RST_STREAM on a closed stream, WINDOW_UPDATE on
+// one, frames of an unknown type), sent without end by a client that reads
+// its answers, end in a GOAWAY (ENHANCE_YOUR_CALM) once past the
+// connection's budget of them; each cost its share of the CPU, under the
+// connection's lock, for as long as the client liked.
+func TestH2CControlFrameFlood(t *testing.T) {
+	if testing.Short() {
+		t.Skip("an attack of some seconds")
+	}
+	const n = 256 // frames a write
+	repeat := func(f []byte) func(int) []byte {
+		b := bytes.Repeat(f, n)
+		return func(int) []byte { return b }
+	}
+	for _, tt := range []struct {
+		name string
+		open bool // a stream 1 is opened first, with a body to come
+		done bool // a stream 1 is opened and answered first
+		next func(int) []byte
+	}{
+		{"PING", false, false, repeat(rawFrame(http2.FramePing, 0, 0, make([]byte, 8)))},
+		{"PRIORITY", false, false, func(i int) []byte {
+			var b []byte
+			for j := range n {
+				b = append(b, rawFrame(http2.FramePriority, 0, uint32(2*(i*n+j)+1), []byte{0, 0, 0, 0, 15})...)
+			}
+			return b
+		}},
+		{"empty DATA", true, false, repeat(rawFrame(http2.FrameData, 0, 1, nil))},
+		{"RST_STREAM on a closed stream", false, true, repeat(rawFrame(http2.FrameRSTStream, 0, 1, []byte{0, 0, 0, 8}))},
+		{"WINDOW_UPDATE on a closed stream", false, true, repeat(rawFrame(http2.FrameWindowUpdate, 0, 1, []byte{0, 0, 0, 1}))},
+		{"unknown type", false, false, repeat(rawFrame(0xfa, 0, 0, []byte("loomgate")))},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			up, _ := slowUpstream(t)
+			tp := startProxy(t, up, limiter.Config{Mode: limiter.Unbounded}, func(c *Config) {
+				c.UpstreamTimeout = 30 * time.Second
+				c.BodyTimeout = 30 * time.Second
+				c.Logger = discardLogger()
+			})
+			c, err := h2raw.Dial(tp.addr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			switch {
+			case tt.open:
+				c.Framer.WriteHeaders(http2.HeadersFrameParam{StreamID: 1, EndHeaders: true,
+					BlockFragment: c.Block(":method", "POST", ":scheme", "http", ":authority", "h2raw.test", ":path", "/slow?ms=30000")})
+			case tt.done:
+				c.Get(1, "/fast")
+			}
+			if err := c.Flush(); err != nil {
+				t.Fatal(err)
+			}
+			if tt.done {
+				time.Sleep(200 * time.Millisecond) // answered and closed
+			}
+			got, written := flood(t, c, 5*time.Second, tt.next)
+			t.Logf("%d frames written; GOAWAY %s", written/int64(len(tt.next(0))/n), goAwayText(got.GoAway))
+			if got.GoAway == nil || got.GoAway.ErrCode != http2.ErrCodeEnhanceYourCalm {
+				t.Errorf("GOAWAY %s; want ENHANCE_YOUR_CALM", goAwayText(got.GoAway))
+			}
+			tp.waitIdle(t)
+		})
+	}
+}
+
 // TestH2CDecreasingStreamID: HEADERS on a stream id below one the client
 // already opened is a connection error of type PROTOCOL_ERROR (RFC 9113,
 // 5.1.1), not STREAM_CLOSED.

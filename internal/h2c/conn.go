@@ -50,6 +50,8 @@ type conn struct {
 	// resets is the budget of premature resets; settings that of
 	// SETTINGS frames.
 	resets, settings budget
+	// idle is the budget of frames that carry nothing for a stream.
+	idle budget
 	// verdict is why the connection must end for its client's conduct:
 	// set by the reader as it handles a frame, and acted on once the
 	// frame is handled (see judge).
@@ -69,6 +71,7 @@ func newConn(h *Server, nc net.Conn) *conn {
 	now := time.Now()
 	c.resets = budget{left: resetBurst, at: now}
 	c.settings = budget{left: settingsBurst, at: now}
+	c.idle = budget{left: idleBurst, at: now}
 	c.br = bufio.NewReaderSize(nc, 16<<10)
 	c.fr = http2.NewFramer(nil, c.br)
 	c.fr.ReadMetaHeaders = hpack.NewDecoder(4096, nil)
@@ -326,34 +329,55 @@ func (c *conn) handle(f http2.Frame, b *batch) error {
 		return c.onWindowUpdate(f, b)
 	case *http2.SettingsFrame:
 		if f.IsAck() {
+			c.idleFrame()
 			return nil
 		}
 		return c.onSettings(f, b)
 	case *http2.PingFrame:
+		c.idleFrame()
 		if f.IsAck() {
 			return nil
 		}
-		return c.control(b, func() { _ = c.out.fr.WritePing(true, f.Data) })
+		c.out.mu.Lock()
+		_ = c.out.fr.WritePing(true, f.Data)
+		c.out.mu.Unlock()
+		b.mark(c.out)
 	case *http2.PriorityFrame:
+		c.idleFrame()
 		if f.StreamDep == f.StreamID {
 			c.streamError(f.StreamID, http2.ErrCodeProtocol, b)
 		}
-	case *http2.GoAwayFrame:
-		// The client opens no more streams; those it has finish.
 	case *http2.PushPromiseFrame:
 		c.goAwayErr(http2.ErrCodeProtocol)
 		return errors.New("PUSH_PROMISE from a client")
+	default:
+		// GOAWAY (the client opens no more streams; those it has
+		// finish), and frames of types the relay does not know.
+		c.idleFrame()
 	}
 	return nil
 }
 
-// control appends a frame no window bounds (see out.full).
-func (c *conn) control(b *batch, write func()) error {
-	c.out.mu.Lock()
-	write()
-	c.out.mu.Unlock()
-	b.mark(c.out)
-	return nil
+// idleFrame charges the budget of frames that carry nothing for a stream
+// one; by the reader.
+func (c *conn) idleFrame() {
+	c.mu.Lock()
+	c.idleFrameLocked()
+	c.mu.Unlock()
+}
+
+// idleFrameLocked is idleFrame, mu held.
+func (c *conn) idleFrameLocked() {
+	if !c.idle.spend(1, idleBurst, idleRate, time.Now()) {
+		c.verdict = "frames that carry nothing"
+	}
+}
+
+// busyFrame gives the budget of frames that carry nothing one back, for
+// a frame that carried something: a stream opened, DATA with bytes in it
+// either way; mu held.
+func (c *conn) busyFrame() {
+	c.idle.left = min(idleBurst, c.idle.left+1)
 }
 
 // onSettings applies the client's settings and acknowledges them.
@@ -453,6 +477,7 @@ func (c *conn) onWindowUpdate(f *http2.WindowUpdateFrame, b *batch) error {
 			c.goAwayLocked(http2.ErrCodeProtocol)
 			return errors.New("WINDOW_UPDATE on an idle stream")
 		}
+		c.idleFrameLocked()
 		return nil
 	}
 	if int64(st.sendWin)+int64(f.Increment) > 1<<31-1 {
@@ -499,6 +524,7 @@ func (c *conn) onHeaders(f *http2.MetaHeadersFrame, b *batch) error {
 	}
 	c.lastID = id
 	if c.goingAway || len(c.streams) >= MaxStreams {
+		c.idleFrameLocked()
 		c.out.mu.Lock()
 		c.out.rst(id, http2.ErrCodeRefusedStream)
 		c.out.mu.Unlock()
@@ -507,6 +533,7 @@ func (c *conn) onHeaders(f *http2.MetaHeadersFrame, b *batch) error {
 	}
 	st := newStream(c, id, f)
 	c.streams[id] = st
+	c.busyFrame()
 	c.s.open.Add(1)
 	switch {
 	case f.Truncated:
@@ -549,6 +576,7 @@ func (c *conn) onData(f *http2.DataFrame, b *batch) error {
 			c.goAwayLocked(http2.ErrCodeProtocol)
 			return errors.New("DATA on an idle stream")
 		}
+		c.idleFrameLocked()
 		c.out.mu.Lock()
 		c.out.rst(f.StreamID, http2.ErrCodeStreamClosed)
 		c.out.mu.Unlock()
@@ -564,6 +592,11 @@ func (c *conn) onData(f *http2.DataFrame, b *batch) error {
 		return nil
 	}
 	st.recvWin -= int32(f.Length)
+	if f.Length > 0 {
+		c.busyFrame()
+	} else if !f.StreamEnded() {
+		c.idleFrameLocked()
+	}
 	data := f.Data()
 	if pad := uint32(len(data)); pad < f.Length {
 		// Padding is the window's too, and nobody's to forward.
@@ -580,6 +613,9 @@ func (c *conn) onReset(f *http2.RSTStreamFrame, b *batch) error {
 	st := c.streams[f.StreamID]
 	if st == nil {
 		idle := f.StreamID > c.lastID
+		if !idle {
+			c.idleFrameLocked()
+		}
 		c.mu.Unlock()
 		if idle {
 			c.goAwayErr(http2.ErrCodeProtocol)
@@ -687,6 +723,7 @@ func (c *conn) streamError(id uint32, code http2.ErrCode, b *batch) {
 		st.protocolError(code, b)
 		return
 	}
+	c.idleFrameLocked()
 	c.out.mu.Lock()
 	c.out.rst(id, code)
 	c.out.mu.Unlock()

@@ -107,6 +107,22 @@ const (
 	settingsRate  = 10
 )
 
+// A client's budget of frames that carry nothing for a stream: PING
+// (either way), PRIORITY, a SETTINGS acknowledgement, GOAWAY, an empty
+// DATA frame that does not end its stream, RST_STREAM, WINDOW_UPDATE,
+// DATA or a stream error on a stream no longer open, a stream refused,
+// a frame of an unknown type. Each costs a read, a lock round and some
+// an answer, and a flood of them the CPU other clients share: a
+// thousand at once, a hundred a second, and one back for each frame
+// that carries something (a stream opened, DATA with bytes in it either
+// way), so that a client's keepalive and a gRPC client's PING for each
+// burst of data it receives never run out. Past it the connection is
+// ended with a GOAWAY (ENHANCE_YOUR_CALM).
+const (
+	idleBurst = 1000
+	idleRate  = 100
+)
+
 // upstreamStreamBuffer is the receive window the relay grants the
 // upstream for each stream: the most of a response it holds while the
 // client does not take it. A client grants the window it likes, none at

@@ -531,6 +531,11 @@ func (st *stream) pushDown(b *batch) {
 	sent, held := st.down.drain(c.out, st.id, &st.sendWin, &c.sendWin, written{s: st, toClient: true})
 	st.unsent += sent
 	c.out.mu.Unlock()
+	if sent > 0 {
+		// A client's PING may measure what it receives, as a gRPC
+		// client's estimate of the bandwidth-delay product does.
+		c.busyFrame()
+	}
 	if held && !st.down.queued {
 		st.down.queued = true
 		c.blocked = append(c.blocked, st)
