@@ -3,6 +3,7 @@ package proxy
 import (
 	"bytes"
 	"encoding/binary"
+	"io"
 	"net"
 	"net/http"
 	"slices"
@@ -510,4 +511,83 @@ func TestH2CMalformedNeverForwarded(t *testing.T) {
 		}
 	}
 	tp.waitIdle(t)
+}
+
+// slowObserver is an Observer that blocks on the records of one target,
+// as one whose access log goes to a pipe nobody reads does.
+type slowObserver struct {
+	target string
+	block  time.Duration
+}
+
+func (s slowObserver) Observe(o *Outcome) {
+	if string(o.Target) == s.target {
+		time.Sleep(s.block)
+	}
+}
+
+// TestH2CSlowObserverStallsNoOtherClient: the observer (metrics, advice,
+// access log) is called with no lock of the relay held. A record handed
+// to it under its client's lock held that client's lock for as long as
+// the observer took, and the reader of the upstream connection that the
+// client shares with others waited for it at the client's next frame:
+// another client's call on the same upstream connection waited a second
+// behind a log that blocked for one.
+func TestH2CSlowObserverStallsNoOtherClient(t *testing.T) {
+	up := h2cUpstream(t, func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/stream" {
+			// A response that keeps coming, so that the upstream
+			// connection's reader needs its client's lock every 5 ms.
+			for range 400 {
+				if _, err := w.Write([]byte("x")); err != nil {
+					return
+				}
+				w.(http.Flusher).Flush()
+				time.Sleep(5 * time.Millisecond)
+			}
+			return
+		}
+		w.Write([]byte("ok"))
+	})
+	tp := startProxy(t, up, limiter.Config{Mode: limiter.Unbounded}, func(c *Config) {
+		c.Observer = slowObserver{target: "/logged", block: time.Second}
+		c.Logger = discardLogger()
+	})
+	// One client: a response that keeps coming, then a call whose record
+	// the observer takes a second over.
+	a := h2cClient()
+	resp, err := a.Get("http://" + tp.addr + "/stream")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	go io.Copy(io.Discard, resp.Body)
+	// Another client, on a connection of its own, whose calls share the
+	// upstream connection.
+	b := h2cClient()
+	if r, err := b.Get("http://" + tp.addr + "/fast"); err == nil {
+		r.Body.Close()
+	}
+	go func() {
+		if r, err := a.Get("http://" + tp.addr + "/logged"); err == nil {
+			io.Copy(io.Discard, r.Body)
+			r.Body.Close()
+		}
+	}()
+	var most time.Duration
+	for end := time.Now().Add(1500 * time.Millisecond); time.Now().Before(end); {
+		start := time.Now()
+		r, err := b.Get("http://" + tp.addr + "/fast")
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.Copy(io.Discard, r.Body)
+		r.Body.Close()
+		most = max(most, time.Since(start))
+		time.Sleep(5 * time.Millisecond)
+	}
+	t.Logf("the other client's slowest call: %v", most)
+	if most > 500*time.Millisecond {
+		t.Errorf("the other client's slowest call took %v while the observer blocked on a record of the first's; want under 500 ms", most)
+	}
 }

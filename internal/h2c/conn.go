@@ -126,6 +126,8 @@ func (c *conn) read() error {
 	c.out.mu.Unlock()
 	c.out.kick()
 	var b batch
+	// What the last frames ended is counted however the reads end.
+	defer b.kick()
 	// dl is the deadline of the connection's reads between frames, and
 	// shrinking is set when it is the second after which an idle
 	// connection's buffers go.
@@ -265,6 +267,9 @@ func (c *conn) read() error {
 		if err := c.handle(f, &b); err != nil {
 			return err
 		}
+		if len(b.ended) > 0 {
+			b.finish()
+		}
 		if err := c.judge(); err != nil {
 			return err
 		}
@@ -368,6 +373,7 @@ func (c *conn) idleFrame() {
 
 // idleFrameLocked is idleFrame, mu held.
 func (c *conn) idleFrameLocked() {
+	held(&c.mu)
 	if !c.idle.spend(1, idleBurst, idleRate, time.Now()) {
 		c.verdict = "frames that carry nothing"
 	}
@@ -377,6 +383,7 @@ func (c *conn) idleFrameLocked() {
 // a frame that carried something: a stream opened, DATA with bytes in it
 // either way; mu held.
 func (c *conn) busyFrame() {
+	held(&c.mu)
 	c.idle.left = min(idleBurst, c.idle.left+1)
 }
 
@@ -634,6 +641,7 @@ func (c *conn) onReset(f *http2.RSTStreamFrame, b *batch) error {
 // chargeReset charges the budget of premature resets n for a stream reset
 // before its answer; mu held, by the reader.
 func (c *conn) chargeReset(n float64) {
+	held(&c.mu)
 	if !c.resets.spend(n, resetBurst, resetRate, time.Now()) {
 		c.verdict = "rapid reset"
 	}
@@ -642,6 +650,7 @@ func (c *conn) chargeReset(n float64) {
 // watchStall starts the stall watch, if it is not running: a stream's
 // response waits for the client's window; mu held.
 func (c *conn) watchStall() {
+	held(&c.mu)
 	if c.stallArmed {
 		return
 	}
@@ -694,6 +703,7 @@ func (c *conn) stallCheck() {
 // answered gives back to the budget of resets one for a stream answered;
 // mu held.
 func (c *conn) answered() {
+	held(&c.mu)
 	c.resets.left = min(resetBurst, c.resets.left+1)
 }
 
@@ -761,6 +771,7 @@ func (c *conn) goAwayErr(code http2.ErrCode) {
 
 // goAwayLocked appends a GOAWAY; mu held.
 func (c *conn) goAwayLocked(code http2.ErrCode) {
+	held(&c.mu)
 	c.goingAway = true
 	c.out.mu.Lock()
 	if !c.out.closed {

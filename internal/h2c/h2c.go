@@ -27,6 +27,56 @@
 // admission to the response headers. UpstreamTimeout bounds the wait for
 // the headers; the call's own grpc-timeout bounds the whole of it, queue
 // included, and goes upstream as what remains of it.
+//
+// # Concurrency
+//
+// Who owns what. A client connection's reader goroutine (conn.read) is
+// the only one to read its socket, and the only one to open streams or
+// to charge the client's budgets (conn.verdict is its own). A
+// connection's writer goroutine (out.run) is the only one to write its
+// socket; everyone else appends frames to its buffer and kicks it. An
+// upstream connection's reader (uconn.serve) reads the upstream's frames
+// and hands each to its stream. Streams have no goroutine: their state is
+// touched by whichever goroutine has news for them, under their client
+// connection's lock.
+//
+// The locks, and what each guards:
+//
+//   - conn.mu: the connection's streams and every field of theirs but
+//     upWin and up.queued; its windows, blocked list, budgets, stall
+//     watch, goingAway. Taken by its reader, by the upstream readers and
+//     writers' callbacks with news for one of its streams, by its
+//     streams' timers and waits for admission, by a dial starting the
+//     streams that waited for it, and by a drain.
+//   - pool.mu: the upstream connections, the one being dialled and the
+//     streams waiting for it, the limit learned.
+//   - uconn.mu: an upstream connection's streams by id, its ids, counts,
+//     limit, windows and blocked list, and each stream's upWin and
+//     up.queued.
+//   - out.mu: a connection's output buffer, its framer and HPACK encoder
+//     (whose table is the order of the header blocks appended), the
+//     peer's frame size, what is owed.
+//   - Server.mu: the set of client connections, alone.
+//
+// The order is c.mu, then pool.mu, then uconn.mu, then out.mu; no
+// goroutine holds two connections' c.mu at once. An upstream reader
+// looks its stream up under uconn.mu and lets it go before it takes the
+// stream's c.mu. Functions whose comment says a lock is held check it in
+// the race detector's builds (held).
+//
+// Waking the reader. The reader waits in reads of its socket, under a
+// read deadline. A goroutine that needs it (a drain's GOAWAY, the last
+// stream's end once the connection is going away, the stall watch's end
+// of the connection) sets the deadline to now under c.mu, and the reader
+// arms its next deadline under c.mu after reading the state it waits
+// on, so that no wake is undone by an arm that came after it.
+//
+// Nothing slow under a lock. Sockets are read and written with no lock
+// held. A stream's record goes to admission, and through it to the
+// observer (metrics, the advice, the access log), once the locks are let
+// go (batch.finish): an upstream connection's reader takes each of its
+// clients' locks in turn, and an observer slow under one client's lock
+// held up every client of that upstream connection.
 package h2c
 
 import (

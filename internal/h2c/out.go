@@ -86,6 +86,7 @@ func newOut(nc net.Conn, stall time.Duration, failed func(error)) *out {
 type outBuf out
 
 func (b *outBuf) Write(p []byte) (int, error) {
+	held(&b.mu)
 	b.buf = append(b.buf, p...)
 	if len(b.buf)+b.writing > maxOwedBytes {
 		b.over.Store(true)
@@ -212,6 +213,7 @@ func (o *out) recycle(b []byte, after []written) {
 // headers appends a header block, split into CONTINUATION frames as the
 // peer's frame size needs; mu held.
 func (o *out) headers(id uint32, fields []hpack.HeaderField, end bool) {
+	held(&o.mu)
 	if o.closed {
 		return
 	}
@@ -231,6 +233,7 @@ func (o *out) headers(id uint32, fields []hpack.HeaderField, end bool) {
 // data appends DATA frames carrying p, the last with END_STREAM if end;
 // mu held.
 func (o *out) data(id uint32, p []byte, end bool) {
+	held(&o.mu)
 	if o.closed {
 		return
 	}
@@ -248,12 +251,15 @@ func (o *out) data(id uint32, p []byte, end bool) {
 // note asks the writer to tell of w once what precedes it is written;
 // mu held.
 func (o *out) note(w written) {
+	held(&o.mu)
 	if !o.closed {
 		o.after = append(o.after, w)
 	}
 }
 
+// rst appends a RST_STREAM; mu held.
 func (o *out) rst(id uint32, code http2.ErrCode) {
+	held(&o.mu)
 	if !o.closed {
 		_ = o.fr.WriteRSTStream(id, code)
 	}
@@ -274,15 +280,25 @@ func (o *out) took(used *uint32, n uint32, b *batch) {
 	b.mark(o)
 }
 
+// windowUpdate appends a WINDOW_UPDATE; mu held.
 func (o *out) windowUpdate(id, n uint32) {
+	held(&o.mu)
 	if !o.closed && n > 0 {
 		_ = o.fr.WriteWindowUpdate(id, n)
 	}
 }
 
 // batch is the connections a reader appended to while it read a batch of
-// frames: it kicks their writers once, when it has no more to read.
-type batch struct{ outs []*out }
+// frames: it kicks their writers once, when it has no more to read. It is
+// also the streams that ended meanwhile, whose records go to admission
+// (the observer: metrics, advice, access log) once no lock is held: an
+// upstream connection's reader takes each client's lock in turn, and an
+// observer slow under one client's lock (a log pipe that is full) held
+// up every client whose responses came on that connection.
+type batch struct {
+	outs  []*out
+	ended []*stream
+}
 
 func (b *batch) mark(o *out) {
 	if b == nil {
@@ -297,10 +313,25 @@ func (b *batch) mark(o *out) {
 	b.outs = append(b.outs, o)
 }
 
+// kick wakes the writers, then finishes the streams that ended; no lock
+// held.
 func (b *batch) kick() {
 	for _, o := range b.outs {
 		o.kick()
 	}
 	clear(b.outs)
 	b.outs = b.outs[:0]
+	b.finish()
+}
+
+// finish hands the records of the streams that ended to admission; no
+// lock held.
+func (b *batch) finish() {
+	for i, st := range b.ended {
+		h := st.c.s
+		h.gate.Finish(&st.req, st.endAt)
+		h.open.Add(-1)
+		b.ended[i] = nil
+	}
+	b.ended = b.ended[:0]
 }

@@ -96,6 +96,8 @@ type stream struct {
 	// and reset once answered.
 	malformed bool
 	done      bool
+	// endAt is when the stream ended, for its record.
+	endAt time.Time
 }
 
 // newStream reads a stream's header block. A malformed one (RFC 9113,
@@ -313,6 +315,7 @@ func (st *stream) await() {
 
 // start sends an admitted stream upstream; c.mu held.
 func (st *stream) start(b *batch) {
+	held(&st.c.mu)
 	cfg := &st.c.s.cfg
 	// UpstreamTimeout bounds what the permit is held for: the whole
 	// exchange, or a gRPC call's wait for its headers; the call's own
@@ -377,6 +380,7 @@ func (st *stream) upstreamFields() []hpack.HeaderField {
 
 // body takes what the client sent of the body; c.mu held.
 func (st *stream) body(data []byte, end bool, b *batch) {
+	held(&st.c.mu)
 	st.reqGot += int64(len(data))
 	cfg := &st.c.s.cfg
 	if st.declared >= 0 && (st.reqGot > st.declared || end && st.reqGot != st.declared) {
@@ -416,6 +420,7 @@ func (st *stream) body(data []byte, end bool, b *batch) {
 
 // endOfBody is the request's end; c.mu held.
 func (st *stream) endOfBody(b *batch) {
+	held(&st.c.mu)
 	st.up.end = true
 	if st.bodyTimer != nil {
 		st.bodyTimer.Stop()
@@ -437,6 +442,7 @@ func (st *stream) endOfBody(b *batch) {
 // round, per message of every call, while the window left the client
 // never lacked room.
 func (st *stream) credit(n uint32) {
+	held(&st.c.mu)
 	if st.up.end || st.done {
 		return
 	}
@@ -470,7 +476,8 @@ type flow struct {
 // once all is out; o is told of each frame's bytes and of the end as w
 // says. It returns the bytes sent, and whether the connection's window
 // held back some of them. o.mu held.
-func (f *flow) drain(o *out, id uint32, win, connWin *int32, w written) (sent int32, held bool) {
+func (f *flow) drain(o *out, id uint32, win, connWin *int32, w written) (sent int32, heldBack bool) {
+	held(&o.mu)
 	for len(f.buf) > 0 {
 		n := min(int32(len(f.buf)), *win, *connWin)
 		if n <= 0 {
@@ -503,6 +510,7 @@ func (f *flow) drain(o *out, id uint32, win, connWin *int32, w written) (sent in
 // pushUp sends upstream what the upstream's windows let it of the body,
 // and the body's end; c.mu held.
 func (st *stream) pushUp(b *batch) {
+	held(&st.c.mu)
 	u := st.u
 	if u == nil || st.up.fin || st.done {
 		return
@@ -523,6 +531,7 @@ func (st *stream) pushUp(b *batch) {
 // pushDown sends the client what its windows let it of the response, and
 // the response's end; c.mu held.
 func (st *stream) pushDown(b *batch) {
+	held(&st.c.mu)
 	c := st.c
 	if st.done || st.down.fin {
 		return
@@ -586,6 +595,7 @@ func (st *stream) sent(w written, b *batch) {
 // respHeaders relays the upstream's response headers, or its trailers;
 // c.mu held.
 func (st *stream) respHeaders(f *http2.MetaHeadersFrame, b *batch) {
+	held(&st.c.mu)
 	c := st.c
 	if st.done {
 		return
@@ -650,6 +660,7 @@ func (st *stream) respHeaders(f *http2.MetaHeadersFrame, b *batch) {
 
 // respData relays the upstream's DATA; c.mu held.
 func (st *stream) respData(data []byte, end bool, b *batch) {
+	held(&st.c.mu)
 	if st.done || !st.headersSent || st.down.end {
 		return
 	}
@@ -669,6 +680,7 @@ func (st *stream) respData(data []byte, end bool, b *batch) {
 // refused answers a stream admission refused, as its Outcome's kind says;
 // c.mu held.
 func (st *stream) refused(b *batch) {
+	held(&st.c.mu)
 	switch kind := st.req.Record.Kind; {
 	case st.req.Expired():
 		// The call's own deadline passed in the queue. The client's own
@@ -688,6 +700,7 @@ func (st *stream) refused(b *batch) {
 // answerAs writes the proxy's own answer to kind, as every protocol gives
 // it (see admission.Gate.Answer); c.mu held.
 func (st *stream) answerAs(kind outcome.Kind, b *batch) {
+	held(&st.c.mu)
 	status, msg, _ := st.c.s.gate.Answer(kind)
 	st.answer(kind, status, msg, b)
 }
@@ -705,6 +718,7 @@ func (st *stream) answerAs(kind outcome.Kind, b *batch) {
 // without its body. A gRPC answer is headers alone, which no window holds
 // up.
 func (st *stream) answer(kind outcome.Kind, status int, msg string, b *batch) {
+	held(&st.c.mu)
 	c := st.c
 	h := c.s
 	if st.done {
@@ -826,6 +840,7 @@ func (st *stream) fire() {
 
 // rstClient resets the stream on the client's side; c.mu held.
 func (st *stream) rstClient(code http2.ErrCode, b *batch) {
+	held(&st.c.mu)
 	c := st.c
 	c.out.mu.Lock()
 	c.out.rst(st.id, code)
@@ -836,6 +851,7 @@ func (st *stream) rstClient(code http2.ErrCode, b *batch) {
 // waitsForClient reports whether the stream waits for its client's body;
 // c.mu held.
 func (st *stream) waitsForClient() bool {
+	held(&st.c.mu)
 	return !st.up.end && len(st.up.buf) == 0 && !st.grpc
 }
 
@@ -860,6 +876,7 @@ func (st *stream) bodyIdle() {
 
 // clientReset is the client's RST_STREAM; c.mu held.
 func (st *stream) clientReset(b *batch) {
+	held(&st.c.mu)
 	st.up.end = true
 	switch st.state {
 	case pending:
@@ -880,6 +897,7 @@ func (st *stream) clientReset(b *batch) {
 
 // connGone is the client connection's end; c.mu held.
 func (st *stream) connGone(kind outcome.Kind, b *batch) {
+	held(&st.c.mu)
 	switch st.state {
 	case waiting:
 		st.gone = true
@@ -906,6 +924,7 @@ func (st *stream) connGone(kind outcome.Kind, b *batch) {
 // as surely as with a RST_STREAM of its own, and the upstream's work on
 // it is as lost (MadeYouReset, CVE-2025-8671).
 func (st *stream) protocolError(code http2.ErrCode, b *batch) {
+	held(&st.c.mu)
 	if !st.headersSent {
 		st.c.chargeReset(protocolResetCost)
 	}
@@ -928,6 +947,7 @@ func (st *stream) protocolError(code http2.ErrCode, b *batch) {
 // upFailed is the upstream's failure on the stream: its connection, or a
 // reset; c.mu held.
 func (st *stream) upFailed(err error, b *batch) {
+	held(&st.c.mu)
 	c := st.c
 	h := c.s
 	st.dropUp(b)
@@ -987,6 +1007,7 @@ func (st *stream) upFailed(err error, b *batch) {
 // method. Once per stream, besides maxBlindRetries times for a stream
 // opened on a connection whose SETTINGS had not come. c.mu held.
 func (st *stream) retry(b *batch) bool {
+	held(&st.c.mu)
 	if st.done || st.headersSent || st.upForwarded > 0 {
 		return false
 	}
@@ -1010,6 +1031,7 @@ func (st *stream) retry(b *batch) bool {
 // dropUp leaves the upstream's stream, resetting it unless it ended;
 // c.mu held.
 func (st *stream) dropUp(b *batch) {
+	held(&st.c.mu)
 	u := st.u
 	if u == nil {
 		return
@@ -1020,6 +1042,7 @@ func (st *stream) dropUp(b *batch) {
 
 // end ends the stream and counts it; c.mu held.
 func (st *stream) end(b *batch) {
+	held(&st.c.mu)
 	if st.done {
 		return
 	}
@@ -1034,8 +1057,9 @@ func (st *stream) end(b *batch) {
 	st.dropUp(b)
 	delete(c.streams, st.id)
 	st.up.buf, st.down.buf = nil, nil
-	c.s.gate.Finish(&st.req, time.Now())
-	c.s.open.Add(-1)
+	// Counted once the locks are let go (see batch.finish).
+	st.endAt = time.Now()
+	b.ended = append(b.ended, st)
 	if c.goingAway && len(c.streams) == 0 {
 		// Wake the reader, which closes the connection.
 		_ = c.nc.SetReadDeadline(time.Now())

@@ -38,6 +38,7 @@ type pool struct {
 // open gives st a stream upstream, now or once a connection is dialled;
 // st.c.mu held.
 func (p *pool) open(st *stream, b *batch) {
+	held(&st.c.mu)
 	p.mu.Lock()
 	for _, u := range p.conns {
 		if u.take() {
@@ -187,6 +188,7 @@ var upstreamIdleTimeout = 90 * time.Second
 
 // idle notes that u's last stream ended, and arms its timer; u.mu held.
 func (u *uconn) idle() {
+	held(&u.mu)
 	u.idleAt = time.Now()
 	if u.idleArmed {
 		return
@@ -237,7 +239,9 @@ func (u *uconn) init(nc net.Conn) {
 	u.maxStreams = initialMaxStreams
 	u.sendWin, u.initWin = 65535, 65535
 	// Idle until its first stream: one whose waiters all left goes too.
+	u.mu.Lock()
 	u.idle()
+	u.mu.Unlock()
 	u.br = bufio.NewReaderSize(nc, 16<<10)
 	u.fr = http2.NewFramer(nil, u.br)
 	u.fr.ReadMetaHeaders = hpack.NewDecoder(4096, nil)
@@ -263,7 +267,8 @@ func (u *uconn) init(nc net.Conn) {
 // 5.1.1); a test lowers it to spend a connection's ids.
 var lastStreamID uint32 = 1<<31 - 1
 
-// take promises a stream a place on u, if it has room; p.mu held.
+// take promises a stream a place on u, if it has room: u.mu guards the
+// count, and the pool's lock may or may not be held.
 func (u *uconn) take() bool {
 	u.mu.Lock()
 	defer u.mu.Unlock()
@@ -276,6 +281,7 @@ func (u *uconn) take() bool {
 
 // start opens st's stream on u, which take promised; st.c.mu held.
 func (u *uconn) start(st *stream, b *batch) {
+	held(&st.c.mu)
 	fields := st.upstreamFields()
 	u.mu.Lock()
 	if u.away {
@@ -311,6 +317,7 @@ func (u *uconn) start(st *stream, b *batch) {
 
 // release ends st's stream on u, with RST_STREAM if rst; st.c.mu held.
 func (u *uconn) release(st *stream, rst bool, b *batch) {
+	held(&st.c.mu)
 	u.mu.Lock()
 	if st.up.queued {
 		// Out of the streams held up by the connection's window: a
@@ -379,7 +386,11 @@ func (u *uconn) serve() {
 			}
 			break
 		}
-		if err = u.handle(f, &b); err != nil {
+		err = u.handle(f, &b)
+		if len(b.ended) > 0 {
+			b.finish()
+		}
+		if err != nil {
 			if ce, ok := err.(http2.ConnectionError); ok {
 				u.goAway(http2.ErrCode(ce))
 			}
