@@ -6,6 +6,7 @@ import (
 	"context"
 	"io"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -371,5 +372,72 @@ func TestH2CNghttpdBehindLoomgate(t *testing.T) {
 		shut, scancel := context.WithTimeout(context.Background(), 5*time.Second)
 		tp.proxy.Shutdown(shut)
 		scancel()
+	}
+}
+
+// TestH2CUploadsSpreadOverConnections: large uploads (a declared body
+// over 64 KiB) arriving together each get an upstream connection of
+// their own, up to 8: uploads that share a connection share its window,
+// which nghttpd keeps at 64 KiB, where clients straight to it have one
+// each. Other requests share as before. All four 1 MiB POSTs went on one
+// connection, and h2load's uploads through loomgate went at a fifth of
+// their pace straight to nghttpd.
+func TestH2CUploadsSpreadOverConnections(t *testing.T) {
+	var conns atomic.Int64
+	release := make(chan struct{})
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	protos := new(http.Protocols)
+	protos.SetUnencryptedHTTP2(true)
+	srv := &http.Server{Protocols: protos, Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		<-release
+		io.Copy(io.Discard, r.Body)
+	}), ConnState: func(_ net.Conn, s http.ConnState) {
+		if s == http.StateNew {
+			conns.Add(1)
+		}
+	}}
+	go srv.Serve(ln)
+	t.Cleanup(func() { srv.Close() })
+	tp := startProxy(t, "http://"+ln.Addr().String(), limiter.Config{Mode: limiter.Unbounded}, func(c *Config) { c.Logger = discardLogger() })
+	defer close(release)
+
+	c, err := h2raw.Dial(tp.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	post := func(id uint32, length string) {
+		c.Framer.WriteHeaders(http2.HeadersFrameParam{StreamID: id, EndHeaders: true,
+			BlockFragment: c.Block(":method", "POST", ":scheme", "http", ":authority", "h2raw.test", ":path", "/upload", "content-length", length)})
+	}
+	// Small ones first: they share one connection.
+	for id := uint32(1); id <= 7; id += 2 {
+		post(id, "1000")
+	}
+	if err := c.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(5 * time.Second); conns.Load() < 1 && time.Now().Before(deadline); {
+		time.Sleep(5 * time.Millisecond)
+	}
+	time.Sleep(200 * time.Millisecond)
+	if n := conns.Load(); n != 1 {
+		t.Errorf("4 small uploads on %d upstream connections; want 1", n)
+	}
+	for id := uint32(9); id <= 15; id += 2 {
+		post(id, "1048576")
+	}
+	if err := c.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(5 * time.Second); conns.Load() < 4 && time.Now().Before(deadline); {
+		time.Sleep(5 * time.Millisecond)
+	}
+	time.Sleep(200 * time.Millisecond)
+	if n := conns.Load(); n != 4 {
+		t.Errorf("4 large uploads beside 4 small ones on %d upstream connections; want 4, one each (the first beside the small ones)", n)
 	}
 }

@@ -173,6 +173,13 @@ const (
 	idleRate  = 100
 )
 
+// maxUploadConns is how many upstream connections the pool opens so that
+// large uploads (a declared body larger than StreamReceiveWindow) each
+// have one: uploads that share a connection share its window, and a
+// server may keep that at RFC 9113's initial 64 KiB (nghttpd does), where
+// clients straight to it have one each. Past it they share.
+const maxUploadConns = 8
+
 // upstreamStreamBuffer is the receive window the relay grants the
 // upstream for each stream: the most of a response it holds while the
 // client does not take it. A client grants the window it likes, none at

@@ -64,6 +64,7 @@ type stream struct {
 	// the times it was refused by a connection whose limit was not yet
 	// known when it was opened there (upBlind).
 	upForwarded  int64
+	upload       bool
 	retried      bool
 	upBlind      bool
 	blindRetries int

@@ -40,8 +40,12 @@ type pool struct {
 func (p *pool) open(st *stream, b *batch) {
 	held(&st.c.mu)
 	p.mu.Lock()
+	// A large upload goes on a connection that carries no other, while
+	// there are fewer than maxUploadConns: uploads that share a
+	// connection share its window, which the upstream may keep at 64 KiB.
+	upload := st.isUpload()
 	for _, u := range p.conns {
-		if u.take() {
+		if u.take(upload && len(p.conns) < maxUploadConns) {
 			p.mu.Unlock()
 			u.start(st, b)
 			return
@@ -99,15 +103,30 @@ func (p *pool) dial(u *uconn) {
 		case st.done:
 		case err != nil:
 			st.upFailed(err, &b)
-		case u.take():
+		case u.take(st.isUpload() && p.spreads()):
 			u.start(st, &b)
 		default:
-			// More waited than the new connection has room for.
+			// More waited than the new connection has room for, or
+			// another large upload took it.
 			p.open(st, &b)
 		}
 		c.mu.Unlock()
 	}
 	b.kick()
+}
+
+// spreads reports whether a large upload may still have an upstream
+// connection of its own (see maxUploadConns).
+func (p *pool) spreads() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.conns) < maxUploadConns
+}
+
+// isUpload reports whether st is a large upload still to be sent (see
+// maxUploadConns); c.mu held.
+func (st *stream) isUpload() bool {
+	return st.declared > StreamReceiveWindow && !st.up.fin
 }
 
 // remove drops a connection that failed or is going away.
@@ -145,8 +164,9 @@ type uconn struct {
 	mu      sync.Mutex
 	streams map[uint32]*stream
 	nextID  uint32
-	// active counts the streams open, or promised a place (take).
-	active int
+	// active counts the streams open, or promised a place (take);
+	// uploads those of them with a large body (see pool.open).
+	active, uploads int
 	// maxStreams is the upstream's SETTINGS_MAX_CONCURRENT_STREAMS, or
 	// until its SETTINGS came (settled) what the pool learned, or
 	// initialMaxStreams.
@@ -269,10 +289,12 @@ var lastStreamID uint32 = 1<<31 - 1
 
 // take promises a stream a place on u, if it has room: u.mu guards the
 // count, and the pool's lock may or may not be held.
-func (u *uconn) take() bool {
+//
+// alone asks for a connection that carries no large upload.
+func (u *uconn) take(alone bool) bool {
 	u.mu.Lock()
 	defer u.mu.Unlock()
-	if u.away || uint32(u.active) >= u.maxStreams {
+	if u.away || uint32(u.active) >= u.maxStreams || alone && u.uploads > 0 {
 		return false
 	}
 	u.active++
@@ -294,6 +316,9 @@ func (u *uconn) start(st *stream, b *batch) {
 	}
 	st.u, st.upID = u, u.nextID
 	st.upBlind = !u.settled
+	if st.upload = st.isUpload(); st.upload {
+		u.uploads++
+	}
 	u.nextID += 2
 	u.idleAt = time.Time{}
 	// The connection's last stream id: it takes no more streams, leaves
@@ -330,6 +355,9 @@ func (u *uconn) release(st *stream, rst bool, b *batch) {
 	if u.streams[st.upID] == st {
 		delete(u.streams, st.upID)
 		u.active--
+		if st.upload {
+			u.uploads--
+		}
 		if rst {
 			u.out.mu.Lock()
 			u.out.rst(st.upID, http2.ErrCodeCancel)
