@@ -9,7 +9,7 @@ import (
 )
 
 // cpuNow is the process's CPU time, user and system.
-func cpuNow(b *testing.B) time.Duration {
+func cpuNow(b testing.TB) time.Duration {
 	var ru syscall.Rusage
 	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
 		b.Fatal(err)

@@ -47,9 +47,15 @@ type conn struct {
 	// stalled is set when the client took nothing of a write for the
 	// stall timeout.
 	stalled bool
-	// resets is the budget of premature resets, as of resetAt.
-	resets  float64
-	resetAt time.Time
+	// resets is the budget of premature resets; settings that of
+	// SETTINGS frames.
+	resets, settings budget
+	// idle is the budget of frames that carry nothing for a stream.
+	idle budget
+	// verdict is why the connection must end for its client's conduct:
+	// set by the reader as it handles a frame, and acted on once the
+	// frame is handled (see judge).
+	verdict string
 	// The stall watch: stallTimer runs while a stream's response waits
 	// for the client's window, and progressAt is when the client last
 	// granted any. ended is set once the watch ended the connection.
@@ -61,7 +67,11 @@ type conn struct {
 
 func newConn(h *Server, nc net.Conn) *conn {
 	c := &conn{s: h, nc: nc, remote: nc.RemoteAddr(), streams: make(map[uint32]*stream),
-		sendWin: 65535, initWin: 65535, resets: resetBurst, resetAt: time.Now()}
+		sendWin: 65535, initWin: 65535}
+	now := time.Now()
+	c.resets = budget{left: resetBurst, at: now}
+	c.settings = budget{left: settingsBurst, at: now}
+	c.idle = budget{left: idleBurst, at: now}
 	c.br = bufio.NewReaderSize(nc, 16<<10)
 	c.fr = http2.NewFramer(nil, c.br)
 	c.fr.ReadMetaHeaders = hpack.NewDecoder(4096, nil)
@@ -116,6 +126,8 @@ func (c *conn) read() error {
 	c.out.mu.Unlock()
 	c.out.kick()
 	var b batch
+	// What the last frames ended is counted however the reads end.
+	defer b.kick()
 	// dl is the deadline of the connection's reads between frames, and
 	// shrinking is set when it is the second after which an idle
 	// connection's buffers go.
@@ -140,14 +152,8 @@ func (c *conn) read() error {
 		if c.br.Buffered() == 0 {
 			c.admitPending(&b)
 			b.kick()
-			c.out.mu.Lock()
-			full := c.out.full()
-			c.out.mu.Unlock()
-			if full {
-				// Frames that ask for an answer (PING, SETTINGS, streams
-				// refused), sent by a client that reads none of them.
-				c.calm("answers unread")
-				return errCalm("answers unread")
+			if err := c.judge(); err != nil {
+				return err
 			}
 			// Armed under mu, as every wake (a drain's GOAWAY, the last
 			// stream's end, the stall watch's) is set: a wake is never
@@ -247,6 +253,9 @@ func (c *conn) read() error {
 			switch {
 			case errors.As(err, &se):
 				c.streamError(se.StreamID, se.Code, &b)
+				if err := c.judge(); err != nil {
+					return err
+				}
 				continue
 			case errors.As(err, &ce):
 				c.goAwayErr(http2.ErrCode(ce))
@@ -258,7 +267,30 @@ func (c *conn) read() error {
 		if err := c.handle(f, &b); err != nil {
 			return err
 		}
+		if len(b.ended) > 0 {
+			b.finish()
+		}
+		if err := c.judge(); err != nil {
+			return err
+		}
 	}
+}
+
+// judge ends the connection if the frame just handled spent a budget of
+// its client's, or what is owed the client passed maxOwedBytes: frames
+// that ask for an answer (PING, SETTINGS, streams refused) sent by a
+// client that reads none of them. Looked at after every frame, not once
+// the reads' buffer is empty, which a client that never stops writing
+// seldom lets it be; reader only.
+func (c *conn) judge() error {
+	if c.verdict == "" && !c.out.over.Load() {
+		return nil
+	}
+	if c.verdict == "" {
+		c.verdict = "answers unread"
+	}
+	c.calm(c.verdict)
+	return errCalm(c.verdict)
 }
 
 // await waits until n bytes are buffered, by until: a wake that ends the
@@ -302,38 +334,76 @@ func (c *conn) handle(f http2.Frame, b *batch) error {
 		return c.onWindowUpdate(f, b)
 	case *http2.SettingsFrame:
 		if f.IsAck() {
+			c.idleFrame()
 			return nil
 		}
 		return c.onSettings(f, b)
 	case *http2.PingFrame:
+		c.idleFrame()
 		if f.IsAck() {
 			return nil
 		}
-		return c.control(b, func() { _ = c.out.fr.WritePing(true, f.Data) })
+		c.out.mu.Lock()
+		_ = c.out.fr.WritePing(true, f.Data)
+		c.out.mu.Unlock()
+		b.mark(c.out)
 	case *http2.PriorityFrame:
+		c.idleFrame()
 		if f.StreamDep == f.StreamID {
 			c.streamError(f.StreamID, http2.ErrCodeProtocol, b)
 		}
-	case *http2.GoAwayFrame:
-		// The client opens no more streams; those it has finish.
 	case *http2.PushPromiseFrame:
 		c.goAwayErr(http2.ErrCodeProtocol)
 		return errors.New("PUSH_PROMISE from a client")
+	default:
+		// GOAWAY (the client opens no more streams; those it has
+		// finish), and frames of types the relay does not know.
+		c.idleFrame()
 	}
 	return nil
 }
 
-// control appends a frame no window bounds (see out.full).
-func (c *conn) control(b *batch, write func()) error {
-	c.out.mu.Lock()
-	write()
-	c.out.mu.Unlock()
-	b.mark(c.out)
-	return nil
+// idleFrame charges the budget of frames that carry nothing for a stream
+// one; by the reader.
+func (c *conn) idleFrame() {
+	c.mu.Lock()
+	c.idleFrameLocked()
+	c.mu.Unlock()
+}
+
+// idleFrameLocked is idleFrame, mu held.
+func (c *conn) idleFrameLocked() {
+	held(&c.mu)
+	if !c.idle.spend(1, idleBurst, idleRate, time.Now()) {
+		c.verdict = "frames that carry nothing"
+	}
+}
+
+// busyFrame gives the budget of frames that carry nothing one back, for
+// a frame that carried something: a stream opened, DATA with bytes in it
+// either way; mu held.
+func (c *conn) busyFrame() {
+	held(&c.mu)
+	c.idle.left = min(idleBurst, c.idle.left+1)
 }
 
 // onSettings applies the client's settings and acknowledges them.
+//
+// A frame of more than maxSettings entries ends the connection
+// (PROTOCOL_ERROR), as Go's own server does: each INITIAL_WINDOW_SIZE
+// walked every stream under the connection's lock. A frame that has
+// several costs one walk, by the last of them, which is where the
+// values in their order would leave each window: only the largest is
+// checked for the overflow it would have made on the way. Past the
+// budget of SETTINGS frames the connection gets a GOAWAY
+// (ENHANCE_YOUR_CALM). Go's server also refuses a setting twice in a
+// frame; the RFC asks for the values to be applied in their order
+// (h2spec 6.5.3), and loomgate does.
 func (c *conn) onSettings(f *http2.SettingsFrame, b *batch) error {
+	if f.NumSettings() > maxSettings {
+		c.goAwayErr(http2.ErrCodeProtocol)
+		return errors.New("SETTINGS with too many entries")
+	}
 	if err := f.ForeachSetting(func(s http2.Setting) error { return s.Valid() }); err != nil {
 		if ce, ok := err.(http2.ConnectionError); ok {
 			c.goAwayErr(http2.ErrCode(ce))
@@ -341,22 +411,17 @@ func (c *conn) onSettings(f *http2.SettingsFrame, b *batch) error {
 		return err
 	}
 	c.mu.Lock()
+	if !c.settings.spend(1, settingsBurst, settingsRate, time.Now()) {
+		c.mu.Unlock()
+		c.calm("SETTINGS flood")
+		return errCalm("SETTINGS flood")
+	}
 	c.out.mu.Lock()
-	var grown []*stream
-	err := f.ForeachSetting(func(s http2.Setting) error {
+	win, most, setWin := uint32(0), uint32(0), false
+	_ = f.ForeachSetting(func(s http2.Setting) error {
 		switch s.ID {
 		case http2.SettingInitialWindowSize:
-			delta := int64(s.Val) - int64(c.initWin)
-			for _, st := range c.streams {
-				if int64(st.sendWin)+delta > 1<<31-1 {
-					return http2.ConnectionError(http2.ErrCodeFlowControl)
-				}
-				st.sendWin += int32(delta)
-				if delta > 0 {
-					grown = append(grown, st)
-				}
-			}
-			c.initWin = int32(s.Val)
+			win, most, setWin = s.Val, max(most, s.Val), true
 		case http2.SettingMaxFrameSize:
 			c.out.maxFrame = s.Val
 		case http2.SettingHeaderTableSize:
@@ -364,6 +429,21 @@ func (c *conn) onSettings(f *http2.SettingsFrame, b *batch) error {
 		}
 		return nil
 	})
+	var err error
+	var grown []*stream
+	if delta := int64(win) - int64(c.initWin); setWin && (delta != 0 || most != win) {
+		for _, st := range c.streams {
+			if int64(st.sendWin)+int64(most)-int64(c.initWin) > 1<<31-1 {
+				err = http2.ConnectionError(http2.ErrCodeFlowControl)
+				break
+			}
+			st.sendWin += int32(delta)
+			if delta > 0 {
+				grown = append(grown, st)
+			}
+		}
+		c.initWin = int32(win)
+	}
 	if err == nil {
 		_ = c.out.fr.WriteSettingsAck()
 	}
@@ -404,6 +484,7 @@ func (c *conn) onWindowUpdate(f *http2.WindowUpdateFrame, b *batch) error {
 			c.goAwayLocked(http2.ErrCodeProtocol)
 			return errors.New("WINDOW_UPDATE on an idle stream")
 		}
+		c.idleFrameLocked()
 		return nil
 	}
 	if int64(st.sendWin)+int64(f.Increment) > 1<<31-1 {
@@ -442,11 +523,15 @@ func (c *conn) onHeaders(f *http2.MetaHeadersFrame, b *batch) error {
 		return nil
 	}
 	if id <= c.lastID {
-		c.goAwayLocked(http2.ErrCodeStreamClosed)
-		return errors.New("HEADERS on a closed stream")
+		// A stream id below one the client used: an unexpected id,
+		// PROTOCOL_ERROR (RFC 9113, 5.1.1), whether or not the stream
+		// was once open.
+		c.goAwayLocked(http2.ErrCodeProtocol)
+		return errors.New("HEADERS on a stream id below the last")
 	}
 	c.lastID = id
 	if c.goingAway || len(c.streams) >= MaxStreams {
+		c.idleFrameLocked()
 		c.out.mu.Lock()
 		c.out.rst(id, http2.ErrCodeRefusedStream)
 		c.out.mu.Unlock()
@@ -455,6 +540,7 @@ func (c *conn) onHeaders(f *http2.MetaHeadersFrame, b *batch) error {
 	}
 	st := newStream(c, id, f)
 	c.streams[id] = st
+	c.busyFrame()
 	c.s.open.Add(1)
 	switch {
 	case f.Truncated:
@@ -497,6 +583,7 @@ func (c *conn) onData(f *http2.DataFrame, b *batch) error {
 			c.goAwayLocked(http2.ErrCodeProtocol)
 			return errors.New("DATA on an idle stream")
 		}
+		c.idleFrameLocked()
 		c.out.mu.Lock()
 		c.out.rst(f.StreamID, http2.ErrCodeStreamClosed)
 		c.out.mu.Unlock()
@@ -512,6 +599,11 @@ func (c *conn) onData(f *http2.DataFrame, b *batch) error {
 		return nil
 	}
 	st.recvWin -= int32(f.Length)
+	if f.Length > 0 {
+		c.busyFrame()
+	} else if !f.StreamEnded() {
+		c.idleFrameLocked()
+	}
 	data := f.Data()
 	if pad := uint32(len(data)); pad < f.Length {
 		// Padding is the window's too, and nobody's to forward.
@@ -528,6 +620,9 @@ func (c *conn) onReset(f *http2.RSTStreamFrame, b *batch) error {
 	st := c.streams[f.StreamID]
 	if st == nil {
 		idle := f.StreamID > c.lastID
+		if !idle {
+			c.idleFrameLocked()
+		}
 		c.mu.Unlock()
 		if idle {
 			c.goAwayErr(http2.ErrCodeProtocol)
@@ -535,26 +630,27 @@ func (c *conn) onReset(f *http2.RSTStreamFrame, b *batch) error {
 		}
 		return nil
 	}
-	premature := !st.headersSent
+	if !st.headersSent {
+		c.chargeReset(1)
+	}
 	st.clientReset(b)
-	calm := false
-	if premature {
-		now := time.Now()
-		c.resets = min(resetBurst, c.resets+now.Sub(c.resetAt).Seconds()*resetRate) - 1
-		c.resetAt = now
-		calm = c.resets < 0
-	}
 	c.mu.Unlock()
-	if calm {
-		c.calm("rapid reset")
-		return errCalm("rapid reset")
-	}
 	return nil
+}
+
+// chargeReset charges the budget of premature resets n for a stream reset
+// before its answer; mu held, by the reader.
+func (c *conn) chargeReset(n float64) {
+	held(&c.mu)
+	if !c.resets.spend(n, resetBurst, resetRate, time.Now()) {
+		c.verdict = "rapid reset"
+	}
 }
 
 // watchStall starts the stall watch, if it is not running: a stream's
 // response waits for the client's window; mu held.
 func (c *conn) watchStall() {
+	held(&c.mu)
 	if c.stallArmed {
 		return
 	}
@@ -607,7 +703,23 @@ func (c *conn) stallCheck() {
 // answered gives back to the budget of resets one for a stream answered;
 // mu held.
 func (c *conn) answered() {
-	c.resets = min(resetBurst, c.resets+1)
+	held(&c.mu)
+	c.resets.left = min(resetBurst, c.resets.left+1)
+}
+
+// budget is what a client may still do of something it may do in
+// bursts, burst at once and rate more a second: as of at, left.
+type budget struct {
+	left float64
+	at   time.Time
+}
+
+// spend takes n from the budget, refilled for the time since it was last
+// spent, and reports whether it was not overspent.
+func (b *budget) spend(n, burst, rate float64, now time.Time) bool {
+	b.left = min(burst, b.left+now.Sub(b.at).Seconds()*rate) - n
+	b.at = now
+	return b.left >= 0
 }
 
 // streamError resets a stream for an error of its client's.
@@ -621,6 +733,7 @@ func (c *conn) streamError(id uint32, code http2.ErrCode, b *batch) {
 		st.protocolError(code, b)
 		return
 	}
+	c.idleFrameLocked()
 	c.out.mu.Lock()
 	c.out.rst(id, code)
 	c.out.mu.Unlock()
@@ -658,6 +771,7 @@ func (c *conn) goAwayErr(code http2.ErrCode) {
 
 // goAwayLocked appends a GOAWAY; mu held.
 func (c *conn) goAwayLocked(code http2.ErrCode) {
+	held(&c.mu)
 	c.goingAway = true
 	c.out.mu.Lock()
 	if !c.out.closed {

@@ -27,6 +27,56 @@
 // admission to the response headers. UpstreamTimeout bounds the wait for
 // the headers; the call's own grpc-timeout bounds the whole of it, queue
 // included, and goes upstream as what remains of it.
+//
+// # Concurrency
+//
+// Who owns what. A client connection's reader goroutine (conn.read) is
+// the only one to read its socket, and the only one to open streams or
+// to charge the client's budgets (conn.verdict is its own). A
+// connection's writer goroutine (out.run) is the only one to write its
+// socket; everyone else appends frames to its buffer and kicks it. An
+// upstream connection's reader (uconn.serve) reads the upstream's frames
+// and hands each to its stream. Streams have no goroutine: their state is
+// touched by whichever goroutine has news for them, under their client
+// connection's lock.
+//
+// The locks, and what each guards:
+//
+//   - conn.mu: the connection's streams and every field of theirs but
+//     upWin and up.queued; its windows, blocked list, budgets, stall
+//     watch, goingAway. Taken by its reader, by the upstream readers and
+//     writers' callbacks with news for one of its streams, by its
+//     streams' timers and waits for admission, by a dial starting the
+//     streams that waited for it, and by a drain.
+//   - pool.mu: the upstream connections, the one being dialled and the
+//     streams waiting for it, the limit learned.
+//   - uconn.mu: an upstream connection's streams by id, its ids, counts,
+//     limit, windows and blocked list, and each stream's upWin and
+//     up.queued.
+//   - out.mu: a connection's output buffer, its framer and HPACK encoder
+//     (whose table is the order of the header blocks appended), the
+//     peer's frame size, what is owed.
+//   - Server.mu: the set of client connections, alone.
+//
+// The order is c.mu, then pool.mu, then uconn.mu, then out.mu; no
+// goroutine holds two connections' c.mu at once. An upstream reader
+// looks its stream up under uconn.mu and lets it go before it takes the
+// stream's c.mu. Functions whose comment says a lock is held check it in
+// the race detector's builds (held).
+//
+// Waking the reader. The reader waits in reads of its socket, under a
+// read deadline. A goroutine that needs it (a drain's GOAWAY, the last
+// stream's end once the connection is going away, the stall watch's end
+// of the connection) sets the deadline to now under c.mu, and the reader
+// arms its next deadline under c.mu after reading the state it waits
+// on, so that no wake is undone by an arm that came after it.
+//
+// Nothing slow under a lock. Sockets are read and written with no lock
+// held. A stream's record goes to admission, and through it to the
+// observer (metrics, the advice, the access log), once the locks are let
+// go (batch.finish): an upstream connection's reader takes each of its
+// clients' locks in turn, and an observer slow under one client's lock
+// held up every client of that upstream connection.
 package h2c
 
 import (
@@ -77,10 +127,58 @@ const maxReadFrameSize = 16 << 10
 // connection is ended with a GOAWAY (ENHANCE_YOUR_CALM). A stream reset
 // in the batch of frames that opened it is never admitted, nor forwarded,
 // whatever the budget (see conn.admitPending).
+//
+// A stream the relay resets itself for its client's breach of the
+// protocol before its answer (a WINDOW_UPDATE of 0 or one that overflows,
+// trailers without END_STREAM, DATA past its content-length: the
+// MadeYouReset attack, CVE-2025-8671) costs the budget protocolResetCost
+// resets: a client that keeps the protocol never makes one, and fifty
+// such spend a whole budget, so that no more than the streams a client
+// opens in one go before they are reset reach the upstream.
 const (
-	resetBurst = 2 * MaxStreams
-	resetRate  = MaxStreams / 10
+	resetBurst        = 2 * MaxStreams
+	resetRate         = MaxStreams / 10
+	protocolResetCost = resetBurst / 50
 )
+
+// maxSettings is the most entries a client's SETTINGS frame may have, as
+// Go's own server allows: RFC 9113 defines six settings.
+const maxSettings = 100
+
+// A client's budget of SETTINGS frames: a client sends one as it opens
+// the connection and a few more as it tunes its windows (a gRPC client
+// one each time its estimate of the bandwidth-delay product grows), not
+// more than a hundred at once nor ten a second. Each costs a walk of the
+// connection's streams, under its lock, if it changes
+// INITIAL_WINDOW_SIZE. Past it the connection is ended with a GOAWAY
+// (ENHANCE_YOUR_CALM).
+const (
+	settingsBurst = 100
+	settingsRate  = 10
+)
+
+// A client's budget of frames that carry nothing for a stream: PING
+// (either way), PRIORITY, a SETTINGS acknowledgement, GOAWAY, an empty
+// DATA frame that does not end its stream, RST_STREAM, WINDOW_UPDATE,
+// DATA or a stream error on a stream no longer open, a stream refused,
+// a frame of an unknown type. Each costs a read, a lock round and some
+// an answer, and a flood of them the CPU other clients share: a
+// thousand at once, a hundred a second, and one back for each frame
+// that carries something (a stream opened, DATA with bytes in it either
+// way), so that a client's keepalive and a gRPC client's PING for each
+// burst of data it receives never run out. Past it the connection is
+// ended with a GOAWAY (ENHANCE_YOUR_CALM).
+const (
+	idleBurst = 1000
+	idleRate  = 100
+)
+
+// maxUploadConns is how many upstream connections the pool opens so that
+// large uploads (a declared body larger than StreamReceiveWindow) each
+// have one: uploads that share a connection share its window, and a
+// server may keep that at RFC 9113's initial 64 KiB (nghttpd does), where
+// clients straight to it have one each. Past it they share.
+const maxUploadConns = 8
 
 // upstreamStreamBuffer is the receive window the relay grants the
 // upstream for each stream: the most of a response it holds while the

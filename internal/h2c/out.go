@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/net/http2"
@@ -21,6 +22,12 @@ import (
 type out struct {
 	mu  sync.Mutex
 	buf []byte
+	// writing is the length of the buffer being written, which the
+	// writer took from buf: what is owed the peer is both.
+	writing int
+	// over is set once what is owed the peer passed maxOwedBytes (see
+	// full): a connection's reader looks at it after each frame.
+	over atomic.Bool
 	// after is told of what the buffer's frames did once they are
 	// written: a relay gives back the window of the bytes it forwarded
 	// only once they left, so that a peer that does not read holds up
@@ -60,8 +67,13 @@ type written struct {
 // maxControlBytes bounds what the frames that no window bounds (PING and
 // SETTINGS acknowledgements, WINDOW_UPDATE, RST_STREAM, headers) may hold
 // of a connection's output while its peer reads nothing: past it and the
-// most DATA the windows let it hold (see full), the peer means harm.
-const maxControlBytes = 1 << 20
+// most DATA the windows let it hold, maxOwedBytes in all (9 MiB), the
+// peer means harm. What is owed counts the buffer being written as well
+// as the one being filled, and is looked at as each frame is appended.
+const (
+	maxControlBytes = 1 << 20
+	maxOwedBytes    = maxControlBytes + MaxStreams*upstreamStreamBuffer
+)
 
 func newOut(nc net.Conn, stall time.Duration, failed func(error)) *out {
 	o := &out{nc: nc, stall: stall, failed: failed, maxFrame: 16 << 10, wake: make(chan struct{}, 1), done: make(chan struct{})}
@@ -74,7 +86,11 @@ func newOut(nc net.Conn, stall time.Duration, failed func(error)) *out {
 type outBuf out
 
 func (b *outBuf) Write(p []byte) (int, error) {
+	held(&b.mu)
 	b.buf = append(b.buf, p...)
+	if len(b.buf)+b.writing > maxOwedBytes {
+		b.over.Store(true)
+	}
 	return len(p), nil
 }
 
@@ -116,6 +132,7 @@ func (o *out) run(done func([]written)) {
 			o.buf, o.after = o.spareBuf[:0], o.spareAfter[:0]
 			o.spareBuf, o.spareAfter = nil, nil
 			o.kicked = false
+			o.writing = len(b)
 			closed := o.closed
 			if len(b) == 0 {
 				o.spareBuf, o.spareAfter = b, after[:0]
@@ -189,18 +206,14 @@ func (o *out) recycle(b []byte, after []written) {
 	}
 	o.mu.Lock()
 	o.spareBuf, o.spareAfter = b[:0], after[:0]
+	o.writing = 0
 	o.mu.Unlock()
-}
-
-// full reports whether the buffer holds more than a silent peer may
-// make it hold; mu held.
-func (o *out) full() bool {
-	return len(o.buf) > maxControlBytes+MaxStreams*upstreamStreamBuffer
 }
 
 // headers appends a header block, split into CONTINUATION frames as the
 // peer's frame size needs; mu held.
 func (o *out) headers(id uint32, fields []hpack.HeaderField, end bool) {
+	held(&o.mu)
 	if o.closed {
 		return
 	}
@@ -220,6 +233,7 @@ func (o *out) headers(id uint32, fields []hpack.HeaderField, end bool) {
 // data appends DATA frames carrying p, the last with END_STREAM if end;
 // mu held.
 func (o *out) data(id uint32, p []byte, end bool) {
+	held(&o.mu)
 	if o.closed {
 		return
 	}
@@ -237,12 +251,15 @@ func (o *out) data(id uint32, p []byte, end bool) {
 // note asks the writer to tell of w once what precedes it is written;
 // mu held.
 func (o *out) note(w written) {
+	held(&o.mu)
 	if !o.closed {
 		o.after = append(o.after, w)
 	}
 }
 
+// rst appends a RST_STREAM; mu held.
 func (o *out) rst(id uint32, code http2.ErrCode) {
+	held(&o.mu)
 	if !o.closed {
 		_ = o.fr.WriteRSTStream(id, code)
 	}
@@ -263,15 +280,25 @@ func (o *out) took(used *uint32, n uint32, b *batch) {
 	b.mark(o)
 }
 
+// windowUpdate appends a WINDOW_UPDATE; mu held.
 func (o *out) windowUpdate(id, n uint32) {
+	held(&o.mu)
 	if !o.closed && n > 0 {
 		_ = o.fr.WriteWindowUpdate(id, n)
 	}
 }
 
 // batch is the connections a reader appended to while it read a batch of
-// frames: it kicks their writers once, when it has no more to read.
-type batch struct{ outs []*out }
+// frames: it kicks their writers once, when it has no more to read. It is
+// also the streams that ended meanwhile, whose records go to admission
+// (the observer: metrics, advice, access log) once no lock is held: an
+// upstream connection's reader takes each client's lock in turn, and an
+// observer slow under one client's lock (a log pipe that is full) held
+// up every client whose responses came on that connection.
+type batch struct {
+	outs  []*out
+	ended []*stream
+}
 
 func (b *batch) mark(o *out) {
 	if b == nil {
@@ -286,10 +313,25 @@ func (b *batch) mark(o *out) {
 	b.outs = append(b.outs, o)
 }
 
+// kick wakes the writers, then finishes the streams that ended; no lock
+// held.
 func (b *batch) kick() {
 	for _, o := range b.outs {
 		o.kick()
 	}
 	clear(b.outs)
 	b.outs = b.outs[:0]
+	b.finish()
+}
+
+// finish hands the records of the streams that ended to admission; no
+// lock held.
+func (b *batch) finish() {
+	for i, st := range b.ended {
+		h := st.c.s
+		h.gate.Finish(&st.req, st.endAt)
+		h.open.Add(-1)
+		b.ended[i] = nil
+	}
+	b.ended = b.ended[:0]
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/loomgate/loomgate/internal/admission"
 	"github.com/loomgate/loomgate/internal/outcome"
+	"golang.org/x/net/http/httpguts"
 	"golang.org/x/net/http2"
 	"golang.org/x/net/http2/hpack"
 )
@@ -59,9 +60,14 @@ type stream struct {
 	upWin int32
 	upEnd bool
 	// upForwarded is what went upstream of the body; retried is set
-	// once the stream was opened again (see retry).
-	upForwarded int64
-	retried     bool
+	// once the stream was opened again (see retry), blindRetries counts
+	// the times it was refused by a connection whose limit was not yet
+	// known when it was opened there (upBlind).
+	upForwarded  int64
+	upload       bool
+	retried      bool
+	upBlind      bool
+	blindRetries int
 
 	// The response's way down: what waits for the client's windows.
 	// sendWin is the client's window for the stream; unsent what was
@@ -91,10 +97,12 @@ type stream struct {
 	// and reset once answered.
 	malformed bool
 	done      bool
+	// endAt is when the stream ended, for its record.
+	endAt time.Time
 }
 
 // newStream reads a stream's header block. A malformed one (RFC 9113,
-// 8.1.1) is never forwarded: it is answered 400 and counted, as on
+// 8.1.1, 8.2.1, 8.3.1) is never forwarded: it is answered 400 and counted, as on
 // HTTP/1.1, then reset with PROTOCOL_ERROR, as the RFC asks.
 func newStream(c *conn, id uint32, f *http2.MetaHeadersFrame) *stream {
 	st := &stream{c: c, id: id, declared: -1, recvWin: StreamReceiveWindow, sendWin: c.initWin}
@@ -112,11 +120,16 @@ func newStream(c *conn, id uint32, f *http2.MetaHeadersFrame) *stream {
 // read reads the stream's header block, and reports whether it is well
 // formed.
 func (st *stream) read(f *http2.MetaHeadersFrame) bool {
-	var method, path, scheme string
-	var nMethod, nPath, nScheme, nAuthority int
+	var method, path, scheme, host string
+	var nMethod, nPath, nScheme, nAuthority, nHost int
 	var timeout string
 	bad := false
 	for _, hf := range f.Fields {
+		if v := hf.Value; v != "" && (isSpace(v[0]) || isSpace(v[len(v)-1])) {
+			// Whitespace at either end of a value (8.2.1): what one
+			// reader trims another keeps.
+			bad = true
+		}
 		switch hf.Name {
 		case ":method":
 			method, nMethod = hf.Value, nMethod+1
@@ -146,6 +159,7 @@ func (st *stream) read(f *http2.MetaHeadersFrame) bool {
 		case "grpc-timeout":
 			timeout = hf.Value
 		case "host":
+			host, nHost = hf.Value, nHost+1
 			if nAuthority == 0 {
 				st.authority = hf.Value
 			}
@@ -153,7 +167,16 @@ func (st *stream) read(f *http2.MetaHeadersFrame) bool {
 	}
 	o := &st.req.Record
 	o.Method, o.Target = []byte(method), []byte(path)
-	if bad || nMethod != 1 || nPath != 1 || nScheme != 1 || nAuthority > 1 || path == "" || scheme == "" || method == "CONNECT" {
+	if bad || nMethod != 1 || nPath != 1 || nScheme != 1 || nAuthority > 1 || nHost > 1 || scheme == "" || method == "CONNECT" {
+		return false
+	}
+	// What the upstream would read otherwise than the proxy did: a
+	// method that is no token, a path that is no origin-form (a space
+	// splits a request line, an absolute URI names another host), an
+	// authority with userinfo (8.3.1) or that the host contradicts.
+	if !httpguts.ValidHeaderFieldName(method) || !validPath(method, path) ||
+		(nAuthority+nHost > 0 && !validAuthority(st.authority)) ||
+		(nAuthority == 1 && nHost == 1 && !strings.EqualFold(host, st.authority)) {
 		return false
 	}
 	if st.up.end && st.declared > 0 {
@@ -173,6 +196,33 @@ func (st *stream) read(f *http2.MetaHeadersFrame) bool {
 		}
 	}
 	return true
+}
+
+func isSpace(b byte) bool { return b == ' ' || b == '\t' }
+
+// validPath reports whether a request's :path is one the upstream reads
+// as the proxy does: a path, and its query, of visible characters, or
+// "*" for OPTIONS (RFC 9113, 8.3.1).
+func validPath(method, path string) bool {
+	if path == "*" {
+		return method == "OPTIONS"
+	}
+	if path == "" || path[0] != '/' {
+		return false
+	}
+	for i := 0; i < len(path); i++ {
+		if b := path[i]; b <= ' ' || b == 0x7f {
+			return false
+		}
+	}
+	return true
+}
+
+// validAuthority reports whether an :authority (or host) is a host and
+// port alone: no userinfo, which RFC 9113 (8.3.1) forbids, and nothing a
+// host header may not hold.
+func validAuthority(a string) bool {
+	return a != "" && !strings.Contains(a, "@") && httpguts.ValidHostHeader(a)
 }
 
 func isGRPC(contentType string) bool {
@@ -266,6 +316,7 @@ func (st *stream) await() {
 
 // start sends an admitted stream upstream; c.mu held.
 func (st *stream) start(b *batch) {
+	held(&st.c.mu)
 	cfg := &st.c.s.cfg
 	// UpstreamTimeout bounds what the permit is held for: the whole
 	// exchange, or a gRPC call's wait for its headers; the call's own
@@ -330,6 +381,7 @@ func (st *stream) upstreamFields() []hpack.HeaderField {
 
 // body takes what the client sent of the body; c.mu held.
 func (st *stream) body(data []byte, end bool, b *batch) {
+	held(&st.c.mu)
 	st.reqGot += int64(len(data))
 	cfg := &st.c.s.cfg
 	if st.declared >= 0 && (st.reqGot > st.declared || end && st.reqGot != st.declared) {
@@ -369,6 +421,7 @@ func (st *stream) body(data []byte, end bool, b *batch) {
 
 // endOfBody is the request's end; c.mu held.
 func (st *stream) endOfBody(b *batch) {
+	held(&st.c.mu)
 	st.up.end = true
 	if st.bodyTimer != nil {
 		st.bodyTimer.Stop()
@@ -390,6 +443,7 @@ func (st *stream) endOfBody(b *batch) {
 // round, per message of every call, while the window left the client
 // never lacked room.
 func (st *stream) credit(n uint32) {
+	held(&st.c.mu)
 	if st.up.end || st.done {
 		return
 	}
@@ -423,7 +477,8 @@ type flow struct {
 // once all is out; o is told of each frame's bytes and of the end as w
 // says. It returns the bytes sent, and whether the connection's window
 // held back some of them. o.mu held.
-func (f *flow) drain(o *out, id uint32, win, connWin *int32, w written) (sent int32, held bool) {
+func (f *flow) drain(o *out, id uint32, win, connWin *int32, w written) (sent int32, heldBack bool) {
+	held(&o.mu)
 	for len(f.buf) > 0 {
 		n := min(int32(len(f.buf)), *win, *connWin)
 		if n <= 0 {
@@ -456,6 +511,7 @@ func (f *flow) drain(o *out, id uint32, win, connWin *int32, w written) (sent in
 // pushUp sends upstream what the upstream's windows let it of the body,
 // and the body's end; c.mu held.
 func (st *stream) pushUp(b *batch) {
+	held(&st.c.mu)
 	u := st.u
 	if u == nil || st.up.fin || st.done {
 		return
@@ -476,6 +532,7 @@ func (st *stream) pushUp(b *batch) {
 // pushDown sends the client what its windows let it of the response, and
 // the response's end; c.mu held.
 func (st *stream) pushDown(b *batch) {
+	held(&st.c.mu)
 	c := st.c
 	if st.done || st.down.fin {
 		return
@@ -484,6 +541,11 @@ func (st *stream) pushDown(b *batch) {
 	sent, held := st.down.drain(c.out, st.id, &st.sendWin, &c.sendWin, written{s: st, toClient: true})
 	st.unsent += sent
 	c.out.mu.Unlock()
+	if sent > 0 {
+		// A client's PING may measure what it receives, as a gRPC
+		// client's estimate of the bandwidth-delay product does.
+		c.busyFrame()
+	}
 	if held && !st.down.queued {
 		st.down.queued = true
 		c.blocked = append(c.blocked, st)
@@ -534,6 +596,7 @@ func (st *stream) sent(w written, b *batch) {
 // respHeaders relays the upstream's response headers, or its trailers;
 // c.mu held.
 func (st *stream) respHeaders(f *http2.MetaHeadersFrame, b *batch) {
+	held(&st.c.mu)
 	c := st.c
 	if st.done {
 		return
@@ -598,6 +661,7 @@ func (st *stream) respHeaders(f *http2.MetaHeadersFrame, b *batch) {
 
 // respData relays the upstream's DATA; c.mu held.
 func (st *stream) respData(data []byte, end bool, b *batch) {
+	held(&st.c.mu)
 	if st.done || !st.headersSent || st.down.end {
 		return
 	}
@@ -617,6 +681,7 @@ func (st *stream) respData(data []byte, end bool, b *batch) {
 // refused answers a stream admission refused, as its Outcome's kind says;
 // c.mu held.
 func (st *stream) refused(b *batch) {
+	held(&st.c.mu)
 	switch kind := st.req.Record.Kind; {
 	case st.req.Expired():
 		// The call's own deadline passed in the queue. The client's own
@@ -636,6 +701,7 @@ func (st *stream) refused(b *batch) {
 // answerAs writes the proxy's own answer to kind, as every protocol gives
 // it (see admission.Gate.Answer); c.mu held.
 func (st *stream) answerAs(kind outcome.Kind, b *batch) {
+	held(&st.c.mu)
 	status, msg, _ := st.c.s.gate.Answer(kind)
 	st.answer(kind, status, msg, b)
 }
@@ -653,6 +719,7 @@ func (st *stream) answerAs(kind outcome.Kind, b *batch) {
 // without its body. A gRPC answer is headers alone, which no window holds
 // up.
 func (st *stream) answer(kind outcome.Kind, status int, msg string, b *batch) {
+	held(&st.c.mu)
 	c := st.c
 	h := c.s
 	if st.done {
@@ -774,6 +841,7 @@ func (st *stream) fire() {
 
 // rstClient resets the stream on the client's side; c.mu held.
 func (st *stream) rstClient(code http2.ErrCode, b *batch) {
+	held(&st.c.mu)
 	c := st.c
 	c.out.mu.Lock()
 	c.out.rst(st.id, code)
@@ -784,6 +852,7 @@ func (st *stream) rstClient(code http2.ErrCode, b *batch) {
 // waitsForClient reports whether the stream waits for its client's body;
 // c.mu held.
 func (st *stream) waitsForClient() bool {
+	held(&st.c.mu)
 	return !st.up.end && len(st.up.buf) == 0 && !st.grpc
 }
 
@@ -808,6 +877,7 @@ func (st *stream) bodyIdle() {
 
 // clientReset is the client's RST_STREAM; c.mu held.
 func (st *stream) clientReset(b *batch) {
+	held(&st.c.mu)
 	st.up.end = true
 	switch st.state {
 	case pending:
@@ -828,6 +898,7 @@ func (st *stream) clientReset(b *batch) {
 
 // connGone is the client connection's end; c.mu held.
 func (st *stream) connGone(kind outcome.Kind, b *batch) {
+	held(&st.c.mu)
 	switch st.state {
 	case waiting:
 		st.gone = true
@@ -847,8 +918,17 @@ func (st *stream) connGone(kind outcome.Kind, b *batch) {
 }
 
 // protocolError resets a stream for its client's breach of HTTP/2, and
-// counts it a bad request; c.mu held.
+// counts it a bad request; c.mu held, by the reader.
+//
+// A stream reset before its answer is charged to the client's budget of
+// premature resets, protocolResetCost of it: the client chose the reset
+// as surely as with a RST_STREAM of its own, and the upstream's work on
+// it is as lost (MadeYouReset, CVE-2025-8671).
 func (st *stream) protocolError(code http2.ErrCode, b *batch) {
+	held(&st.c.mu)
+	if !st.headersSent {
+		st.c.chargeReset(protocolResetCost)
+	}
 	st.rstClient(code, b)
 	st.up.end = true
 	if st.state == waiting {
@@ -868,6 +948,7 @@ func (st *stream) protocolError(code http2.ErrCode, b *batch) {
 // upFailed is the upstream's failure on the stream: its connection, or a
 // reset; c.mu held.
 func (st *stream) upFailed(err error, b *batch) {
+	held(&st.c.mu)
 	c := st.c
 	h := c.s
 	st.dropUp(b)
@@ -924,12 +1005,21 @@ func (st *stream) upFailed(err error, b *batch) {
 // retry opens the stream again on another connection, when the upstream
 // said it did not process it (a GOAWAY below it, REFUSED_STREAM) and
 // nothing of its body went: RFC 9113, 8.7 makes that safe whatever the
-// method. Once per stream. c.mu held.
+// method. Once per stream, besides maxBlindRetries times for a stream
+// opened on a connection whose SETTINGS had not come. c.mu held.
 func (st *stream) retry(b *batch) bool {
-	if st.done || st.headersSent || st.upForwarded > 0 || st.retried {
+	held(&st.c.mu)
+	if st.done || st.headersSent || st.upForwarded > 0 {
 		return false
 	}
-	st.retried = true
+	switch {
+	case st.upBlind && st.blindRetries < maxBlindRetries:
+		st.blindRetries++
+	case st.retried:
+		return false
+	default:
+		st.retried = true
+	}
 	if u := st.u; u != nil {
 		st.u = nil
 		u.release(st, false, b)
@@ -942,6 +1032,7 @@ func (st *stream) retry(b *batch) bool {
 // dropUp leaves the upstream's stream, resetting it unless it ended;
 // c.mu held.
 func (st *stream) dropUp(b *batch) {
+	held(&st.c.mu)
 	u := st.u
 	if u == nil {
 		return
@@ -952,6 +1043,7 @@ func (st *stream) dropUp(b *batch) {
 
 // end ends the stream and counts it; c.mu held.
 func (st *stream) end(b *batch) {
+	held(&st.c.mu)
 	if st.done {
 		return
 	}
@@ -966,8 +1058,9 @@ func (st *stream) end(b *batch) {
 	st.dropUp(b)
 	delete(c.streams, st.id)
 	st.up.buf, st.down.buf = nil, nil
-	c.s.gate.Finish(&st.req, time.Now())
-	c.s.open.Add(-1)
+	// Counted once the locks are let go (see batch.finish).
+	st.endAt = time.Now()
+	b.ended = append(b.ended, st)
 	if c.goingAway && len(c.streams) == 0 {
 		// Wake the reader, which closes the connection.
 		_ = c.nc.SetReadDeadline(time.Now())

@@ -29,14 +29,23 @@ type pool struct {
 	dialing *uconn
 	waiters []*stream
 	closed  bool
+	// learned is the upstream's SETTINGS_MAX_CONCURRENT_STREAMS as its
+	// last SETTINGS said, 0 until one did: a new connection assumes it
+	// until its own SETTINGS come.
+	learned uint32
 }
 
 // open gives st a stream upstream, now or once a connection is dialled;
 // st.c.mu held.
 func (p *pool) open(st *stream, b *batch) {
+	held(&st.c.mu)
 	p.mu.Lock()
+	// A large upload goes on a connection that carries no other, while
+	// there are fewer than maxUploadConns: uploads that share a
+	// connection share its window, which the upstream may keep at 64 KiB.
+	upload := st.isUpload()
 	for _, u := range p.conns {
-		if u.take() {
+		if u.take(upload && len(p.conns) < maxUploadConns) {
 			p.mu.Unlock()
 			u.start(st, b)
 			return
@@ -62,8 +71,14 @@ func (p *pool) dial(u *uconn) {
 	ctx, cancel := context.WithTimeout(context.Background(), cfg.UpstreamTimeout)
 	nc, err := cfg.Dial(ctx, "tcp", p.addr)
 	cancel()
+	p.mu.Lock()
+	learned := p.learned
+	p.mu.Unlock()
 	if err == nil {
 		u.init(nc)
+		if learned > 0 {
+			u.maxStreams = learned
+		}
 	}
 	p.mu.Lock()
 	waiters := p.waiters
@@ -88,15 +103,30 @@ func (p *pool) dial(u *uconn) {
 		case st.done:
 		case err != nil:
 			st.upFailed(err, &b)
-		case u.take():
+		case u.take(st.isUpload() && p.spreads()):
 			u.start(st, &b)
 		default:
-			// More waited than the new connection has room for.
+			// More waited than the new connection has room for, or
+			// another large upload took it.
 			p.open(st, &b)
 		}
 		c.mu.Unlock()
 	}
 	b.kick()
+}
+
+// spreads reports whether a large upload may still have an upstream
+// connection of its own (see maxUploadConns).
+func (p *pool) spreads() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.conns) < maxUploadConns
+}
+
+// isUpload reports whether st is a large upload still to be sent (see
+// maxUploadConns); c.mu held.
+func (st *stream) isUpload() bool {
+	return st.declared > StreamReceiveWindow && !st.up.fin
 }
 
 // remove drops a connection that failed or is going away.
@@ -134,24 +164,42 @@ type uconn struct {
 	mu      sync.Mutex
 	streams map[uint32]*stream
 	nextID  uint32
-	// active counts the streams open, or promised a place (take).
-	active int
-	// maxStreams is the upstream's SETTINGS_MAX_CONCURRENT_STREAMS.
+	// active counts the streams open, or promised a place (take);
+	// uploads those of them with a large body (see pool.open).
+	active, uploads int
+	// maxStreams is the upstream's SETTINGS_MAX_CONCURRENT_STREAMS, or
+	// until its SETTINGS came (settled) what the pool learned, or
+	// initialMaxStreams.
 	maxStreams uint32
+	settled    bool
 	// sendWin is the upstream's connection window; initWin its
 	// SETTINGS_INITIAL_WINDOW_SIZE.
 	sendWin, initWin int32
 	blocked          []*stream
 	recvUsed         uint32
 	// away is set once the upstream sent GOAWAY, or the connection
-	// failed: no stream opens on it.
-	away bool
+	// failed: no stream opens on it. goingAway is set once the relay
+	// sent its own GOAWAY, which fail lets out before the close.
+	away, goingAway bool
 	// idleAt is when its last stream ended, zero while it has one; the
 	// timer, armed while idleArmed, closes it upstreamIdleTimeout after.
 	idleAt    time.Time
 	idleTimer *time.Timer
 	idleArmed bool
 }
+
+// initialMaxStreams is what an upstream connection is assumed to allow
+// until its SETTINGS say (RFC 9113, 6.5.2 recommends no fewer than 100),
+// as Go's Transport assumes: "unlimited", the RFC's initial value, put
+// 400 streams on a connection to nghttpd, which allows 100, before its
+// SETTINGS came, and it refused 300 of them.
+const initialMaxStreams = 100
+
+// maxBlindRetries is how often a stream refused (REFUSED_STREAM) by a
+// connection whose SETTINGS had not come when it was opened there is
+// opened again: it was refused for a limit the relay could not know.
+// Refused once the limit was known, it is opened again once.
+const maxBlindRetries = 4
 
 // upstreamIdleTimeout closes an upstream connection with no stream open,
 // as Go's Transport closes its idle connections: the pool shrinks back
@@ -160,6 +208,7 @@ var upstreamIdleTimeout = 90 * time.Second
 
 // idle notes that u's last stream ended, and arms its timer; u.mu held.
 func (u *uconn) idle() {
+	held(&u.mu)
 	u.idleAt = time.Now()
 	if u.idleArmed {
 		return
@@ -207,10 +256,12 @@ func (u *uconn) init(nc net.Conn) {
 	u.nc = nc
 	u.streams = make(map[uint32]*stream)
 	u.nextID = 1
-	u.maxStreams = 1 << 31
+	u.maxStreams = initialMaxStreams
 	u.sendWin, u.initWin = 65535, 65535
 	// Idle until its first stream: one whose waiters all left goes too.
+	u.mu.Lock()
 	u.idle()
+	u.mu.Unlock()
 	u.br = bufio.NewReaderSize(nc, 16<<10)
 	u.fr = http2.NewFramer(nil, u.br)
 	u.fr.ReadMetaHeaders = hpack.NewDecoder(4096, nil)
@@ -236,11 +287,14 @@ func (u *uconn) init(nc net.Conn) {
 // 5.1.1); a test lowers it to spend a connection's ids.
 var lastStreamID uint32 = 1<<31 - 1
 
-// take promises a stream a place on u, if it has room; p.mu held.
-func (u *uconn) take() bool {
+// take promises a stream a place on u, if it has room: u.mu guards the
+// count, and the pool's lock may or may not be held.
+//
+// alone asks for a connection that carries no large upload.
+func (u *uconn) take(alone bool) bool {
 	u.mu.Lock()
 	defer u.mu.Unlock()
-	if u.away || uint32(u.active) >= u.maxStreams {
+	if u.away || uint32(u.active) >= u.maxStreams || alone && u.uploads > 0 {
 		return false
 	}
 	u.active++
@@ -249,6 +303,7 @@ func (u *uconn) take() bool {
 
 // start opens st's stream on u, which take promised; st.c.mu held.
 func (u *uconn) start(st *stream, b *batch) {
+	held(&st.c.mu)
 	fields := st.upstreamFields()
 	u.mu.Lock()
 	if u.away {
@@ -260,6 +315,10 @@ func (u *uconn) start(st *stream, b *batch) {
 		return
 	}
 	st.u, st.upID = u, u.nextID
+	st.upBlind = !u.settled
+	if st.upload = st.isUpload(); st.upload {
+		u.uploads++
+	}
 	u.nextID += 2
 	u.idleAt = time.Time{}
 	// The connection's last stream id: it takes no more streams, leaves
@@ -283,6 +342,7 @@ func (u *uconn) start(st *stream, b *batch) {
 
 // release ends st's stream on u, with RST_STREAM if rst; st.c.mu held.
 func (u *uconn) release(st *stream, rst bool, b *batch) {
+	held(&st.c.mu)
 	u.mu.Lock()
 	if st.up.queued {
 		// Out of the streams held up by the connection's window: a
@@ -295,6 +355,9 @@ func (u *uconn) release(st *stream, rst bool, b *batch) {
 	if u.streams[st.upID] == st {
 		delete(u.streams, st.upID)
 		u.active--
+		if st.upload {
+			u.uploads--
+		}
 		if rst {
 			u.out.mu.Lock()
 			u.out.rst(st.upID, http2.ErrCodeCancel)
@@ -342,16 +405,23 @@ func (u *uconn) serve() {
 		if err != nil {
 			var se http2.StreamError
 			if errors.As(err, &se) {
-				u.streamFailed(se.StreamID, errUpstreamProtocol, &b)
-				u.out.mu.Lock()
-				u.out.rst(se.StreamID, se.Code)
-				u.out.mu.Unlock()
-				b.mark(u.out)
+				u.streamFailed(se.StreamID, se.Code, &b)
 				continue
+			}
+			var ce http2.ConnectionError
+			if errors.As(err, &ce) {
+				u.goAway(http2.ErrCode(ce))
 			}
 			break
 		}
-		if err = u.handle(f, &b); err != nil {
+		err = u.handle(f, &b)
+		if len(b.ended) > 0 {
+			b.finish()
+		}
+		if err != nil {
+			if ce, ok := err.(http2.ConnectionError); ok {
+				u.goAway(http2.ErrCode(ce))
+			}
 			break
 		}
 	}
@@ -407,16 +477,28 @@ func (u *uconn) handle(f http2.Frame, b *batch) error {
 			st.c.mu.Unlock()
 		}
 	case *http2.WindowUpdateFrame:
+		// The upstream's windows are checked as a client's are: one
+		// that overflows wrapped negative, and held the body it bounds
+		// to UpstreamTimeout.
 		u.mu.Lock()
 		var one [1]*stream
 		var ready []*stream
 		if f.StreamID == 0 {
+			if int64(u.sendWin)+int64(f.Increment) > 1<<31-1 {
+				u.mu.Unlock()
+				return http2.ConnectionError(http2.ErrCodeFlowControl)
+			}
 			u.sendWin += int32(f.Increment)
 			ready, u.blocked = u.blocked, nil
 			for _, st := range ready {
 				st.up.queued = false
 			}
 		} else if st := u.streams[f.StreamID]; st != nil {
+			if int64(st.upWin)+int64(f.Increment) > 1<<31-1 {
+				u.mu.Unlock()
+				u.streamFailed(f.StreamID, http2.ErrCodeFlowControl, b)
+				return nil
+			}
 			st.upWin += int32(f.Increment)
 			ready = append(one[:0], st)
 		}
@@ -430,38 +512,7 @@ func (u *uconn) handle(f http2.Frame, b *batch) error {
 		if f.IsAck() {
 			return nil
 		}
-		var grown []*stream
-		u.mu.Lock()
-		u.out.mu.Lock()
-		_ = f.ForeachSetting(func(s http2.Setting) error {
-			switch s.ID {
-			case http2.SettingInitialWindowSize:
-				delta := int32(int64(s.Val) - int64(u.initWin))
-				for _, st := range u.streams {
-					st.upWin += delta
-					if delta > 0 {
-						grown = append(grown, st)
-					}
-				}
-				u.initWin = int32(s.Val)
-			case http2.SettingMaxConcurrentStreams:
-				u.maxStreams = s.Val
-			case http2.SettingMaxFrameSize:
-				u.out.maxFrame = s.Val
-			case http2.SettingHeaderTableSize:
-				u.out.enc.SetMaxDynamicTableSizeLimit(s.Val)
-			}
-			return nil
-		})
-		_ = u.out.fr.WriteSettingsAck()
-		u.out.mu.Unlock()
-		u.mu.Unlock()
-		b.mark(u.out)
-		for _, st := range grown {
-			st.c.mu.Lock()
-			st.pushUp(b)
-			st.c.mu.Unlock()
-		}
+		return u.onSettings(f, b)
 	case *http2.PingFrame:
 		if !f.IsAck() {
 			u.out.mu.Lock()
@@ -497,15 +548,110 @@ func (u *uconn) handle(f http2.Frame, b *batch) error {
 	return nil
 }
 
-// streamFailed fails the stream of upstream id.
-func (u *uconn) streamFailed(id uint32, err error, b *batch) {
+// onSettings applies the upstream's settings, held to what a client's
+// are (see conn.onSettings): valid, 100 entries at most, one walk of the
+// streams a frame.
+func (u *uconn) onSettings(f *http2.SettingsFrame, b *batch) error {
+	if f.NumSettings() > maxSettings {
+		return http2.ConnectionError(http2.ErrCodeProtocol)
+	}
+	if err := f.ForeachSetting(func(s http2.Setting) error { return s.Valid() }); err != nil {
+		return err
+	}
+	var grown []*stream
+	u.mu.Lock()
+	u.out.mu.Lock()
+	win, most, setWin := uint32(0), uint32(0), false
+	limit, setLimit := uint32(0), false
+	_ = f.ForeachSetting(func(s http2.Setting) error {
+		switch s.ID {
+		case http2.SettingInitialWindowSize:
+			win, most, setWin = s.Val, max(most, s.Val), true
+		case http2.SettingMaxConcurrentStreams:
+			limit, setLimit = s.Val, true
+		case http2.SettingMaxFrameSize:
+			u.out.maxFrame = s.Val
+		case http2.SettingHeaderTableSize:
+			u.out.enc.SetMaxDynamicTableSizeLimit(s.Val)
+		}
+		return nil
+	})
+	var err error
+	if delta := int64(win) - int64(u.initWin); setWin && (delta != 0 || most != win) {
+		for _, st := range u.streams {
+			if int64(st.upWin)+int64(most)-int64(u.initWin) > 1<<31-1 {
+				err = http2.ConnectionError(http2.ErrCodeFlowControl)
+				break
+			}
+			st.upWin += int32(delta)
+			if delta > 0 {
+				grown = append(grown, st)
+			}
+		}
+		u.initWin = int32(win)
+	}
+	switch {
+	case setLimit:
+		u.maxStreams = limit
+	case !u.settled:
+		// No limit said: the RFC's initial value, unlimited.
+		u.maxStreams = 1<<31 - 1
+	}
+	u.settled = true
+	if err == nil {
+		_ = u.out.fr.WriteSettingsAck()
+	}
+	u.out.mu.Unlock()
+	u.mu.Unlock()
+	if err != nil {
+		return err
+	}
+	if setLimit {
+		p := u.pool
+		p.mu.Lock()
+		p.learned = max(limit, 1)
+		p.mu.Unlock()
+	}
+	b.mark(u.out)
+	for _, st := range grown {
+		st.c.mu.Lock()
+		st.pushUp(b)
+		st.c.mu.Unlock()
+	}
+	return nil
+}
+
+// goAway ends the connection for the upstream's breach of HTTP/2: the
+// GOAWAY goes out before the connection closes (see fail).
+func (u *uconn) goAway(code http2.ErrCode) {
+	u.mu.Lock()
+	u.away = true
+	u.goingAway = true
+	u.mu.Unlock()
+	u.out.mu.Lock()
+	if !u.out.closed {
+		_ = u.out.fr.WriteGoAway(0, code, nil)
+	}
+	u.out.mu.Unlock()
+	u.out.kick()
+}
+
+// streamFailed fails the stream of upstream id for the upstream's breach
+// of HTTP/2 on it, and resets it with code.
+func (u *uconn) streamFailed(id uint32, code http2.ErrCode, b *batch) {
 	if st := u.lookup(id); st != nil {
 		st.c.mu.Lock()
 		if st.u == u {
-			st.upFailed(err, b)
+			// Reset below with code, not by its release's CANCEL.
+			st.upEnd, st.up.fin = true, true
+			st.upFailed(errUpstreamProtocol, b)
 		}
 		st.c.mu.Unlock()
 	}
+	u.out.mu.Lock()
+	u.out.rst(id, code)
+	u.out.mu.Unlock()
+	b.mark(u.out)
 }
 
 // fail ends the connection and fails its streams.
@@ -513,12 +659,20 @@ func (u *uconn) fail(err error) {
 	u.pool.remove(u)
 	u.mu.Lock()
 	u.away = true
+	said := u.goingAway
 	streams := make([]*stream, 0, len(u.streams))
 	for _, st := range u.streams {
 		streams = append(streams, st)
 	}
 	u.mu.Unlock()
 	u.out.close()
+	if said {
+		// The GOAWAY's code is the upstream's to hear: a second at most.
+		select {
+		case <-u.out.done:
+		case <-time.After(time.Second):
+		}
+	}
 	u.nc.Close()
 	if err == nil || errors.Is(err, net.ErrClosed) {
 		err = errors.New("h2c: the upstream closed the connection")
