@@ -79,6 +79,7 @@ func TestStalledUploadsReleaseTheirWorkers(t *testing.T) {
 }
 
 func TestSlowClientsTimeOutBeforeAdmission(t *testing.T) {
+	t.Parallel()
 	up := newUpstream(t, func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") })
 	tp := startProxy(t, up.URL, limiter.Config{Mode: limiter.Fixed, Workers: 1}, func(c *Config) {
 		c.HeaderTimeout = 300 * time.Millisecond
@@ -161,6 +162,7 @@ func TestSlowClientsTimeOutBeforeAdmission(t *testing.T) {
 // A request that waits longer than it in the queue is still there, and
 // served, and a client that leaves is still noticed.
 func TestQueuedPastTheHeaderTimeout(t *testing.T) {
+	t.Parallel()
 	release := make(chan struct{})
 	up := newUpstream(t, func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path == "/hold" {
