@@ -43,10 +43,21 @@ func TestAdviceSpeaksTheModeInForce(t *testing.T) {
 			mode: limiter.Fixed,
 			want: []string{"Dry run of MODE=fixed, WORKERS=20", "A dry run of MODE=fixed, WORKERS=20", "set LOOMGATE_WORKERS=50", "Enforced, MODE=fixed, WORKERS=20", "dry run (MODE=fixed, WORKERS=20"},
 			not:  []string{"Mode unbounded, no bulkhead."}},
-		{name: "a dry run of adaptive", settings: Settings{Mode: limiter.Adaptive, QueueSize: 10000, QueueTimeout: 30 * time.Second, DryRun: true},
+		{name: "a dry run of fixed at 50", settings: Settings{Mode: limiter.Fixed, Workers: 50, QueueSize: 10000, QueueTimeout: 30 * time.Second, DryRun: true},
 			mode: limiter.Fixed,
-			want: []string{"Dry run of MODE=adaptive", "A dry run of MODE=adaptive"},
-			not:  []string{"Mode unbounded, no bulkhead."}},
+			want: []string{"A dry run of MODE=fixed, WORKERS=50", "To enforce MODE=fixed, WORKERS=50, QUEUE_SIZE=10000, QUEUE_TIMEOUT=30s, set LOOMGATE_DRY_RUN=false."},
+			not:  []string{"Mode unbounded, no bulkhead.", "To enforce it"}},
+		// Enforced, a dry run of adaptive mode is adaptive mode: its advice
+		// is adaptive mode's, never a fixed limit to enforce by ending the
+		// dry run.
+		{name: "a dry run of adaptive, open", settings: Settings{Mode: limiter.Adaptive, QueueSize: 10000, QueueTimeout: 30 * time.Second, DryRun: true},
+			mode: limiter.Adaptive,
+			want: []string{"Dry run of MODE=adaptive", "A dry run of MODE=adaptive", "Adaptive mode has admission open now", "To enforce adaptive mode, set LOOMGATE_DRY_RUN=false: it sets and moves its limit itself, and queues the rest"},
+			not:  []string{"Mode unbounded, no bulkhead.", "Cap admission at", "To enforce it"}},
+		{name: "a dry run of adaptive at 50", settings: Settings{Mode: limiter.Adaptive, Workers: 50, QueueSize: 10000, QueueTimeout: 30 * time.Second, DryRun: true},
+			mode: limiter.Adaptive,
+			want: []string{"A dry run of MODE=adaptive, limit 50", "Adaptive mode holds its limit at 50", "To enforce adaptive mode, set LOOMGATE_DRY_RUN=false: it sets and moves its limit itself, 50 now"},
+			not:  []string{"Cap admission at", "To enforce it"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
