@@ -540,7 +540,13 @@ func findOut(s Settings) string {
 	if s.Probe {
 		return "the probe (LOOMGATE_PROBE) finds out within a minute, by admitting fewer for a few seconds and reading what the upstream serves."
 	}
-	return "to find out, set LOOMGATE_PROBE=on, which admits fewer for a few seconds and reads what the upstream serves, or let the load vary (a short ramp: loomgate bench --url http://<this sidecar>/<a path> -c 10,50,100,200 --window 10s)."
+	vary := "let the load vary (a short ramp: loomgate bench --url http://<this sidecar>/<a path> -c 10,50,100,200 --window 10s)."
+	if s.DryRun {
+		// A probe caps admission, which a dry run never does: beside
+		// LOOMGATE_DRY_RUN=true, LOOMGATE_PROBE=on is refused at start.
+		return "to find out, " + vary
+	}
+	return "to find out, set LOOMGATE_PROBE=on, which admits fewer for a few seconds and reads what the upstream serves, or " + vary
 }
 
 // demandConsequence says what the demand model means for the predictions.

@@ -91,3 +91,29 @@ func TestAdviceSpeaksTheModeInForce(t *testing.T) {
 		})
 	}
 }
+
+// TestDryRunIsNotToldToProbe: an upstream only ever seen at one load,
+// whether it queues inside unknown. Outside a dry run the advice names the
+// probe; in a dry run, which refuses LOOMGATE_PROBE=on at start (a probe
+// caps admission, which a dry run never does), it names only a ramp.
+func TestDryRunIsNotToldToProbe(t *testing.T) {
+	ms := time.Millisecond
+	s := synth{routes: []synthRoute{{path: "/wait", lo: 95 * ms, hi: 105 * ms, pool: 0}}, pools: []int{50},
+		phases: []synthPhase{{30 * time.Second, []int{200}, nil}}}
+	snap := s.play(t)
+	for _, dry := range []bool{false, true} {
+		// Every request admitted, as the figures were: unbounded with no
+		// bulkhead, or a dry run of a fixed limit.
+		settings := Settings{Mode: limiter.Unbounded}
+		if dry {
+			settings = Settings{Mode: limiter.Fixed, Workers: 20, QueueSize: 10000, QueueTimeout: 30 * time.Second, DryRun: true}
+		}
+		r := Advise(settings, snap.Figures)
+		if r.verdict != unknownSaturation {
+			t.Fatalf("dry run %v: verdict %v (%q); want saturation unknown", dry, r.verdict, r.Summary)
+		}
+		if probe := strings.Contains(r.Summary, "LOOMGATE_PROBE=on"); probe == dry || !strings.Contains(r.Summary, "let the load vary") {
+			t.Errorf("dry run %v: %q; want LOOMGATE_PROBE=on named only outside a dry run, and the ramp in both", dry, r.Summary)
+		}
+	}
+}
