@@ -20,7 +20,6 @@ import (
 // count. Each now gets 408 as at HeaderTimeout, counted client_timeout once,
 // and the permits are back.
 func TestDrainEndAnswersRequestsStillSending(t *testing.T) {
-	t.Parallel()
 	up := newUpstream(t, func(w http.ResponseWriter, r *http.Request) {
 		io.Copy(io.Discard, r.Body)
 		io.WriteString(w, "ok")

@@ -434,7 +434,6 @@ func TestH2CFrameHeaderStall(t *testing.T) {
 // connection's reader ended the read halfway through the frame, and with
 // it the connection and the stream.
 func TestH2CDrainMidFrame(t *testing.T) {
-	t.Parallel()
 	up := h2cUpstream(t, func(w http.ResponseWriter, r *http.Request) {
 		n, _ := io.Copy(io.Discard, r.Body)
 		fmt.Fprint(w, n)

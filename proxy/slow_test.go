@@ -79,7 +79,6 @@ func TestStalledUploadsReleaseTheirWorkers(t *testing.T) {
 }
 
 func TestSlowClientsTimeOutBeforeAdmission(t *testing.T) {
-	t.Parallel()
 	up := newUpstream(t, func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") })
 	tp := startProxy(t, up.URL, limiter.Config{Mode: limiter.Fixed, Workers: 1}, func(c *Config) {
 		c.HeaderTimeout = 300 * time.Millisecond

@@ -220,7 +220,6 @@ func TestUpgradedDrain(t *testing.T) {
 // TestUpgradedIdle: a tunnel that carries nothing for the idle timeout is
 // closed, with close frames.
 func TestUpgradedIdle(t *testing.T) {
-	t.Parallel()
 	up := newWSEcho(t)
 	tp := startProxy(t, up.URL, limiter.Config{Mode: limiter.Unbounded}, func(c *Config) {
 		c.UpgradedIdleTimeout = 200 * time.Millisecond
@@ -378,7 +377,6 @@ func TestUpgradedConnectionsCountAgainstMaxClientConns(t *testing.T) {
 // client_closed. It is client_closed too now, the upstream's connection is
 // closed rather than relayed for nobody, and the upgraded place comes back.
 func TestUpgradeClientLeftBeforeThe101(t *testing.T) {
-	t.Parallel()
 	upEnded := make(chan struct{}, 2)
 	up := newConnUpstream(t, func(u *connUpstream, c net.Conn, br *bufio.Reader) {
 		if u.next(br) {
