@@ -444,6 +444,10 @@ func (s Settings) queueNote() string {
 func speakMode(s Settings, f Figures, r Recommendation) Recommendation {
 	switch {
 	case r.verdict == tooLittle:
+	case s.DryRun && s.Mode == limiter.Adaptive:
+		// What enforcing it would bring is adaptive mode, not a fixed
+		// limit: its advice, at the shadow's limit of the moment.
+		r = speakDryRun(s, speakAdaptive(s, f, r))
 	case s.DryRun:
 		r = speakDryRun(s, r)
 	case s.adaptive():
@@ -520,7 +524,15 @@ func speakDryRun(s Settings, r Recommendation) Recommendation {
 				sh.Describe(), p.Throughput, ms(p.P50), ms(p.P99), ms(p.MeanQueue), p.Rejected))
 		}
 	}
-	enforce := "To enforce it, set LOOMGATE_DRY_RUN=false."
+	// Enforcing applies the mode counted for, as configured: say which.
+	enforce := fmt.Sprintf("To enforce %s, set LOOMGATE_DRY_RUN=false.", sh.Describe())
+	if sh.Adaptive {
+		enforce = "To enforce adaptive mode, set LOOMGATE_DRY_RUN=false: it sets and moves its limit itself"
+		if sh.Limit > 0 {
+			enforce += fmt.Sprintf(", %d now", sh.Limit)
+		}
+		enforce += fmt.Sprintf(", and queues the rest (LOOMGATE_QUEUE_SIZE=%d, LOOMGATE_QUEUE_TIMEOUT=%s).", s.QueueSize, s.QueueTimeout)
+	}
 	switch {
 	case r.verdict == failing || r.verdict == unknownSaturation:
 		enforce = "Enforce nothing until this is known."
@@ -538,7 +550,13 @@ func findOut(s Settings) string {
 	if s.Probe {
 		return "the probe (LOOMGATE_PROBE) finds out within a minute, by admitting fewer for a few seconds and reading what the upstream serves."
 	}
-	return "to find out, set LOOMGATE_PROBE=on, which admits fewer for a few seconds and reads what the upstream serves, or let the load vary (a short ramp: loomgate bench --url http://<this sidecar>/<a path> -c 10,50,100,200 --window 10s)."
+	vary := "let the load vary (a short ramp: loomgate bench --url http://<this sidecar>/<a path> -c 10,50,100,200 --window 10s)."
+	if s.DryRun {
+		// A probe caps admission, which a dry run never does: beside
+		// LOOMGATE_DRY_RUN=true, LOOMGATE_PROBE=on is refused at start.
+		return "to find out, " + vary
+	}
+	return "to find out, set LOOMGATE_PROBE=on, which admits fewer for a few seconds and reads what the upstream serves, or " + vary
 }
 
 // demandConsequence says what the demand model means for the predictions.

@@ -43,10 +43,21 @@ func TestAdviceSpeaksTheModeInForce(t *testing.T) {
 			mode: limiter.Fixed,
 			want: []string{"Dry run of MODE=fixed, WORKERS=20", "A dry run of MODE=fixed, WORKERS=20", "set LOOMGATE_WORKERS=50", "Enforced, MODE=fixed, WORKERS=20", "dry run (MODE=fixed, WORKERS=20"},
 			not:  []string{"Mode unbounded, no bulkhead."}},
-		{name: "a dry run of adaptive", settings: Settings{Mode: limiter.Adaptive, QueueSize: 10000, QueueTimeout: 30 * time.Second, DryRun: true},
+		{name: "a dry run of fixed at 50", settings: Settings{Mode: limiter.Fixed, Workers: 50, QueueSize: 10000, QueueTimeout: 30 * time.Second, DryRun: true},
 			mode: limiter.Fixed,
-			want: []string{"Dry run of MODE=adaptive", "A dry run of MODE=adaptive"},
-			not:  []string{"Mode unbounded, no bulkhead."}},
+			want: []string{"A dry run of MODE=fixed, WORKERS=50", "To enforce MODE=fixed, WORKERS=50, QUEUE_SIZE=10000, QUEUE_TIMEOUT=30s, set LOOMGATE_DRY_RUN=false."},
+			not:  []string{"Mode unbounded, no bulkhead.", "To enforce it"}},
+		// Enforced, a dry run of adaptive mode is adaptive mode: its advice
+		// is adaptive mode's, never a fixed limit to enforce by ending the
+		// dry run.
+		{name: "a dry run of adaptive, open", settings: Settings{Mode: limiter.Adaptive, QueueSize: 10000, QueueTimeout: 30 * time.Second, DryRun: true},
+			mode: limiter.Adaptive,
+			want: []string{"Dry run of MODE=adaptive", "A dry run of MODE=adaptive", "Adaptive mode has admission open now", "To enforce adaptive mode, set LOOMGATE_DRY_RUN=false: it sets and moves its limit itself, and queues the rest"},
+			not:  []string{"Mode unbounded, no bulkhead.", "Cap admission at", "To enforce it"}},
+		{name: "a dry run of adaptive at 50", settings: Settings{Mode: limiter.Adaptive, Workers: 50, QueueSize: 10000, QueueTimeout: 30 * time.Second, DryRun: true},
+			mode: limiter.Adaptive,
+			want: []string{"A dry run of MODE=adaptive, limit 50", "Adaptive mode holds its limit at 50", "To enforce adaptive mode, set LOOMGATE_DRY_RUN=false: it sets and moves its limit itself, 50 now"},
+			not:  []string{"Cap admission at", "To enforce it"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -103,6 +114,32 @@ func TestAdaptiveHoldingTheExcess(t *testing.T) {
 	for _, w := range []string{"The upstream is not saturated", "its capacity is at least that"} {
 		if strings.Contains(text, w) {
 			t.Errorf("the advice says %q:\n%s", w, text)
+		}
+	}
+}
+
+// TestDryRunIsNotToldToProbe: an upstream only ever seen at one load,
+// whether it queues inside unknown. Outside a dry run the advice names the
+// probe; in a dry run, which refuses LOOMGATE_PROBE=on at start (a probe
+// caps admission, which a dry run never does), it names only a ramp.
+func TestDryRunIsNotToldToProbe(t *testing.T) {
+	ms := time.Millisecond
+	s := synth{routes: []synthRoute{{path: "/wait", lo: 95 * ms, hi: 105 * ms, pool: 0}}, pools: []int{50},
+		phases: []synthPhase{{30 * time.Second, []int{200}, nil}}}
+	snap := s.play(t)
+	for _, dry := range []bool{false, true} {
+		// Every request admitted, as the figures were: unbounded with no
+		// bulkhead, or a dry run of a fixed limit.
+		settings := Settings{Mode: limiter.Unbounded}
+		if dry {
+			settings = Settings{Mode: limiter.Fixed, Workers: 20, QueueSize: 10000, QueueTimeout: 30 * time.Second, DryRun: true}
+		}
+		r := Advise(settings, snap.Figures)
+		if r.verdict != unknownSaturation {
+			t.Fatalf("dry run %v: verdict %v (%q); want saturation unknown", dry, r.verdict, r.Summary)
+		}
+		if probe := strings.Contains(r.Summary, "LOOMGATE_PROBE=on"); probe == dry || !strings.Contains(r.Summary, "let the load vary") {
+			t.Errorf("dry run %v: %q; want LOOMGATE_PROBE=on named only outside a dry run, and the ramp in both", dry, r.Summary)
 		}
 	}
 }

@@ -1266,3 +1266,33 @@ func TestDashboardBrokenCopy(t *testing.T) {
 		})
 	}
 }
+
+// TestDeployReadmeFlipsEveryMode: deploy/README.md's "Flipping the mode"
+// shows the command for every overlay there is, and counts them right:
+// it said "the two overlays" and showed two when a third, adaptive, had
+// been added beside them.
+func TestDeployReadmeFlipsEveryMode(t *testing.T) {
+	b, err := os.ReadFile(fromRepoRoot("deploy", "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, section, ok := strings.Cut(string(b), "\n### Flipping the mode\n")
+	if !ok {
+		t.Fatal(`deploy/README.md has no section "### Flipping the mode"`)
+	}
+	if end := strings.Index(section, "\n#"); end >= 0 {
+		section = section[:end]
+	}
+	overlays := kustomizeOverlays(t)
+	for _, o := range overlays {
+		if !strings.Contains(section, "kubectl apply -k deploy/kubernetes/overlays/"+o+" ") {
+			t.Errorf("deploy/README.md's \"Flipping the mode\" has no kubectl apply of overlays/%s", o)
+		}
+	}
+	words := map[int]string{2: "two", 3: "three", 4: "four", 5: "five"}
+	for n, w := range words {
+		if n != len(overlays) && strings.Contains(section, "the "+w+" overlays") {
+			t.Errorf("deploy/README.md's \"Flipping the mode\" speaks of the %s overlays; there are %d: %v", w, len(overlays), overlays)
+		}
+	}
+}

@@ -181,3 +181,27 @@ func main() {
 		t.Errorf("%v rejections; want the one the snippet retried", n)
 	}
 }
+
+// TestReadmeGoVersion holds the README's "with Go X or later" to go.mod's
+// go line, the oldest toolchain that builds the module: an older one
+// stops at go.mod, or fetches a newer one, before anything in the README
+// runs.
+func TestReadmeGoVersion(t *testing.T) {
+	goMod, err := os.ReadFile(fromRepoRoot("go.mod"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	line := regexp.MustCompile(`(?m)^go (\S+)$`).FindSubmatch(goMod)
+	if line == nil {
+		t.Fatal("go.mod has no go line")
+	}
+	said := regexp.MustCompile(`with Go (\S+) or later`).FindAllStringSubmatch(readme(t), -1)
+	if len(said) == 0 {
+		t.Fatal(`the README does not say which Go it needs ("with Go X or later")`)
+	}
+	for _, m := range said {
+		if m[1] != string(line[1]) {
+			t.Errorf("the README says Go %s or later; go.mod's go line is %s", m[1], line[1])
+		}
+	}
+}

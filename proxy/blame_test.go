@@ -115,6 +115,7 @@ func TestHalfClosedClientIsServed(t *testing.T) {
 // TestSlowReaderTimesOut: a client that stops reading its response is cut
 // at the write timeout (UpstreamTimeout). It stalled; it did not leave.
 func TestSlowReaderTimesOut(t *testing.T) {
+	t.Parallel()
 	up := newUpstream(t, func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Length", fmt.Sprint(256<<20))
 		chunk := make([]byte, 1<<20)

@@ -14,6 +14,7 @@ import (
 // admission, whatever its protocol, and its Outcome carries the class for
 // every observer to read.
 func TestOutcomeCarriesTheRouteClass(t *testing.T) {
+	t.Parallel()
 	up := h2cUpstream(t, func(w http.ResponseWriter, r *http.Request) {
 		io.Copy(io.Discard, r.Body)
 		io.WriteString(w, "ok")

@@ -18,6 +18,7 @@ import (
 // proxy's writing. Its answer came first and is the request's: the client
 // gets it, and it counts as the upstream's answer, not its failure.
 func TestEarlyAnswerToAnUploadIsPassedOn(t *testing.T) {
+	t.Parallel()
 	up := newUpstream(t, func(w http.ResponseWriter, r *http.Request) {
 		w.WriteHeader(http.StatusUnauthorized)
 		io.WriteString(w, "who are you")

@@ -79,6 +79,7 @@ func bigResponder(sent *sentCounter, size int) http.HandlerFunc {
 // otherwise take 4 MiB of each response from an HTTP/2 upstream, unseen by
 // the bulkhead: a thousand such streams are gigabytes.
 func TestH2CResponseAheadOfTheClientIsBounded(t *testing.T) {
+	t.Parallel()
 	var sent sentCounter
 	up := h2cUpstream(t, bigResponder(&sent, 16<<20))
 	tp := startProxy(t, up, limiter.Config{Mode: limiter.Unbounded}, func(c *Config) {
@@ -205,6 +206,7 @@ func TestH2CStreamOverheadBytes(t *testing.T) {
 // was counted upstream_timeout, and its permit held for as long as the
 // client kept the stream open: a fixed pool of one blocked.
 func TestH2CSlowReaderTimesOut(t *testing.T) {
+	t.Parallel()
 	var sent sentCounter
 	big := bigResponder(&sent, 64<<20)
 	up := h2cUpstream(t, func(w http.ResponseWriter, r *http.Request) {
@@ -256,6 +258,7 @@ func TestH2CSlowReaderTimesOut(t *testing.T) {
 // deadline). It was 504 upstream_timeout, blamed on the upstream that
 // waited for it.
 func TestH2CSlowUploadIsTheClients(t *testing.T) {
+	t.Parallel()
 	up := h2cUpstream(t, func(w http.ResponseWriter, r *http.Request) {
 		io.Copy(io.Discard, r.Body)
 		io.WriteString(w, "ok")

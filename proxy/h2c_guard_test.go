@@ -193,6 +193,7 @@ func TestRapidReset(t *testing.T) {
 // was held until Go's idle timeout, 90 s, answered nothing and counted
 // nothing.
 func TestH2CHeaderBlockTimeout(t *testing.T) {
+	t.Parallel()
 	up := h2cUpstream(t, func(w http.ResponseWriter, r *http.Request) { w.Write([]byte("ok")) })
 	tp := startProxy(t, up, limiter.Config{Mode: limiter.Unbounded}, func(c *Config) {
 		c.HeaderTimeout = 500 * time.Millisecond
@@ -232,6 +233,7 @@ func TestH2CHeaderBlockTimeout(t *testing.T) {
 // for a field HTTP/2 forbids. Neither carried the header nor was counted.
 // The streams around them on the same connection are answered as ever.
 func TestH2COwnAnswersCounted(t *testing.T) {
+	t.Parallel()
 	up := h2cUpstream(t, func(w http.ResponseWriter, r *http.Request) { w.Write([]byte("ok")) })
 	tp := startProxy(t, up, limiter.Config{Mode: limiter.Unbounded}, func(c *Config) { c.Logger = discardLogger() })
 	c, err := h2raw.Dial(tp.addr)
@@ -284,6 +286,7 @@ func TestH2COwnAnswersCounted(t *testing.T) {
 // long as the client liked: 40,000 of them held a 256 MiB sidecar at its
 // limit.
 func TestH2CAnswerAwaitingWindowIsReserved(t *testing.T) {
+	t.Parallel()
 	release := make(chan struct{})
 	up := h2cUpstream(t, func(w http.ResponseWriter, r *http.Request) {
 		select {
@@ -340,6 +343,7 @@ func TestH2CAnswerAwaitingWindowIsReserved(t *testing.T) {
 // nothing has moved on it for UPSTREAM_TIMEOUT, and the bytes come back.
 // It held them, and its connection, for as long as the client liked.
 func TestH2CStalledConnectionEnds(t *testing.T) {
+	t.Parallel()
 	up := h2cUpstream(t, func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/grpc")
 		w.WriteHeader(200)
@@ -382,6 +386,7 @@ func TestH2CStalledConnectionEnds(t *testing.T) {
 // It held the connection for good while a stream was open, and to the
 // idle timeout, 90 s, otherwise.
 func TestH2CFrameHeaderStall(t *testing.T) {
+	t.Parallel()
 	up := h2cUpstream(t, func(w http.ResponseWriter, r *http.Request) {
 		io.Copy(io.Discard, r.Body)
 		w.Write([]byte("ok"))

@@ -87,6 +87,7 @@ func frameUpstream(t *testing.T, answer func(c, n int) string, answered *atomic.
 // gracefully says so of the requests it was just sent. One record each,
 // ok.
 func TestH2CUnprocessedStreamsAreRetried(t *testing.T) {
+	t.Parallel()
 	for _, tt := range []struct {
 		name   string
 		answer func(c, n int) string

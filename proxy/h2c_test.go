@@ -201,6 +201,7 @@ func TestGRPCAdmission(t *testing.T) {
 // TestGRPCDeadlineInQueue: a call whose deadline passes in the queue ends
 // there, never reaching the upstream.
 func TestGRPCDeadlineInQueue(t *testing.T) {
+	t.Parallel()
 	slow := &slowHealth{}
 	tp := startProxy(t, grpcUpstream(t, slow), limiter.Config{Mode: limiter.Fixed, Workers: 1, QueueSize: 10, QueueTimeout: 5 * time.Second}, nil)
 	c := grpcClient(t, tp.addr)
@@ -232,6 +233,7 @@ func TestGRPCDeadlineInQueue(t *testing.T) {
 // and a server stream that the upstream, told of the deadline, resets when
 // it passes (which was counted upstream_error).
 func TestGRPCDeadlineAtTheUpstreamIsTheClients(t *testing.T) {
+	t.Parallel()
 	t.Run("unary", func(t *testing.T) {
 		tp := startProxy(t, grpcUpstream(t, &slowHealth{}), limiter.Config{Mode: limiter.Unbounded}, nil)
 		ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
@@ -329,6 +331,7 @@ func h2cClient() *http.Client {
 // Server-Timing and the Host as sent; rejections are HTTP/1.1's, and
 // HTTP/1.1 on the same listener is unchanged.
 func TestH2CThroughProxy(t *testing.T) {
+	t.Parallel()
 	release := make(chan struct{})
 	up := h2cUpstream(t, func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path == "/hold" {
@@ -421,6 +424,7 @@ func TestCurlPriorKnowledge(t *testing.T) {
 
 // TestH2CBodyLimit: a body over MaxBodyBytes is 413, declared or not.
 func TestH2CBodyLimit(t *testing.T) {
+	t.Parallel()
 	up := h2cUpstream(t, func(w http.ResponseWriter, r *http.Request) { io.Copy(io.Discard, r.Body) })
 	tp := startProxy(t, up, limiter.Config{Mode: limiter.Unbounded}, func(c *Config) { c.MaxBodyBytes = 1000 })
 	c := h2cClient()
@@ -504,6 +508,7 @@ func (a *lateAdmitter) Leave(time.Time, *limiter.Request, int64) { a.released.Ad
 // forwarded when a permit comes at that moment: the permit goes back, and
 // the request counts client_closed, not a service time of nothing.
 func TestH2CStreamCancelledAsItIsAdmittedNeverReachesTheUpstream(t *testing.T) {
+	t.Parallel()
 	var hits atomic.Int64
 	up := h2cUpstream(t, func(w http.ResponseWriter, r *http.Request) {
 		hits.Add(1)
@@ -535,6 +540,7 @@ func TestH2CStreamCancelledAsItIsAdmittedNeverReachesTheUpstream(t *testing.T) {
 // BodyTimeout as on HTTP/1.1: 408, counted client_timeout, not a 504 at
 // UpstreamTimeout blamed on the upstream that waited for the rest.
 func TestH2CStalledBodyIsTheClients(t *testing.T) {
+	t.Parallel()
 	up := h2cUpstream(t, func(w http.ResponseWriter, r *http.Request) {
 		io.Copy(io.Discard, r.Body)
 		io.WriteString(w, "ok")

@@ -14,6 +14,7 @@ import (
 // outcome in Loomgate-Outcome, so that a client's retry policy can tell it
 // from the upstream's own answer with the same status.
 func TestOwnAnswersAreMarked(t *testing.T) {
+	t.Parallel()
 	hold := make(chan struct{})
 	up := newUpstream(t, func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {

@@ -189,6 +189,7 @@ func peak(p *atomic.Int64, v int64) {
 // body too large, 413 bad_request with no Retry-After, on HTTP/1.1 and
 // HTTP/2 alike. A body that fits the bulkhead is forwarded.
 func TestBodyLargerThanTheWholeMemoryBulkhead(t *testing.T) {
+	t.Parallel()
 	const budget = RequestOverheadBytes + 1000
 	up := h2cUpstream(t, func(w http.ResponseWriter, r *http.Request) { io.Copy(io.Discard, r.Body) })
 	tp := startProxy(t, up, limiter.Config{Mode: limiter.Unbounded, MaxInFlightBytes: budget}, func(c *Config) {
@@ -223,6 +224,7 @@ func TestBodyLargerThanTheWholeMemoryBulkhead(t *testing.T) {
 // half-close, and what the client still sends is read and thrown away for
 // a moment, so the client reads its 503 after it has sent everything.
 func TestRejectedUploadGetsItsAnswer(t *testing.T) {
+	t.Parallel()
 	release := make(chan struct{})
 	up := newUpstream(t, func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path == "/hold" {

@@ -161,6 +161,7 @@ func TestSlowClientsTimeOutBeforeAdmission(t *testing.T) {
 // A request that waits longer than it in the queue is still there, and
 // served, and a client that leaves is still noticed.
 func TestQueuedPastTheHeaderTimeout(t *testing.T) {
+	t.Parallel()
 	release := make(chan struct{})
 	up := newUpstream(t, func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path == "/hold" {

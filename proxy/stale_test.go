@@ -64,6 +64,7 @@ const okAnswer = "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"
 // is already closed: each is answered, counted ok, and reaches the
 // upstream once, whatever its method and however many writes it takes.
 func TestUpstreamIdleCloseIsNoFailure(t *testing.T) {
+	t.Parallel()
 	for _, reset := range []bool{false, true} {
 		name := "close"
 		if reset {

@@ -33,6 +33,7 @@ const strayAnswer = "HTTP/1.1 200 OK\r\nContent-Length: 18\r\n\r\nNOT YOUR RESPO
 // closed instead, and the next request goes on a new connection and gets
 // its own answer.
 func TestStrayBytesAreNobodysAnswer(t *testing.T) {
+	t.Parallel()
 	large := strings.Repeat("b", ResponseBufferBytes+1)
 	for _, tt := range []straying{
 		{"204 then bytes", get("/first"), "HTTP/1.1 204 No Content\r\n\r\n", true},

@@ -27,6 +27,7 @@ func closedLoop(url string, n int, stop <-chan struct{}, wg *sync.WaitGroup) {
 // to three times the pool, the sidecar caps admission near 20 and says why
 // in its metrics and /advice.
 func TestAdaptiveModeFindsAHiddenPool(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("runs load for about a minute")
 	}
@@ -147,9 +148,11 @@ func labelValues(labels []*dto.LabelPair) []string {
 // a limit that holds nothing back in front of a full pool: a step up may
 // pass on noise once, not run.
 func TestAdaptiveDryRunLimitStaysNearThePool(t *testing.T) {
-	if testing.Short() {
-		t.Skip("runs load for about 45 seconds")
-	}
+	// Its subject is the would-be limit's course over 30 s of three times
+	// the pool's load: where the controller's first reading of the
+	// capacity lands depends on the tick the load rises in, which load
+	// beside it (another test's, under t.Parallel) moves.
+	realTime(t, "about 45 seconds")
 	up := upstreamtest.HiddenPool(t, 20, 50*time.Millisecond)
 	s := start(t, testConfig(t, "LOOMGATE_UPSTREAM="+up, "LOOMGATE_MODE=adaptive", "LOOMGATE_DRY_RUN=true", "LOOMGATE_QUEUE_TIMEOUT=30s"))
 	var wg sync.WaitGroup
@@ -187,6 +190,7 @@ func TestAdaptiveDryRunLimitStaysNearThePool(t *testing.T) {
 // and the upstream held 20 where its operator had said 5: it now holds at
 // most 5, and loomgate_limit says 5.
 func TestAdaptiveMaxBoundsTheOpenStart(t *testing.T) {
+	t.Parallel()
 	var held, most atomic.Int64
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

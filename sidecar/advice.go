@@ -455,8 +455,15 @@ func (s *Sidecar) advice(snap advice.Snapshot) AdviceDoc {
 		doc.Probe = s.probeDoc()
 	}
 	if s.adaptive != nil {
-		a := &AdaptiveDoc{Limit: s.adaptive.Limit(), Changes: []ChangeDoc{}}
+		// The limit the snapshot was advised on (the shadow's, in a dry
+		// run), and the changes up to it: the document's text, JSON and
+		// page then say one limit, not the snapshot's in one place and a
+		// later one in another.
+		a := &AdaptiveDoc{Limit: snap.Settings.Workers, Changes: []ChangeDoc{}}
 		for _, ch := range s.adaptive.Changes() {
+			if ch.At.After(snap.Time) {
+				continue
+			}
 			a.Changes = append(a.Changes, ChangeDoc{Time: ch.At, From: ch.From, To: ch.To, Reason: string(ch.Reason), Detail: ch.Detail})
 		}
 		doc.Adaptive = a
@@ -531,6 +538,21 @@ func predictionLabel(name string) string {
 	return "other_mode"
 }
 
+// AdviceTimeHeader carries, on both formats of /advice, the time of the
+// snapshot the answer was made from: two answers with the same one are
+// the same document.
+const AdviceTimeHeader = "Loomgate-Advice-Time"
+
+// adviceNow is the advice at one moment, as one document: the advisor's
+// snapshot, with the live state, the adaptive limit, the probe and the
+// upstream read once beside it. /advice's JSON is this document, its text
+// renders it (adviceText), and the status page renders the JSON: none of
+// the three reads anything of its own.
+func (s *Sidecar) adviceNow() (advice.Snapshot, AdviceDoc) {
+	snap := s.advisor.Snapshot()
+	return snap, s.advice(snap)
+}
+
 // serveAdvice is GET /advice: JSON, or plain sentences with ?format=text.
 func (s *Sidecar) serveAdvice(w http.ResponseWriter, r *http.Request) {
 	format := r.URL.Query().Get("format")
@@ -538,36 +560,44 @@ func (s *Sidecar) serveAdvice(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "format must be json or text", http.StatusBadRequest)
 		return
 	}
-	snap := s.advisor.Snapshot()
+	snap, doc := s.adviceNow()
 	w.Header().Set("Cache-Control", "no-store")
+	w.Header().Set(AdviceTimeHeader, doc.Time.Format(time.RFC3339Nano))
 	if format == "text" {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-		w.Write([]byte(snap.Text()))
-		if s.adaptive != nil {
-			w.Write([]byte(s.adaptiveText()))
-		}
-		if s.probe != nil {
-			w.Write([]byte(s.probeText()))
-		}
+		w.Write([]byte(adviceText(snap, doc)))
 		return
 	}
 	w.Header().Set("Content-Type", "application/json")
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
-	enc.Encode(s.advice(snap))
+	enc.Encode(doc)
+}
+
+// adviceText is the document in sentences: the snapshot's text, whose
+// figures and recommendation the document carries, then the adaptive
+// limit and the probe as the document has them.
+func adviceText(snap advice.Snapshot, doc AdviceDoc) string {
+	text := snap.Text()
+	if doc.Adaptive != nil {
+		text += adaptiveText(doc.Adaptive)
+	}
+	if doc.Probe != nil {
+		text += probeText(doc.Probe)
+	}
+	return text
 }
 
 // adaptiveText is the adaptive limit in sentences, for /advice?format=text.
-func (s *Sidecar) adaptiveText() string {
+func adaptiveText(a *AdaptiveDoc) string {
 	var b strings.Builder
-	if l := s.adaptive.Limit(); l > 0 {
-		fmt.Fprintf(&b, "\nAdaptive limit: %d.\n", l)
+	if a.Limit > 0 {
+		fmt.Fprintf(&b, "\nAdaptive limit: %d.\n", a.Limit)
 	} else {
 		b.WriteString("\nAdaptive limit: none yet; admission is open until the upstream queues inside.\n")
 	}
-	changes := s.adaptive.Changes()
-	for _, ch := range changes[max(0, len(changes)-5):] {
-		fmt.Fprintf(&b, "  %s  %d → %d  %s: %s\n", ch.At.Format(time.TimeOnly), ch.From, ch.To, strings.ReplaceAll(string(ch.Reason), "_", " "), ch.Detail)
+	for _, ch := range a.Changes[max(0, len(a.Changes)-5):] {
+		fmt.Fprintf(&b, "  %s  %d → %d  %s: %s\n", ch.Time.Format(time.TimeOnly), ch.From, ch.To, strings.ReplaceAll(ch.Reason, "_", " "), ch.Detail)
 	}
 	return b.String()
 }
@@ -590,16 +620,16 @@ func (s *Sidecar) probeDoc() *ProbeDoc {
 }
 
 // probeText is the probe in sentences, for /advice?format=text.
-func (s *Sidecar) probeText() string {
-	last, n := s.probe.Last()
+func probeText(p *ProbeDoc) string {
 	switch {
-	case s.probe.Active():
+	case p.Active:
 		return "\nProbe: under way, admitting fewer for a few seconds.\n"
-	case n == 0:
+	case p.Probes == 0 || p.Last == nil:
 		return "\nProbe: none yet; one runs when the upstream was never seen at a calmer load than now.\n"
 	}
-	return fmt.Sprintf("\nProbe: %d so far; the last, at %s for %.1f s: %s: %s.\n", n, last.Start.Format(time.TimeOnly),
-		last.End.Sub(last.Start).Seconds(), strings.ReplaceAll(string(last.Result), "_", " "), last.Detail)
+	last := p.Last
+	return fmt.Sprintf("\nProbe: %d so far; the last, at %s for %.1f s: %s: %s.\n", p.Probes, last.Start.Format(time.TimeOnly),
+		last.End.Sub(last.Start).Seconds(), strings.ReplaceAll(last.Result, "_", " "), last.Detail)
 }
 
 // retryAfter is the proxy's RetryAfter: the expected wait of a rejected

@@ -27,6 +27,7 @@ import (
 // as at UPSTREAM_TIMEOUT, counted once each, and Run still reports the
 // incomplete drain.
 func TestDrainTimeoutAnswersWhatIsLeft(t *testing.T) {
+	t.Parallel()
 	// The upstream speaks h2c too: one of the two at the upstream is an
 	// HTTP/2 stream, which goes to it as HTTP/2.
 	up := h2cServer(t, func(w http.ResponseWriter, r *http.Request) {
@@ -133,6 +134,7 @@ func TestDrainWithNothingInFlightIsComplete(t *testing.T) {
 // INTERNAL_ERROR, which gRPC clients do not retry, no outcome header, was
 // counted upstream_timeout, and the process exited 1.
 func TestDrainEndCutsGRPCStreamWithUnavailable(t *testing.T) {
+	t.Parallel()
 	cfg := testConfig(t, "LOOMGATE_UPSTREAM=http://"+protocolsUpstream(t), "LOOMGATE_DRAIN_TIMEOUT=1s")
 	s, stop, ran := launch(t, cfg, Options{Logger: slog.New(slog.DiscardHandler)})
 	cc, err := grpc.NewClient(strings.TrimPrefix(s.URL, "http://"), grpc.WithTransportCredentials(insecure.NewCredentials()))

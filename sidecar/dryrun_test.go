@@ -25,6 +25,7 @@ import (
 // is, every request reaches the upstream, and the dry run's counters say
 // the same 32 would have been.
 func TestDryRunCountsWhatTheModeWouldDo(t *testing.T) {
+	t.Parallel()
 	up := upstream(t, time.Second)
 	burst := func(s *running) (statuses map[int]int) {
 		statuses = map[int]int{}
@@ -122,9 +123,7 @@ func openLoop(url string, rate int, d time.Duration) {
 // Scaled to the upstream's capacity, the shadow serves what a real limit
 // would have, and its would-be timeouts are the real ones.
 func TestDryRunInFrontOfAFullPool(t *testing.T) {
-	if testing.Short() {
-		t.Skip("runs load for about 35 seconds")
-	}
+	realTime(t, "about 35 seconds")
 	if raceEnabled {
 		// Under the race detector the two sidecars in this process, not
 		// the pool, were the bottleneck at 600 requests a second: the

@@ -14,6 +14,7 @@ import (
 // clients back, and the advice said to raise the limit. It says the
 // upstream is failing, counts the failures, and sizes nothing.
 func TestAdviceSizesNothingOnFailures(t *testing.T) {
+	t.Parallel()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

@@ -14,6 +14,7 @@ import (
 // variable to edit and says its own limit; a dry run says it is one and
 // what its mode would have done.
 func TestAdviceSpeaksTheModeInForce(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("runs load for 6 s per mode")
 	}
@@ -34,6 +35,7 @@ func TestAdviceSpeaksTheModeInForce(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
 			up := upstream(t, 20*time.Millisecond)
 			s := start(t, testConfig(t, append(tt.env, "LOOMGATE_UPSTREAM="+up)...))
 			var wg sync.WaitGroup

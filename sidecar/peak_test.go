@@ -19,9 +19,7 @@ import (
 // and in adaptive mode (where the probe is on by default) the limit is
 // set there.
 func TestFirstSeenAtItsPeak(t *testing.T) {
-	if testing.Short() {
-		t.Skip("runs load for about two minutes")
-	}
+	realTime(t, "about two minutes")
 	const pool, clients = 20, 150
 	tests := []struct {
 		name string
@@ -149,6 +147,7 @@ func logAdviceText(t *testing.T, s *running) {
 // the requests it held back are served within the drain, not held until
 // its end rejects them.
 func TestDrainLiftsAProbesCap(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("runs load for about 20 seconds")
 	}

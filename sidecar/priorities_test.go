@@ -95,9 +95,7 @@ func playFlows(t *testing.T, url string, warmup, window time.Duration, flows ...
 // and the batch runs on the other 10. In adaptive mode the share is of
 // the limit the controller finds.
 func TestPrioritiesThroughAFlood(t *testing.T) {
-	if testing.Short() {
-		t.Skip("runs load for about 100 seconds")
-	}
+	realTime(t, "about 100 seconds")
 	if raceEnabled {
 		t.Skip("measures latency under load, which the race detector's slowdown changes")
 	}
@@ -173,9 +171,7 @@ func TestPrioritiesThroughAFlood(t *testing.T) {
 // flows gives each about a fifth of the answers: Jain's index at least
 // 0.9, and the noisy one no more than 1.2 times its fair share.
 func TestFairQueuingOfANoisyTenant(t *testing.T) {
-	if testing.Short() {
-		t.Skip("runs load for about 40 seconds")
-	}
+	realTime(t, "about 40 seconds")
 	if raceEnabled {
 		t.Skip("measures shares under load, which the race detector's slowdown changes")
 	}
@@ -229,9 +225,7 @@ func TestFairQueuingOfANoisyTenant(t *testing.T) {
 // slow one's answers, where a turn a request each gave the slow tenant
 // ten elevenths of the workers.
 func TestFairQueuingByCost(t *testing.T) {
-	if testing.Short() {
-		t.Skip("runs load for about 13 seconds")
-	}
+	realTime(t, "about 13 seconds")
 	if raceEnabled {
 		t.Skip("measures shares under load, which the race detector's slowdown changes")
 	}

@@ -10,6 +10,7 @@ import (
 	"math"
 	"net"
 	"net/http"
+	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -142,8 +143,13 @@ func logAdvice(t testing.TB, doc sidecar.AdviceDoc) {
 // which it queued (not the window's average, which the 10 clients' buckets
 // would pull down) and advise that more admission will not help.
 func TestAdviceHiddenPool(t *testing.T) {
-	if testing.Short() {
-		t.Skip("13 s of load")
+	// The capacity is read as throughput times the unloaded service time:
+	// a rig starved of CPU (the race detector, or the machine's other
+	// work beside it) serves less, and the capacity read falls with it
+	// (37 and 42 of 50 seen). It runs where CI runs the sidecar's other
+	// tests of behaviour under load, alone and without the race detector.
+	if os.Getenv("LOAD_TESTS") != "1" {
+		t.Skip("measures a capacity from 13 s of load: runs with LOAD_TESTS=1, as CI's step for such tests does")
 	}
 	up := upstreamtest.HiddenPool(t, 50, 100*time.Millisecond)
 	s := startSidecar(t, map[string]string{"LOOMGATE_UPSTREAM": up})

@@ -347,3 +347,52 @@ func TestLabCommandsFromACheckout(t *testing.T) {
 		t.Errorf("loomgate stub --bogus said %q; want the lab's stub to name the flag", stderr.String())
 	}
 }
+
+// TestLabCommandSaysItIsBuilding: from a checkout, a lab command's first
+// line says the lab is being built, before the build starts: the first
+// build is silent for a minute or more, and the demo said nothing until
+// it ended. A go command that takes two seconds to fail stands in for the
+// build: the line arrives within a second, while it runs, and its failure
+// is reported after it.
+func TestLabCommandSaysItIsBuilding(t *testing.T) {
+	fake := t.TempDir()
+	script := "#!/bin/sh\nsleep 2\necho 'go: this build fails on purpose' >&2\nexit 1\n"
+	if err := os.WriteFile(fake+"/go", []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(loomgateBinary(t), "demo")
+	cmd.Env = append(os.Environ(), "PATH="+fake+":/usr/bin:/bin")
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	began := time.Now()
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	lines := bufio.NewScanner(stderr)
+	var said []string
+	var first time.Duration
+	for lines.Scan() {
+		if said = append(said, lines.Text()); len(said) == 1 {
+			first = time.Since(began)
+		}
+	}
+	err = cmd.Wait()
+	var exit *exec.ExitError
+	if !errors.As(err, &exit) || exit.ExitCode() != 1 {
+		t.Errorf("loomgate demo with a failing build: %v; want exit status 1", err)
+	}
+	if len(said) < 3 {
+		t.Fatalf("loomgate demo said %q; want the building line, the build's failure and what failed", said)
+	}
+	if want := "loomgate demo: " + buildingLab; said[0] != want {
+		t.Errorf("first line %q; want %q", said[0], want)
+	}
+	if first > time.Second {
+		t.Errorf("the first line came %v after the start; want it within a second, before the build", first.Round(time.Millisecond))
+	}
+	if said[1] != "go: this build fails on purpose" || !strings.HasPrefix(said[2], "loomgate demo: building the lab (./cmd/loomlab in ") {
+		t.Errorf("after the first line: %q; want the build's own words, then loomgate's", said[1:])
+	}
+}

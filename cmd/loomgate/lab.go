@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"strings"
 	"syscall"
+	"time"
 )
 
 // modulePath is the module whose checkout holds the lab.
@@ -19,6 +20,11 @@ const modulePath = "github.com/loomgate/loomgate"
 // labDir is the lab's directory in the checkout: a module of its own,
 // which builds against the product beside it.
 const labDir = "lab"
+
+// buildingLab is said before the lab is built, the first thing a lab
+// command prints.
+const buildingLab = "building the lab (lab/cmd/loomlab), first run only: a minute or two on 2 cores; " +
+	"later runs take seconds, from Go's build cache"
 
 // runLab runs one of the lab's commands (demo, bench, stub). The sidecar's
 // binary does not carry the lab: its load rig, reports and plots would
@@ -49,13 +55,18 @@ func runLab(cmd string, args []string, stderr io.Writer) int {
 	defer os.RemoveAll(dir)
 	lab := filepath.Join(dir, "loomlab")
 	// In the lab's directory, so that the go command builds in the lab's
-	// module, whose go.mod has what the lab needs.
+	// module, whose go.mod has what the lab needs. The first build
+	// compiles the lab's modules (plots, reports) and is silent for a
+	// minute or more: say so before it starts, and how long it took.
 	build := exec.Command(goTool, "build", "-o", lab, "./cmd/loomlab")
 	build.Dir, build.Stdout, build.Stderr = filepath.Join(root, labDir), stderr, stderr
+	fmt.Fprintf(stderr, "loomgate %s: %s\n", cmd, buildingLab)
+	began := time.Now()
 	if err := build.Run(); err != nil {
 		fmt.Fprintf(stderr, "loomgate %s: building the lab (./cmd/loomlab in %s): %v\n", cmd, build.Dir, err)
 		return 1
 	}
+	fmt.Fprintf(stderr, "loomgate %s: the lab built in %s\n", cmd, time.Since(began).Round(100*time.Millisecond))
 	// The lab runs as a child, not in place of this process, so that the
 	// temporary binary is removed when it ends. A terminal's SIGINT
 	// reaches the whole process group, the lab included; a SIGTERM sent

@@ -149,14 +149,18 @@ Flags:
 		fmt.Fprintf(stderr, "loomgate stub: --listen %s: %v\n", *listen, err)
 		return 1
 	}
-	hidden := "no hidden pool"
+	// The line the demo shows first of the stub: each pool said with what
+	// it is, since a run of /wait never touches the db pool and a reader
+	// would otherwise take it for a limit on the run.
+	hidden := "no hidden pool: every request is served at once"
 	if *pool > 0 {
-		hidden = fmt.Sprintf("hidden pool of %d", *pool)
+		hidden = fmt.Sprintf("hidden pool of %d: every request waits in turn for one of %d workers, unseen from outside", *pool, *pool)
 	}
 	if *forward != "" {
 		fmt.Fprintf(stderr, "loomgate stub: listening on %s, forwarding to %s\n", ln.Addr(), *forward)
 	} else {
-		fmt.Fprintf(stderr, "loomgate stub: listening on %s (db pool %d, %s)\n", ln.Addr(), *dbPool, hidden)
+		fmt.Fprintf(stderr, "loomgate stub: listening on %s (db pool %d: connections that only /db requests hold, waiting in turn for one; %s)\n",
+			ln.Addr(), *dbPool, hidden)
 	}
 	return serveUntilDone(ctx, func() error { return s.Serve(ln) }, s.Shutdown, stderr)
 }

@@ -63,7 +63,7 @@ func TestStubCommandServes(t *testing.T) {
 	env := envOf(map[string]string{"STUB_LISTEN": "127.0.0.1:0", "STUB_POOL": "3", "STUB_DB_POOL": "99"})
 	go func() { done <- stubCommand(ctx, []string{"--db-pool", "7"}, env, io.Discard, &stderr) }()
 
-	addrRE := regexp.MustCompile(`listening on (127\.0\.0\.1:\d+) \(db pool 7, hidden pool of 3\)`)
+	addrRE := regexp.MustCompile(`listening on (127\.0\.0\.1:\d+) \(db pool 7: connections that only /db requests hold, [^;]*; hidden pool of 3: `)
 	var addr string
 	for deadline := time.Now().Add(10 * time.Second); addr == "" && time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
 		if m := addrRE.FindStringSubmatch(stderr.String()); m != nil {
