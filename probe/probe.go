@@ -210,6 +210,9 @@ const (
 	// gives the capacity, and far below where service times spread, which
 	// such a step, plainly falling, tells at once and cheaply.
 	overrunCap = 0.8
+	// farBelow: an overrun's first step that served less than this share
+	// of the answers before was far below the knee (see probe).
+	farBelow = 0.5
 )
 
 // errGone ends a probe whose load went away or that ran out of time.
@@ -542,7 +545,10 @@ func (c *Controller) probe(ctx context.Context, from *overrun) (r Report) {
 		r.End = time.Now()
 	}()
 	for {
-		step, err := c.step(ctx, deadline, capAt, r.Service, r.Throughput)
+		// The step after an overrun's first far below the knee is there to
+		// be measured whole (see below).
+		whole := r.Overrun && len(r.Steps) == 1
+		step, err := c.step(ctx, deadline, capAt, r.Service, r.Throughput, whole)
 		if err != nil {
 			r.Detail = fmt.Sprintf("stopped at a cap of %d: %v", capAt, err)
 			if errors.Is(err, errGone) {
@@ -564,6 +570,19 @@ func (c *Controller) probe(ctx context.Context, from *overrun) (r Report) {
 		}
 		step.Held = step.Throughput >= (1-HoldLoss)*r.Throughput
 		r.Steps = append(r.Steps, step)
+		if next := int(overrunCap * r.Throughput * step.Service.Seconds()); r.Overrun && len(r.Steps) == 1 &&
+			step.Throughput < farBelow*r.Throughput && next > capAt {
+			// An overrun's first cap far below the knee (service times
+			// spread, the least of them far under their mean) served a
+			// few answers, cut short: their mean is a few dozen draws,
+			// the quick ones first. A step just below the knee its figure
+			// gives measures the unloaded speed on many more.
+			if c.cfg.End != nil {
+				c.cfg.End(step.Load, false)
+			}
+			capAt = next
+			continue
+		}
 		if step.Held && capAt > 1 {
 			// Served as many with fewer inside: the rest were queueing.
 			// Half again.
@@ -601,8 +620,8 @@ func (c *Controller) probe(ctx context.Context, from *overrun) (r Report) {
 // admitted under the cap, and measures what the upstream serves then.
 // service and before are the mean service time and the throughput before
 // the probe: the first bounds the waits, and a step that serves plainly
-// less than the second is cut short.
-func (c *Controller) step(ctx context.Context, deadline time.Time, capAt int, service time.Duration, before float64) (Step, error) {
+// less than the second is cut short, unless whole.
+func (c *Controller) step(ctx context.Context, deadline time.Time, capAt int, service time.Duration, before float64, whole bool) (Step, error) {
 	c.cfg.Cap(capAt)
 	bound := max(maxMeasureFloor, maxMeasure*service)
 	// The requests above the cap finish...
@@ -628,7 +647,7 @@ func (c *Controller) step(ctx context.Context, deadline time.Time, capAt int, se
 	// moment more of it delays half the requests: it stops at once.
 	m, err := c.measure(ctx, deadline, bound, func(m *meter) bool {
 		switch {
-		case m.n >= minFellAnswers && m.throughput() < (1-Fell)*before:
+		case !whole && m.n >= minFellAnswers && m.throughput() < (1-Fell)*before:
 			return true
 		case m.n < minAnswers:
 			return false

@@ -389,30 +389,7 @@ func TestProbeUnderOpenArrivals(t *testing.T) {
 		defer cancel()
 		up := upstream{size: 20, service: around(100 * time.Millisecond)}
 		r := newRig(t, ctx, ctx, &up, 0, limiter.Config{Mode: limiter.Unbounded})
-		go func() {
-			rng := rand.New(rand.NewPCG(5, 6))
-			tick := time.NewTicker(time.Second / 240)
-			defer tick.Stop()
-			for {
-				select {
-				case <-ctx.Done():
-					return
-				case <-tick.C:
-				}
-				// A generator of its own for each request: a rand.Rand is
-				// not safe for concurrent use.
-				seed := rng.Uint64()
-				go func() {
-					if err := r.lim.Acquire(ctx, 0); err != nil {
-						return
-					}
-					start := time.Now()
-					up.serve(rand.New(rand.NewPCG(seed, 6)))
-					r.ctrl.Record(time.Since(start))
-					r.lim.Release(0)
-				}()
-			}
-		}()
+		go openArrivals(ctx, r, &up, 240, nil)
 		var rep Report
 		for start := time.Now(); time.Since(start) < 2*time.Minute; {
 			time.Sleep(time.Second)
