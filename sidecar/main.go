@@ -106,11 +106,23 @@ func MainWithController(ctx context.Context, environ []string, stdout, stderr io
 	log.Info("serving", "traffic", ln.Addr().String(), "admin", adminLn.Addr().String(), "upstream", cfg.Upstream, "version", version,
 		"status_page", StatusPageURL(adminLn.Addr()))
 	// The drain starts with ctx's end; Run logs it when it times out.
+	// The line is written before Main returns: the caller may read the
+	// log then, and nothing of Main's may write to it after.
+	ran, logged := make(chan struct{}), make(chan struct{})
 	go func() {
-		<-ctx.Done()
-		log.Info("draining", "timeout", cfg.DrainTimeout.String())
+		defer close(logged)
+		select {
+		case <-ctx.Done():
+		case <-ran:
+		}
+		if ctx.Err() != nil {
+			log.Info("draining", "timeout", cfg.DrainTimeout.String())
+		}
 	}()
-	switch err := s.Run(ctx, ln, adminLn); {
+	err = s.Run(ctx, ln, adminLn)
+	close(ran)
+	<-logged
+	switch {
 	case errors.Is(err, ErrDrainTimeout):
 		return 1
 	case err != nil:
