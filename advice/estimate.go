@@ -293,18 +293,18 @@ func estimate(points, calm []point, liveFrom int64) (Estimate, [classes]routeEst
 	// read as a load risen from 18 to 40, and as a pool of 21.
 	calmWork := make([][2]float64, 0, len(points)) // load, work
 	for _, p := range slices.Concat(points, calm) {
-		quiet, any := true, false
+		quiet, seen := true, false
 		for c := range routes {
 			r, cp := &routes[c], p.class[c]
 			if cp.n < minClassRequests || cp.unresolved || r.baselineP25 == 0 {
 				continue
 			}
-			any = true
+			seen = true
 			if float64(cp.p25) >= Unstretched*float64(r.baselineP25) || float64(cp.p50) >= Unstretched*float64(r.baselineP50) {
 				quiet = false
 			}
 		}
-		if any && quiet && !p.mixed {
+		if seen && quiet && !p.mixed {
 			calmWork = append(calmWork, [2]float64{p.load, work(p)})
 		}
 	}
