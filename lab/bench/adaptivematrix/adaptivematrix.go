@@ -1,8 +1,9 @@
 // Package adaptivematrix is the side-by-side proof of adaptive mode,
 // `loomgate bench --scenario adaptive`: cases whose truth is known by
 // construction (a hidden pool, one that changes size, none, a dependency
-// that slows, spread service times, two routes of different cost on one
-// pool, CPU, open arrivals above capacity), each played through a real
+// that slows, at once or by steps, spread service times, two routes of
+// different cost on one pool, CPU, open arrivals above capacity after a
+// calm start or from the first second), each played through a real
 // sidecar in front of a real stub for every arm: loomgate's adaptive
 // controller, a limit fixed at the truth (the oracle), no limit, and the
 // reference controllers of package reference. Per case and arm it measures

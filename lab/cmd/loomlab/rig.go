@@ -760,7 +760,7 @@ func runOverhead(ctx context.Context, cfg overhead.Config, out string, stdout, s
 const (
 	prioritiesScenario    = "priorities"
 	prioritiesDescription = "classes of clients measured apart through one upstream, today's FIFO queue beside priorities, shares and fair queuing " +
-		"in fixed and adaptive mode: a critical class through a sheddable flood, and a noisy tenant among four; --warmup and --window set each arm's"
+		"in fixed and adaptive mode: a critical class through a sheddable flood, closed or open (arrivals that do not slow down, from the first second), and a noisy tenant among four; --warmup and --window set each arm's"
 )
 
 // runPriorities runs the priorities scenario's cases, or those names

@@ -117,7 +117,7 @@ func TestBenchCommandRefusesBadInput(t *testing.T) {
 		{[]string{"--url", "http://127.0.0.1:1/", "--scenario", "pool"}, 2, "--url and --scenario are exclusive"},
 		{[]string{"--scenario", "pool", "--admin", "http://127.0.0.1:9090"}, 2, "--admin goes with --url"},
 		{[]string{"--scenario", "nope"}, 2, `--scenario "nope": want one of crossover, fairfight, pool, cpu, memory, hidden, grpc, h2c, protocols, open, advice, adaptive, overhead, fleet, priorities, or list`},
-		{[]string{"--scenario", "priorities", "--cases", "flood,nope"}, 2, `--cases "flood,nope": no case "nope"; the cases are flood, tenants`},
+		{[]string{"--scenario", "priorities", "--cases", "flood,nope"}, 2, `--cases "flood,nope": no case "nope"; the cases are open-flood, flood, tenants`},
 		{[]string{"--scenario", "priorities", "-c", "10"}, 2, "--scenario priorities has its own clients per class; -c and --rate do not go with it"},
 		{[]string{"--scenario", "priorities", "--url", "http://127.0.0.1:1"}, 2, "--scenario priorities starts its own stub and sidecar; --url and --admin do not go with it"},
 		{[]string{"--scenario", "priorities", "--proto", "h2c"}, 2, "--scenario priorities speaks HTTP/1.1; --proto and --conns go with --url and the other scenarios"},
